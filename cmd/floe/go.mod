@@ -1,0 +1,3 @@
+module floe.dev/cmd/floe
+
+go 1.26.0

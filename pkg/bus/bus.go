@@ -1,0 +1,163 @@
+// Package bus sets up Floe's JetStream layout (the FLOE_SESSIONS stream, the
+// task and tool work queues, the Session KV bucket) and holds the small
+// helpers every service uses to talk over it: publishing OmniMessages on a
+// Session's subjects, packing internal payloads, and Session records.
+package bus
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"floe.dev/pkg/omni"
+)
+
+// Config is the JetStream layout's tunables.
+type Config struct {
+	// MaxAge and MaxBytes bound FLOE_SESSIONS retention (0 = unlimited).
+	MaxAge   time.Duration
+	MaxBytes int64
+	// Memory uses memory storage (tests); the default is file storage.
+	Memory bool
+	// Replicas for every stream and bucket (1 on a single server, 3 on a cluster).
+	Replicas int
+	// DuplicateWindow is how long Nats-Msg-Id de-duplication remembers ids
+	// (default 10 min: longer than any tool heartbeat timeout).
+	DuplicateWindow time.Duration
+}
+
+func (c Config) storage() jetstream.StorageType {
+	if c.Memory {
+		return jetstream.MemoryStorage
+	}
+	return jetstream.FileStorage
+}
+
+func (c Config) replicas() int {
+	if c.Replicas <= 0 {
+		return 1
+	}
+	return c.Replicas
+}
+
+// SessionsStreamConfig returns the FLOE_SESSIONS stream configuration.
+func SessionsStreamConfig(c Config) jetstream.StreamConfig {
+	dup := c.DuplicateWindow
+	if dup <= 0 {
+		dup = 10 * time.Minute
+	}
+	if c.MaxAge > 0 && dup > c.MaxAge {
+		dup = c.MaxAge
+	}
+	return jetstream.StreamConfig{
+		Name:        omni.SessionsStream,
+		Description: "Floe Session messages; the sequence is the stream order",
+		Subjects:    []string{omni.SessionSubjects},
+		Retention:   jetstream.LimitsPolicy,
+		Storage:     c.storage(),
+		Replicas:    c.replicas(),
+		MaxAge:      c.MaxAge,
+		MaxBytes:    c.MaxBytes,
+		Duplicates:  dup,
+		AllowDirect: true,
+		Discard:     jetstream.DiscardOld,
+	}
+}
+
+// Setup creates or updates every stream and bucket Floe uses and returns the
+// Session record store.
+func Setup(ctx context.Context, js jetstream.JetStream, c Config) (*Sessions, error) {
+	streams := []jetstream.StreamConfig{
+		SessionsStreamConfig(c),
+		{
+			Name:      omni.TasksStream,
+			Subjects:  []string{"floe.task.>"},
+			Retention: jetstream.WorkQueuePolicy,
+			Storage:   c.storage(),
+			Replicas:  c.replicas(),
+		},
+		{
+			Name:      omni.ToolsStream,
+			Subjects:  []string{"floe.tool.>"},
+			Retention: jetstream.WorkQueuePolicy,
+			Storage:   c.storage(),
+			Replicas:  c.replicas(),
+		},
+	}
+	for _, sc := range streams {
+		if _, err := js.CreateOrUpdateStream(ctx, sc); err != nil {
+			return nil, fmt.Errorf("bus: create stream %s: %w", sc.Name, err)
+		}
+	}
+	kv, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
+		Bucket:      omni.SessionsBucket,
+		Description: "Floe Session records",
+		History:     1,
+		Storage:     c.storage(),
+		Replicas:    c.replicas(),
+	})
+	if err != nil {
+		return nil, fmt.Errorf("bus: create bucket %s: %w", omni.SessionsBucket, err)
+	}
+	return &Sessions{kv: kv}, nil
+}
+
+// Open returns the Session record store of an existing layout.
+func Open(ctx context.Context, js jetstream.JetStream) (*Sessions, error) {
+	kv, err := js.KeyValue(ctx, omni.SessionsBucket)
+	if err != nil {
+		return nil, fmt.Errorf("bus: open bucket %s: %w", omni.SessionsBucket, err)
+	}
+	return &Sessions{kv: kv}, nil
+}
+
+// Header names.
+const (
+	HeaderContentType = "Content-Type"
+)
+
+// PackMsg builds a NATS message carrying a msgpack internal payload.
+func PackMsg(subject string, v any) (*nats.Msg, error) {
+	b, err := omni.Pack(v)
+	if err != nil {
+		return nil, err
+	}
+	m := nats.NewMsg(subject)
+	m.Data = b
+	m.Header.Set(HeaderContentType, omni.ContentTypeMsgpack)
+	return m, nil
+}
+
+// SessionMsg builds the NATS message that publishes m on its Session subject.
+// msgID, when set, becomes Nats-Msg-Id so the stream drops a duplicate.
+func SessionMsg(sessionID string, m *omni.Message, msgID string) (*nats.Msg, error) {
+	b, err := omni.Marshal(m)
+	if err != nil {
+		return nil, err
+	}
+	nm := nats.NewMsg(omni.SessionSubject(sessionID, omni.ClassOf(m)))
+	nm.Data = b
+	if msgID != "" {
+		nm.Header.Set(jetstream.MsgIDHeader, msgID)
+	}
+	return nm, nil
+}
+
+// OutputMsgID is the Nats-Msg-Id of a tool call's complete output: whoever
+// publishes it (the runner, or the engine declaring the runner lost), the
+// stream keeps only the first.
+func OutputMsgID(sessionID, toolCallID string) string {
+	return sessionID + "/" + toolCallID + "/out"
+}
+
+// ErrNoResponders is returned when nobody serves a request subject.
+var ErrNoResponders = nats.ErrNoResponders
+
+// IsNoResponders reports whether err means nobody served a request.
+func IsNoResponders(err error) bool {
+	return errors.Is(err, nats.ErrNoResponders)
+}

@@ -1,0 +1,71 @@
+// Package bustest starts a real embedded nats-server per test: random port,
+// JetStream on, store in t.TempDir(), shut down in t.Cleanup. Nothing is
+// shared, so tests using it can run in parallel.
+package bustest
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"floe.dev/pkg/bus"
+	"floe.dev/pkg/bus/embed"
+)
+
+// Env is one test's broker and the layout on it.
+type Env struct {
+	Server   *embed.Server
+	Conn     *nats.Conn
+	JS       jetstream.JetStream
+	Sessions *bus.Sessions
+	Config   bus.Config
+}
+
+// Start runs a server listening on a random 127.0.0.1 port with Floe's
+// layout set up (file storage). cfg tunes retention.
+func Start(t testing.TB, cfg bus.Config) *Env {
+	t.Helper()
+	srv, err := embed.Start(embed.Options{StoreDir: t.TempDir(), Listen: "127.0.0.1:0"})
+	if err != nil {
+		t.Fatalf("start nats-server: %v", err)
+	}
+	t.Cleanup(srv.Shutdown)
+	nc := Connect(t, srv)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatalf("jetstream: %v", err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	sessions, err := bus.Setup(ctx, js, cfg)
+	if err != nil {
+		t.Fatalf("setup: %v", err)
+	}
+	return &Env{Server: srv, Conn: nc, JS: js, Sessions: sessions, Config: cfg}
+}
+
+// Connect opens another in-process connection closed at cleanup.
+func Connect(t testing.TB, srv *embed.Server) *nats.Conn {
+	t.Helper()
+	nc, err := srv.Connect()
+	if err != nil {
+		t.Fatalf("connect: %v", err)
+	}
+	t.Cleanup(nc.Close)
+	return nc
+}
+
+// Eventually polls cond every 10ms until it holds or d passes.
+func Eventually(t testing.TB, d time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %v waiting for %s", d, what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}

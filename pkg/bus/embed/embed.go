@@ -1,0 +1,112 @@
+// Package embed runs a nats-server with JetStream inside the Floe process:
+// what `floe run`, `floe serve` and every test use instead of an external
+// NATS. It is the only package besides tests that imports nats-server.
+package embed
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"strconv"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+)
+
+// DefaultMaxPayload matches the gateway's default body cap (SPEC §3).
+const DefaultMaxPayload = 8 << 20
+
+// Options configures the embedded server.
+type Options struct {
+	// StoreDir is the JetStream store directory (required).
+	StoreDir string
+	// Listen is the client listener, host:port; "" or "off" for none
+	// (in-process connections only); port 0 picks a free port.
+	Listen string
+	// MaxPayload is the largest message in bytes (default DefaultMaxPayload).
+	MaxPayload int32
+	// ServerName names the server (default "floe").
+	ServerName string
+	// Logs enables the server's own logging to stderr.
+	Logs bool
+}
+
+// Server is a running embedded nats-server.
+type Server struct {
+	ns *server.Server
+}
+
+// Start starts the server and waits until it accepts connections.
+func Start(o Options) (*Server, error) {
+	if o.StoreDir == "" {
+		return nil, errors.New("embed: StoreDir is required")
+	}
+	opts := &server.Options{
+		ServerName: o.ServerName,
+		JetStream:  true,
+		StoreDir:   o.StoreDir,
+		MaxPayload: o.MaxPayload,
+		NoSigs:     true,
+		NoLog:      !o.Logs,
+	}
+	if opts.ServerName == "" {
+		opts.ServerName = "floe"
+	}
+	if opts.MaxPayload == 0 {
+		opts.MaxPayload = DefaultMaxPayload
+	}
+	if o.Listen == "" || o.Listen == "off" {
+		opts.DontListen = true
+	} else {
+		host, port, err := net.SplitHostPort(o.Listen)
+		if err != nil {
+			return nil, fmt.Errorf("embed: listen address %q: %w", o.Listen, err)
+		}
+		p, err := strconv.Atoi(port)
+		if err != nil {
+			return nil, fmt.Errorf("embed: listen port %q: %w", port, err)
+		}
+		if p == 0 {
+			p = server.RANDOM_PORT
+		}
+		opts.Host, opts.Port = host, p
+	}
+	ns, err := server.NewServer(opts)
+	if err != nil {
+		return nil, fmt.Errorf("embed: %w", err)
+	}
+	if o.Logs {
+		ns.ConfigureLogger()
+	}
+	ns.Start()
+	if !ns.ReadyForConnections(30 * time.Second) {
+		ns.Shutdown()
+		return nil, errors.New("embed: nats-server not ready within 30s")
+	}
+	return &Server{ns: ns}, nil
+}
+
+// ClientURL is the nats:// URL of the client listener ("" when not listening).
+func (s *Server) ClientURL() string {
+	if s.ns.Addr() == nil {
+		return ""
+	}
+	return s.ns.ClientURL()
+}
+
+// Connect opens an in-process connection (no sockets) with the given options.
+func (s *Server) Connect(opts ...nats.Option) (*nats.Conn, error) {
+	opts = append([]nats.Option{nats.InProcessServer(s.ns), nats.MaxReconnects(-1)}, opts...)
+	nc, err := nats.Connect("", opts...)
+	if err != nil {
+		return nil, fmt.Errorf("embed: connect: %w", err)
+	}
+	return nc, nil
+}
+
+// Shutdown stops the server and waits for it to exit.
+func (s *Server) Shutdown() {
+	s.ns.Shutdown()
+	s.ns.WaitForShutdown()
+}

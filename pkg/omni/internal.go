@@ -1,0 +1,190 @@
+package omni
+
+import (
+	"fmt"
+
+	"github.com/vmihailenco/msgpack/v5"
+)
+
+// Internal payloads travel between services on non-public subjects, encoded
+// with msgpack (Content-Type application/msgpack). They are plain data.
+
+// ContentTypeMsgpack is the Content-Type header of internal payloads.
+const ContentTypeMsgpack = "application/msgpack"
+
+// Internal streams, buckets and subjects.
+const (
+	// TasksStream is the work queue of Tasks: floe.task.<sid>.
+	TasksStream = "FLOE_TASKS"
+	// ToolsStream is the work queue of tool jobs: floe.tool.<pool>.<sid>.
+	ToolsStream = "FLOE_TOOLS"
+	// SessionsBucket is the KV bucket of Session records, keyed by Session id.
+	SessionsBucket = "floe_sessions"
+	// DefaultPool is the runner pool tool jobs go to unless routed elsewhere.
+	DefaultPool = "default"
+)
+
+// TaskSubject returns floe.task.<sid>.
+func TaskSubject(sessionID string) string { return "floe.task." + sessionID }
+
+// ToolSubject returns floe.tool.<pool>.<sid>.
+func ToolSubject(pool, sessionID string) string { return "floe.tool." + pool + "." + sessionID }
+
+// HeartbeatSubject returns floe.hb.<sid>: tool runners report running jobs there.
+func HeartbeatSubject(sessionID string) string { return "floe.hb." + sessionID }
+
+// CancelSubject returns floe.cancel.<sid>: the engine asks every runner to
+// stop the Session's jobs (request; each runner that stopped any replies).
+func CancelSubject(sessionID string) string { return "floe.cancel." + sessionID }
+
+// ControlSubject returns floe.ctl.<sid>.<verb>, served by the engine that owns
+// the Session's running Task.
+func ControlSubject(sessionID, verb string) string { return "floe.ctl." + sessionID + "." + verb }
+
+// Control verbs.
+const (
+	CtlApprove  = "approve"
+	CtlAbort    = "abort"
+	CtlSteer    = "steer"
+	CtlRetryNow = "retry_now"
+	CtlPending  = "pending"
+)
+
+// Task kinds.
+const (
+	TaskRun     = "run"
+	TaskCompact = "compact"
+)
+
+// InputPart is one part of a Task's user input.
+type InputPart struct {
+	Type     string `msgpack:"type" json:"type"` // "text" or "image_url"
+	Text     string `msgpack:"text,omitempty" json:"text,omitempty"`
+	ImageURL string `msgpack:"image_url,omitempty" json:"imageUrl,omitempty"`
+}
+
+// Task asks an engine to run one Task (or a manual compaction) of a Session.
+type Task struct {
+	ID            string      `msgpack:"id"`
+	Kind          string      `msgpack:"kind"`
+	SessionID     string      `msgpack:"session_id"`
+	Input         []InputPart `msgpack:"input"`
+	ThinkingLevel string      `msgpack:"thinking_level,omitempty"`
+	// ParentSessionID and ParentToolCallID are set for a subagent's Task.
+	ParentSessionID  string `msgpack:"parent_session_id,omitempty"`
+	ParentToolCallID string `msgpack:"parent_tool_call_id,omitempty"`
+}
+
+// ToolJob asks a tool runner to execute one approved tool call.
+type ToolJob struct {
+	SessionID  string `msgpack:"session_id"`
+	ToolCallID string `msgpack:"tool_call_id"`
+	Name       string `msgpack:"name"`
+	Arguments  string `msgpack:"arguments"`
+	Workspace  string `msgpack:"workspace"`
+	// Origin is prepended to nothing: runners publish on the Session's own
+	// subjects; forwarding to a parent is the engine's job.
+	EnqueuedUnixMs int64 `msgpack:"enqueued_unix_ms"`
+}
+
+// Heartbeat reports the jobs a runner is executing for one Session.
+type Heartbeat struct {
+	Runner      string   `msgpack:"runner"`
+	ToolCallIDs []string `msgpack:"tool_call_ids"`
+}
+
+// Cancel asks runners to stop jobs of a Session (all when ToolCallIDs is empty).
+type Cancel struct {
+	ToolCallIDs []string `msgpack:"tool_call_ids"`
+}
+
+// CancelReply lists the jobs one runner stopped; it is sent only after those
+// jobs can publish nothing more.
+type CancelReply struct {
+	Runner      string   `msgpack:"runner"`
+	ToolCallIDs []string `msgpack:"tool_call_ids"`
+}
+
+// Control is a request to the engine owning a Session's Task.
+type Control struct {
+	ToolCallID string `msgpack:"tool_call_id,omitempty"`
+	Decision   string `msgpack:"decision,omitempty"`
+	Text       string `msgpack:"text,omitempty"`
+}
+
+// ControlReply answers a Control request.
+type ControlReply struct {
+	OK      bool   `msgpack:"ok"`
+	Code    string `msgpack:"code,omitempty"`
+	Message string `msgpack:"message,omitempty"`
+	Skipped bool   `msgpack:"skipped,omitempty"`
+	// Pending lists pending approval requests (verb pending).
+	Pending [][]byte `msgpack:"pending,omitempty"`
+}
+
+// Pack encodes an internal payload with msgpack.
+func Pack(v any) ([]byte, error) {
+	b, err := msgpack.Marshal(v)
+	if err != nil {
+		return nil, fmt.Errorf("omni: pack %T: %w", v, err)
+	}
+	return b, nil
+}
+
+// Unpack decodes an internal payload; a clear error on anything malformed.
+func Unpack(b []byte, v any) error {
+	if err := msgpack.Unmarshal(b, v); err != nil {
+		return fmt.Errorf("omni: unpack %T: %w", v, err)
+	}
+	return nil
+}
+
+// Approval modes.
+const (
+	ApproveAllowAll  = "allow-all"
+	ApproveDenyAll   = "deny-all"
+	ApproveReadOnly  = "read-only"
+	ApproveAlwaysAsk = "always-ask"
+)
+
+// ValidApprovalMode reports whether m is one of the approval modes.
+func ValidApprovalMode(m string) bool {
+	switch m {
+	case ApproveAllowAll, ApproveDenyAll, ApproveReadOnly, ApproveAlwaysAsk:
+		return true
+	}
+	return false
+}
+
+// CompactionConfig sets when and how a Session compacts.
+type CompactionConfig struct {
+	MaxContextLength int64  `msgpack:"max_context_length,omitempty" json:"maxContextLength,omitempty"`
+	MaxSessionTurns  int64  `msgpack:"max_session_turns,omitempty" json:"maxSessionTurns,omitempty"`
+	Mode             string `msgpack:"mode,omitempty" json:"mode,omitempty"`
+}
+
+// SessionRecord is a Session's entry in the SessionsBucket KV bucket. State
+// moves idle→running/compacting only by compare-and-set, so one Task runs per
+// Session across every gateway and engine replica.
+type SessionRecord struct {
+	ID            string           `msgpack:"id"`
+	Model         string           `msgpack:"model"`
+	Workspace     string           `msgpack:"workspace"`
+	ApprovalMode  string           `msgpack:"approval_mode"`
+	SystemPrompt  string           `msgpack:"system_prompt,omitempty"`
+	MaxTurns      int              `msgpack:"max_turns,omitempty"`
+	Compaction    CompactionConfig `msgpack:"compaction"`
+	Title         string           `msgpack:"title,omitempty"`
+	Principal     string           `msgpack:"principal,omitempty"`
+	CreatedUnixMs int64            `msgpack:"created_unix_ms"`
+	// State is idle, running or compacting; TaskID the Task that holds it.
+	State  string `msgpack:"state"`
+	TaskID string `msgpack:"task_id,omitempty"`
+	// LastStatus is the outcome of the last Task (completed, failed, aborted).
+	LastStatus string `msgpack:"last_status,omitempty"`
+	// Parent is the parent Session of a subagent; Depth its nesting depth.
+	Parent string `msgpack:"parent,omitempty"`
+	Depth  int    `msgpack:"depth,omitempty"`
+	// Deleted marks a Session being deleted.
+	Deleted bool `msgpack:"deleted,omitempty"`
+}

@@ -1,0 +1,312 @@
+// Package omni is Floe's vocabulary: the OmniMessage envelope and payloads of
+// SPEC §1, their builders and guards, the single-line JSON codec of the public
+// stream, the msgpack codec of internal payloads, the bus subject names of
+// SPEC §2 and the error codes that travel on the wire.
+//
+// It is plain data and pure functions: no NATS, no logging, no clocks except
+// in the builders that stamp a timestamp.
+package omni
+
+import (
+	"encoding/json"
+	"time"
+)
+
+// Kind is the envelope type.
+type Kind string
+
+// Envelope types.
+const (
+	KindSessionMeta Kind = "session_meta"
+	KindModel       Kind = "model_msg"
+	KindEvent       Kind = "event_msg"
+)
+
+// Payload types of model messages (complete and partial) and events.
+const (
+	TypeText           = "text"
+	TypeThinking       = "thinking"
+	TypeToolCall       = "tool_call"
+	TypeToolCallOutput = "tool_call_output"
+	TypeImageURL       = "image_url"
+	TypeInlineData     = "inline_data"
+	TypeInlineThinking = "inline_thinking"
+
+	TypePartialText           = "partial_text"
+	TypePartialThinking       = "partial_thinking"
+	TypePartialToolCall       = "partial_tool_call"
+	TypePartialToolCallOutput = "partial_tool_call_output"
+
+	TypeToolListReady    = "tool_list_ready"
+	TypeRequestBegin     = "request_begin"
+	TypeRequestEnd       = "request_end"
+	TypeApprovalDecision = "approval_decision"
+	TypeTokenUsage       = "token_usage"
+	TypeCompactionBegin  = "compaction_begin"
+	TypeCompactionEnd    = "compaction_end"
+	TypeAbort            = "abort"
+	TypeSubagent         = "subagent"
+)
+
+// Roles.
+const (
+	RoleUser      = "user"
+	RoleAssistant = "assistant"
+)
+
+// Segment event types of partials.
+const (
+	EventStart = "start"
+	EventDelta = "delta"
+	EventStop  = "stop"
+)
+
+// Stop reasons and request statuses.
+const (
+	StatusCompleted = "completed"
+	StatusFailed    = "failed"
+	StatusAborted   = "aborted"
+	StatusTimeout   = "timeout"
+	StatusMalformed = "malformed"
+	StatusAuth      = "auth"
+)
+
+// Approval decisions.
+const (
+	DecisionAllow     = "allow"
+	DecisionDeny      = "deny"
+	DecisionForbidden = "forbidden"
+)
+
+// Compaction reasons and modes.
+const (
+	CompactContext = "context"
+	CompactTurns   = "turns"
+	CompactManual  = "manual"
+
+	ModeSummarize = "summarize"
+	ModeDiscard   = "discard"
+)
+
+// Fixed model-visible strings (SPEC §1).
+const (
+	DeniedByUser      = "Tool call denied by user."
+	DeniedByPolicy    = "Tool call denied by policy."
+	NoOutput          = "[no output]"
+	InterruptedOutput = "[interrupted: tool aborted by user]"
+)
+
+// MaxTurnsNotice is the assistant text that ends a run at max_turns.
+func MaxTurnsNotice(n int) string {
+	return "[reached max turns (" + itoa(int64(n)) + "); stopping]"
+}
+
+// Block wraps text in a system block: [tag]text[/tag].
+func Block(tag, text string) string { return "[" + tag + "]" + text + "[/" + tag + "]" }
+
+// System block tags.
+const (
+	TagTurnRetried    = "turn_retried"
+	TagTurnAborted    = "turn_aborted"
+	TagUserSteering   = "user_steering"
+	TagSummary        = "summary"
+	TagContextSummary = "context_summary"
+)
+
+// TimeLayout is the envelope timestamp format: ISO-8601 UTC with milliseconds.
+const TimeLayout = "2006-01-02T15:04:05.000Z"
+
+// Message is one OmniMessage envelope.
+//
+// Timestamp is kept as text so that a decoded message re-encodes byte for
+// byte. Origin lists child Session ids, outer to inner; empty means the
+// message belongs to the Session whose subject carries it.
+type Message struct {
+	Timestamp string
+	Type      Kind
+	Payload   Payload
+	Origin    []string
+
+	// extra holds unknown envelope fields in their original order.
+	extra []rawField
+}
+
+// Time parses the timestamp; the zero time if it is not in TimeLayout or RFC 3339.
+func (m *Message) Time() time.Time {
+	if t, err := time.Parse(TimeLayout, m.Timestamp); err == nil {
+		return t
+	}
+	t, _ := time.Parse(time.RFC3339Nano, m.Timestamp)
+	return t
+}
+
+// Usage is one set of token counts.
+type Usage struct {
+	CacheRead  int64 `json:"cache_read" msgpack:"cache_read"`
+	CacheWrite int64 `json:"cache_write" msgpack:"cache_write"`
+	Output     int64 `json:"output" msgpack:"output"`
+	Total      int64 `json:"total" msgpack:"total"`
+}
+
+// Add returns u + v.
+func (u Usage) Add(v Usage) Usage {
+	return Usage{u.CacheRead + v.CacheRead, u.CacheWrite + v.CacheWrite, u.Output + v.Output, u.Total + v.Total}
+}
+
+// ToolSpec describes one tool in tool_list_ready and in model requests.
+type ToolSpec struct {
+	Name        string          `json:"name" msgpack:"name"`
+	Description string          `json:"description" msgpack:"description"`
+	Parameters  json.RawMessage `json:"parameters" msgpack:"parameters"`
+	// Permission is "r" or "rw"; not part of the wire payload.
+	Permission string `json:"-" msgpack:"permission"`
+}
+
+// Payload is the union of every payload of SPEC §1, flattened: Type says which
+// fields are meaningful. A field is encoded when it is non-zero or when it was
+// present in the decoded input, so zero values round-trip too. Fields appear
+// in the order they were decoded in; fields set later follow in canonical
+// order. Unknown fields survive decode/encode byte for byte.
+type Payload struct {
+	Type string
+
+	Role       string
+	EventType  string
+	Name       string
+	Arguments  string
+	Output     string
+	Text       string
+	Thinking   string
+	Sender     string
+	ImageURL   string
+	Data       string
+	MimeType   string
+	ToolCallID string
+	Images     json.RawMessage // array, passed through
+	StopReason string
+	Fidelity   json.RawMessage // opaque object, passed through byte for byte
+
+	// session_meta
+	SessionID          string
+	Provider           string
+	ModelID            string
+	ModelContextWindow int64
+	SystemPrompt       string
+	Workspace          string
+	Source             string
+	AgentState         string
+
+	// events
+	Tools        json.RawMessage // tool_list_ready: [{name,description,parameters}]
+	Status       string
+	ErrorMessage string
+	Attempt      int64
+	RetryInMs    int64
+	Decision     string
+	Session      *Usage
+	Request      *Usage
+	Reason       string
+	Mode         string
+	Context      int64
+	Turns        int64
+
+	present fieldSet   // fields present in decoded input (even when zero)
+	order   []fieldRef // decoded field order
+	extra   []rawField // unknown fields
+}
+
+// ToolSpecs decodes the tools of a tool_list_ready payload.
+func (p *Payload) ToolSpecs() ([]ToolSpec, error) {
+	var specs []ToolSpec
+	if len(p.Tools) == 0 {
+		return nil, nil
+	}
+	err := json.Unmarshal(p.Tools, &specs)
+	return specs, err
+}
+
+// Guards.
+
+// IsSessionMeta reports whether m is a session_meta envelope.
+func (m *Message) IsSessionMeta() bool { return m.Type == KindSessionMeta }
+
+// IsEvent reports whether m is an event_msg.
+func (m *Message) IsEvent() bool { return m.Type == KindEvent }
+
+// IsPartial reports whether m is a partial_* model message.
+func (m *Message) IsPartial() bool { return m.Type == KindModel && IsPartialType(m.Payload.Type) }
+
+// IsComplete reports whether m is a complete model message.
+func (m *Message) IsComplete() bool { return m.Type == KindModel && !IsPartialType(m.Payload.Type) }
+
+// IsNested reports whether m was forwarded from a child Session.
+func (m *Message) IsNested() bool { return len(m.Origin) > 0 }
+
+// IsPartialType reports whether t is a partial_* payload type.
+func IsPartialType(t string) bool {
+	switch t {
+	case TypePartialText, TypePartialThinking, TypePartialToolCall, TypePartialToolCallOutput:
+		return true
+	}
+	return false
+}
+
+// CompleteType maps a partial type to its complete type ("" if t is not partial).
+func CompleteType(t string) string {
+	switch t {
+	case TypePartialText:
+		return TypeText
+	case TypePartialThinking:
+		return TypeThinking
+	case TypePartialToolCall:
+		return TypeToolCall
+	case TypePartialToolCallOutput:
+		return TypeToolCallOutput
+	}
+	return ""
+}
+
+// PartialType maps a complete type to its partial type ("" if none).
+func PartialType(t string) string {
+	switch t {
+	case TypeText:
+		return TypePartialText
+	case TypeThinking:
+		return TypePartialThinking
+	case TypeToolCall:
+		return TypePartialToolCall
+	case TypeToolCallOutput:
+		return TypePartialToolCallOutput
+	}
+	return ""
+}
+
+// Content returns the streamed content field of a text, thinking, tool_call
+// (arguments) or tool_call_output message, complete or partial.
+func (p *Payload) Content() string {
+	switch p.Type {
+	case TypeText, TypePartialText:
+		return p.Text
+	case TypeThinking, TypePartialThinking:
+		return p.Thinking
+	case TypeToolCall, TypePartialToolCall:
+		return p.Arguments
+	case TypeToolCallOutput, TypePartialToolCallOutput:
+		return p.Output
+	}
+	return ""
+}
+
+// SetContent sets the field Content reads.
+func (p *Payload) SetContent(s string) {
+	switch p.Type {
+	case TypeText, TypePartialText:
+		p.Text = s
+	case TypeThinking, TypePartialThinking:
+		p.Thinking = s
+	case TypeToolCall, TypePartialToolCall:
+		p.Arguments = s
+	case TypeToolCallOutput, TypePartialToolCallOutput:
+		p.Output = s
+	}
+}

@@ -1,0 +1,42 @@
+package omni
+
+import "encoding/json"
+
+// ServerEvent is a gateway-facing event published on floe.session.<sid>.server
+// and sent on SSE as `event: server_event` (SPEC §4).
+type ServerEvent struct {
+	Type string `json:"type"`
+	// task_state
+	State string `json:"state,omitempty"`
+	// Status is the outcome of the Task that just ended (task_state idle).
+	Status string `json:"status,omitempty"`
+	// approval_request
+	ToolCall json.RawMessage `json:"toolCall,omitempty"`
+	Origin   []string        `json:"origin,omitempty"`
+}
+
+// Server event types and task states.
+const (
+	ServerTaskState       = "task_state"
+	ServerApprovalRequest = "approval_request"
+	ServerResyncRequired  = "resync_required"
+
+	StateIdle       = "idle"
+	StateRunning    = "running"
+	StateCompacting = "compacting"
+)
+
+// Wire error codes (append-only; never renumber or reuse).
+const (
+	CodeUnauthorized     = "unauthorized"
+	CodeNotFound         = "not_found"
+	CodeBadRequest       = "bad_request"
+	CodeUnsupportedMedia = "unsupported_media_type"
+	CodeTooLarge         = "body_too_large"
+	CodeTaskInProgress   = "task_in_progress"
+	CodeCompacting       = "compacting"
+	CodeNotRunning       = "not_running"
+	CodeNothingToCompact = "nothing_to_compact"
+	CodeInternal         = "internal"
+	CodeUnavailable      = "unavailable"
+)

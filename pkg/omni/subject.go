@@ -1,0 +1,82 @@
+package omni
+
+import "strings"
+
+// Stream and bucket names of the bus (SPEC §2).
+const (
+	// SessionsStream holds every Session subject; its sequence is the
+	// stream order.
+	SessionsStream = "FLOE_SESSIONS"
+	// SessionSubjects is the subject filter of SessionsStream.
+	SessionSubjects = "floe.session.*.*"
+)
+
+// Subject classes: the last token of floe.session.<sid>.<class>.
+const (
+	ClassMeta    = "meta"
+	ClassPartial = "partial"
+	ClassModel   = "model"
+	ClassEvent   = "event"
+	ClassNested  = "nested"
+	ClassServer  = "server"
+	ClassTrace   = "trace"
+)
+
+// SessionSubject returns floe.session.<sid>.<class>.
+func SessionSubject(sessionID, class string) string {
+	return "floe.session." + sessionID + "." + class
+}
+
+// SessionWildcard returns floe.session.<sid>.* (every class of a Session).
+func SessionWildcard(sessionID string) string { return "floe.session." + sessionID + ".*" }
+
+// ClientClasses are the classes of a Session's client stream, and
+// TraceClasses those its Trace records (SPEC §2).
+var (
+	ClientClasses = []string{ClassPartial, ClassModel, ClassEvent, ClassNested, ClassServer}
+	TraceClasses  = []string{ClassMeta, ClassModel, ClassEvent, ClassTrace}
+)
+
+// ClassOf returns the subject class a message is published on.
+func ClassOf(m *Message) string {
+	switch {
+	case len(m.Origin) > 0:
+		return ClassNested
+	case m.Type == KindSessionMeta:
+		return ClassMeta
+	case m.Type == KindEvent:
+		return ClassEvent
+	case IsPartialType(m.Payload.Type):
+		return ClassPartial
+	default:
+		return ClassModel
+	}
+}
+
+// ParseSessionSubject splits floe.session.<sid>.<class>; ok is false for any
+// other subject.
+func ParseSessionSubject(subject string) (sessionID, class string, ok bool) {
+	rest, found := strings.CutPrefix(subject, "floe.session.")
+	if !found {
+		return "", "", false
+	}
+	i := strings.LastIndexByte(rest, '.')
+	if i <= 0 || i == len(rest)-1 {
+		return "", "", false
+	}
+	return rest[:i], rest[i+1:], true
+}
+
+// ValidSessionID reports whether id can be used as a subject token: non-empty,
+// no dots, wildcards or whitespace.
+func ValidSessionID(id string) bool {
+	if id == "" || len(id) > 128 {
+		return false
+	}
+	for _, c := range id {
+		if c == '.' || c == '*' || c == '>' || c <= ' ' || c == 0x7f {
+			return false
+		}
+	}
+	return true
+}

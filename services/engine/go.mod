@@ -1,0 +1,3 @@
+module floe.dev/services/engine
+
+go 1.26.0

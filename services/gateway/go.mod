@@ -1,0 +1,3 @@
+module floe.dev/services/gateway
+
+go 1.26.0

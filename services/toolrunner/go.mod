@@ -1,0 +1,3 @@
+module floe.dev/services/toolrunner
+
+go 1.26.0

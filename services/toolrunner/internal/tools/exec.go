@@ -1,0 +1,125 @@
+package tools
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"syscall"
+	"time"
+)
+
+// waitDelay is how long exec_command keeps reading after the command exits
+// (or is killed) while something it started still holds the output open,
+// such as a background process. Then the pipe is closed and the call ends.
+const waitDelay = time.Second
+
+// execCommand is exec_command: bash -lc in the Workspace.
+type execCommand struct {
+	opts Options // for the defaults shown in the schema
+}
+
+type execArgs struct {
+	Description string `json:"description"`
+	Cmd         string `json:"cmd"`
+	Workdir     string `json:"workdir"`
+	TimeoutMS   int64  `json:"timeout_ms"`
+}
+
+func (t execCommand) Spec() Spec {
+	return Spec{
+		Name: "exec_command",
+		Description: fmt.Sprintf("Run a shell command with bash -lc in the workspace and return its "+
+			"stdout and stderr, merged. A non-zero exit code is reported on a last line "+
+			"\"[exit code: N]\". Output beyond %d characters is cut. When the timeout "+
+			"expires the command and every process it started are killed.", t.opts.MaxOutput),
+		Parameters: json.RawMessage(fmt.Sprintf(`{
+  "type": "object",
+  "properties": {
+    "description": {"type": "string", "description": "What the command does and why, in a few words."},
+    "cmd": {"type": "string", "description": "The command line, run with bash -lc."},
+    "workdir": {"type": "string", "description": "Directory to run in, absolute or relative to the workspace, and inside it. Default: the workspace."},
+    "timeout_ms": {"type": "integer", "minimum": 1, "description": "Timeout in milliseconds. Default %d, at most %d."}
+  },
+  "required": ["description", "cmd"],
+  "additionalProperties": false
+}`, t.opts.DefaultTimeout.Milliseconds(), t.opts.MaxTimeout.Milliseconds())),
+		Permission: PermReadWrite,
+	}
+}
+
+// Run starts bash in its own process group and streams its merged output.
+// When ctx ends, the whole group is killed and Run returns a failed Result
+// with no note: Execute adds the timeout or cancel note.
+func (execCommand) Run(ctx context.Context, call Call, args json.RawMessage, emit Emit) Result {
+	var a execArgs
+	if err := json.Unmarshal(args, &a); err != nil {
+		return failed(fmt.Sprintf("invalid arguments: %v", err))
+	}
+	ws, err := openWorkspace(call.Workspace)
+	if err != nil {
+		return failed(err.Error())
+	}
+	dir := ws.real
+	if a.Workdir != "" {
+		shown, real, err := ws.resolve(a.Workdir)
+		if err != nil {
+			return failed(err.Error())
+		}
+		fi, err := os.Stat(real)
+		switch {
+		case errors.Is(err, os.ErrNotExist):
+			return failed(fmt.Sprintf("workdir %s does not exist", shown))
+		case err != nil:
+			return failed(fmt.Sprintf("workdir %s: %v", shown, err))
+		case !fi.IsDir():
+			return failed(fmt.Sprintf("workdir %s is not a directory", shown))
+		}
+		dir = real
+	}
+
+	cmd := exec.CommandContext(ctx, "bash", "-lc", a.Cmd)
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), call.Env...)
+	// Stdout and Stderr are the same comparable writer, so the command gets
+	// one pipe for both and its output keeps the order it was written in.
+	w := &emitWriter{emit: emit}
+	cmd.Stdout, cmd.Stderr = w, w
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.Cancel = func() error {
+		// The group's id is the leader's pid; killing it reaches every
+		// process the command started unless one left the group.
+		return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+	}
+	cmd.WaitDelay = waitDelay
+
+	err = cmd.Run()
+	if ctx.Err() != nil {
+		return Result{Failed: true}
+	}
+	var exitErr *exec.ExitError
+	switch {
+	case err == nil, errors.Is(err, exec.ErrWaitDelay):
+		return Result{}
+	case errors.As(err, &exitErr):
+		if ws, ok := exitErr.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+			return failed(signalNote(ws.Signal().String()))
+		}
+		return failed(ExitCodeNote(exitErr.ExitCode()))
+	default:
+		return failed(fmt.Sprintf("run bash: %v", err))
+	}
+}
+
+// emitWriter passes each chunk the command writes to emit as it arrives. It
+// never fails, so the pipe is always drained; capping is Execute's job.
+type emitWriter struct {
+	emit Emit
+}
+
+func (w *emitWriter) Write(p []byte) (int, error) {
+	w.emit(string(p))
+	return len(p), nil
+}

@@ -1,0 +1,195 @@
+package tools
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+)
+
+// Defaults for the zero fields of Options.
+const (
+	DefaultMaxOutput  = 16000
+	DefaultTimeout    = 120 * time.Second
+	DefaultMaxTimeout = 10 * time.Minute
+)
+
+// Options tune Execute. A zero or negative field takes its default.
+type Options struct {
+	// MaxOutput is how many characters (runes) of a tool's output are kept,
+	// from the head; the rest is replaced by a TruncationMarker. Default
+	// DefaultMaxOutput.
+	MaxOutput int
+	// DefaultTimeout bounds a call that asks for no timeout. Default
+	// DefaultTimeout.
+	DefaultTimeout time.Duration
+	// MaxTimeout caps the timeout_ms a call may ask for. Default
+	// DefaultMaxTimeout.
+	MaxTimeout time.Duration
+}
+
+func (o Options) withDefaults() Options {
+	if o.MaxOutput <= 0 {
+		o.MaxOutput = DefaultMaxOutput
+	}
+	if o.DefaultTimeout <= 0 {
+		o.DefaultTimeout = DefaultTimeout
+	}
+	if o.MaxTimeout <= 0 {
+		o.MaxTimeout = DefaultMaxTimeout
+	}
+	return o
+}
+
+// errTimedOut is the cause of a call's context when its own timeout fires.
+var errTimedOut = errors.New("tool call timed out")
+
+// Registry is a fixed set of tools and the rules Execute applies to them. It
+// is safe for concurrent use.
+type Registry struct {
+	opts   Options
+	tools  []entry // in registration order
+	byName map[string]int
+}
+
+type entry struct {
+	tool   Tool
+	spec   Spec
+	schema *schema
+}
+
+// NewRegistry returns a registry of tools, in that order. Each tool's
+// Parameters must be a JSON Schema of type object whose properties have type
+// string, integer, number or boolean, optionally with a minimum, plus
+// required and additionalProperties; Execute validates arguments against
+// it. A tool declaring an integer timeout_ms property gets that many
+// milliseconds as its timeout. NewRegistry panics on a nameless tool, a name
+// used twice or a schema it cannot use: these are programming errors.
+func NewRegistry(opts Options, tools ...Tool) *Registry {
+	r := &Registry{opts: opts.withDefaults(), byName: map[string]int{}}
+	for _, t := range tools {
+		spec := t.Spec()
+		if spec.Name == "" {
+			panic("tools: tool without a name")
+		}
+		if _, dup := r.byName[spec.Name]; dup {
+			panic(fmt.Sprintf("tools: tool %q registered twice", spec.Name))
+		}
+		var compact bytes.Buffer
+		if err := json.Compact(&compact, spec.Parameters); err != nil {
+			panic(fmt.Sprintf("tools: tool %q: parameters: %v", spec.Name, err))
+		}
+		spec.Parameters = compact.Bytes()
+		s, err := compileSchema(spec.Parameters)
+		if err != nil {
+			panic(fmt.Sprintf("tools: tool %q: %v", spec.Name, err))
+		}
+		r.byName[spec.Name] = len(r.tools)
+		r.tools = append(r.tools, entry{tool: t, spec: spec, schema: s})
+	}
+	return r
+}
+
+// Builtin returns the built-in tools: exec_command, read_file, write_file
+// and edit_file, in that order.
+func Builtin(opts Options) *Registry {
+	opts = opts.withDefaults()
+	return NewRegistry(opts, execCommand{opts: opts}, readFile{}, writeFile{}, editFile{})
+}
+
+// Specs returns the tools' specs in registration order, Parameters in
+// compact JSON.
+func (r *Registry) Specs() []Spec {
+	specs := make([]Spec, len(r.tools))
+	for i, e := range r.tools {
+		specs[i] = e.spec
+		specs[i].Parameters = bytes.Clone(e.spec.Parameters)
+	}
+	return specs
+}
+
+// Lookup returns the tool called name.
+func (r *Registry) Lookup(name string) (Tool, bool) {
+	i, ok := r.byName[name]
+	if !ok {
+		return nil, false
+	}
+	return r.tools[i].tool, true
+}
+
+// Execute runs one call and returns its complete Result, streaming the
+// output to emit (which may be nil) as it is produced; the fragments,
+// concatenated, equal Result.Output. It fails the call, without running
+// anything, for an unknown tool or arguments that do not match the tool's
+// schema. The call runs under ctx with a timeout: timeout_ms if the tool has
+// it (capped at MaxTimeout), else DefaultTimeout; when either ends the call
+// first, it fails with a TimeoutNote or "[canceled]". A panicking tool fails
+// with "[tool panicked: …]". Execute never panics (unless emit does) and
+// returns only after the tool has stopped emitting.
+func (r *Registry) Execute(ctx context.Context, call Call, emit Emit) Result {
+	out := newOutput(r.opts.MaxOutput, emit)
+	i, ok := r.byName[call.Name]
+	if !ok {
+		msg := fmt.Sprintf("unknown tool %q; available: %s", call.Name, strings.Join(r.names(), ", "))
+		return Result{Output: out.finish(msg), Failed: true}
+	}
+	e := r.tools[i]
+	args, fields, err := e.schema.check(call.Arguments)
+	if err != nil {
+		msg := fmt.Sprintf("invalid arguments for %s: %v", call.Name, err)
+		return Result{Output: out.finish(msg), Failed: true}
+	}
+
+	timeout := r.opts.DefaultTimeout
+	if p, ok := e.schema.props["timeout_ms"]; ok && p.Type == "integer" {
+		if ms, ok := intField(fields, "timeout_ms"); ok && ms > 0 {
+			timeout = r.opts.MaxTimeout
+			if ms < r.opts.MaxTimeout.Milliseconds() {
+				timeout = time.Duration(ms) * time.Millisecond
+			}
+		}
+	}
+	ctx, cancel := context.WithTimeoutCause(ctx, timeout, errTimedOut)
+	defer cancel()
+
+	var res Result
+	var notes []string
+	if ctx.Err() == nil {
+		var panicked bool
+		res, panicked = run(ctx, e.tool, call, args, out.toolEmit)
+		if panicked {
+			notes = append(notes, res.Output)
+			res = Result{Failed: true}
+		}
+	}
+	if ctx.Err() != nil {
+		res.Failed = true
+		if cause := context.Cause(ctx); cause == errTimedOut {
+			notes = append(notes, TimeoutNote(timeout))
+		} else {
+			notes = append(notes, canceledNote(cause))
+		}
+	}
+	return Result{Output: out.finish(res.Output, notes...), Failed: res.Failed || len(notes) > 0}
+}
+
+// run calls t.Run, turning a panic into panicked with the note in Output.
+func run(ctx context.Context, t Tool, call Call, args json.RawMessage, emit Emit) (res Result, panicked bool) {
+	defer func() {
+		if p := recover(); p != nil {
+			res, panicked = Result{Output: fmt.Sprintf("[tool panicked: %v]", p)}, true
+		}
+	}()
+	return t.Run(ctx, call, args, emit), false
+}
+
+func (r *Registry) names() []string {
+	names := make([]string, len(r.tools))
+	for i, e := range r.tools {
+		names[i] = e.spec.Name
+	}
+	return names
+}

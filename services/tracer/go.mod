@@ -1,0 +1,3 @@
+module floe.dev/services/tracer
+
+go 1.26.0
