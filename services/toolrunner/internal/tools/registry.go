@@ -167,7 +167,7 @@ func (r *Registry) Execute(ctx context.Context, call Call, emit Emit) Result {
 	}
 	if ctx.Err() != nil {
 		res.Failed = true
-		if cause := context.Cause(ctx); cause == errTimedOut {
+		if cause := context.Cause(ctx); errors.Is(cause, errTimedOut) {
 			notes = append(notes, TimeoutNote(timeout))
 		} else {
 			notes = append(notes, canceledNote(cause))

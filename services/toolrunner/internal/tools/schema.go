@@ -147,6 +147,9 @@ func (p property) check(v json.RawMessage) string {
 			return "must be an integer, got " + k
 		}
 		n, err := strconv.ParseInt(string(v), 10, 64)
+		if errors.Is(err, strconv.ErrRange) {
+			return "must fit in 64 bits, got " + string(v)
+		}
 		if err != nil {
 			return "must be an integer, got " + string(v)
 		}

@@ -38,16 +38,18 @@ type Call struct {
 }
 
 // Result is the complete outcome of a call. Failed means the tool failed
-// (stop_reason "failed"); the reason is in Output.
+// (stop_reason "failed"); the reason is in Output. A tool error is a Result,
+// never a panic or a Go error.
 type Result struct {
 	Output string
 	Failed bool
 }
 
-// Emit receives output fragments in order as they are produced. It is
-// called from one goroutine at a time, never after Execute returns, and
-// never with an empty fragment. It must not panic and should return soon: a
-// tool waits for it.
+// Emit receives output fragments in order as they are produced. Execute
+// calls it one fragment at a time, possibly from a goroutine other than its
+// caller's, never after Execute returns and never with an empty fragment;
+// every fragment is valid UTF-8. It must not panic and should return soon:
+// the tool waits for it.
 type Emit func(fragment string)
 
 // Tool is one tool. Implementations are called through Registry.Execute,

@@ -1,0 +1,298 @@
+// Package fold rebuilds a Session's model context from its recorded
+// messages (the Trace, or the stream's Trace classes). It is deterministic:
+// no clock, no I/O, no randomness — the same records always give the same
+// context, which is how a resumed or failed-over Session continues exactly.
+//
+// Rules (SPEC §5, seed "Guarantees"): only requests whose request_end status
+// is completed are committed; tool outputs attach to their call wherever they
+// land in the stream and are fed in call order; a committed call whose output
+// never arrived (an interrupted run) gets the interrupted placeholder so
+// pairing stays intact; a completed compaction replaces the context with its
+// summary.
+package fold
+
+import (
+	"strings"
+
+	"floe.dev/pkg/omni"
+)
+
+// Context is the folded state of a Session.
+type Context struct {
+	// Meta is the latest session_meta (nil before the first).
+	Meta *omni.Message
+	// Tools is the payload of the latest tool_list_ready.
+	Tools []omni.ToolSpec
+
+	entries []entry
+	// byCall maps a committed tool_call id to its turn.
+	byCall map[string]*turn
+
+	open       *turn                   // the request in progress (request_begin seen, no request_end)
+	openOutput map[string]omni.Message // outputs that arrived for calls of the open request
+
+	// Usage is the Session's cumulative token usage.
+	Usage omni.Usage
+	// LastRequestTotal is request.total of the last normal request's
+	// token_usage (reset by a completed compaction).
+	LastRequestTotal int64
+	// Turns counts completed requests since the last completed compaction;
+	// TotalTurns since the Session began.
+	Turns, TotalTurns int64
+
+	// Compacting is true between compaction_begin and compaction_end.
+	Compacting      bool
+	compactionText  strings.Builder
+	compactionBegin omni.Payload
+	// Summary is the summary of the last completed summarize compaction.
+	Summary string
+	// Compactions counts completed compactions.
+	Compactions int
+
+	// Records counts folded records.
+	Records int
+}
+
+type entry struct {
+	msg  *omni.Message // a user message
+	turn *turn         // or a committed turn
+}
+
+type turn struct {
+	assistant []omni.Message
+	calls     []string
+	outputs   map[string]omni.Message
+}
+
+// New returns an empty Context.
+func New() *Context {
+	return &Context{byCall: make(map[string]*turn), openOutput: make(map[string]omni.Message)}
+}
+
+// Load folds msgs into a new Context.
+func Load(msgs []omni.Message) *Context {
+	c := New()
+	for i := range msgs {
+		c.Apply(&msgs[i])
+	}
+	return c
+}
+
+// Apply folds one record. Partials and origin-tagged messages are ignored.
+func (c *Context) Apply(m *omni.Message) {
+	if len(m.Origin) > 0 || m.IsPartial() {
+		return
+	}
+	c.Records++
+	p := &m.Payload
+	switch m.Type {
+	case omni.KindSessionMeta:
+		mm := *m
+		c.Meta = &mm
+	case omni.KindEvent:
+		c.applyEvent(m)
+	case omni.KindModel:
+		switch {
+		case c.Compacting:
+			if p.Type == omni.TypeText && p.Role == omni.RoleAssistant {
+				c.compactionText.WriteString(p.Text)
+			}
+		case p.Type == omni.TypeToolCallOutput:
+			c.attachOutput(*m)
+		case c.open != nil && p.Role == omni.RoleAssistant:
+			c.open.assistant = append(c.open.assistant, *m)
+			if p.Type == omni.TypeToolCall && p.StopReason == "" {
+				c.open.calls = append(c.open.calls, p.ToolCallID)
+			}
+		case p.Role == omni.RoleUser:
+			mm := *m
+			c.entries = append(c.entries, entry{msg: &mm})
+		}
+		// An assistant message outside a request (the max-turns notice) is
+		// shown to people, not fed back to the model.
+	}
+}
+
+func (c *Context) applyEvent(m *omni.Message) {
+	p := &m.Payload
+	switch p.Type {
+	case omni.TypeToolListReady:
+		if specs, err := p.ToolSpecs(); err == nil {
+			c.Tools = specs
+		}
+	case omni.TypeRequestBegin:
+		if c.Compacting {
+			return
+		}
+		c.open = &turn{}
+		clear(c.openOutput)
+	case omni.TypeRequestEnd:
+		if c.Compacting || c.open == nil {
+			return
+		}
+		t := c.open
+		c.open = nil
+		if p.Status != omni.StatusCompleted {
+			clear(c.openOutput)
+			return
+		}
+		c.Turns++
+		c.TotalTurns++
+		if len(t.assistant) == 0 {
+			return
+		}
+		t.outputs = make(map[string]omni.Message, len(t.calls))
+		for _, id := range t.calls {
+			c.byCall[id] = t
+			if out, ok := c.openOutput[id]; ok {
+				t.outputs[id] = out
+			}
+		}
+		clear(c.openOutput)
+		c.entries = append(c.entries, entry{turn: t})
+	case omni.TypeTokenUsage:
+		if p.Session != nil {
+			c.Usage = *p.Session
+		}
+		if p.Request != nil && !c.Compacting {
+			c.LastRequestTotal = p.Request.Total
+		}
+	case omni.TypeAbort:
+		c.open = nil
+		clear(c.openOutput)
+	case omni.TypeCompactionBegin:
+		c.Compacting = true
+		c.compactionText.Reset()
+		c.compactionBegin = *p
+	case omni.TypeCompactionEnd:
+		if !c.Compacting {
+			return
+		}
+		c.Compacting = false
+		if p.Status != omni.StatusCompleted {
+			return
+		}
+		c.Compactions++
+		c.entries = nil
+		clear(c.byCall)
+		c.open = nil
+		c.Turns = 0
+		c.LastRequestTotal = 0
+		c.Summary = ""
+		if p.Mode == omni.ModeSummarize {
+			c.Summary = ExtractSummary(c.compactionText.String())
+		}
+	}
+}
+
+func (c *Context) attachOutput(m omni.Message) {
+	id := m.Payload.ToolCallID
+	if t := c.byCall[id]; t != nil {
+		if _, dup := t.outputs[id]; !dup {
+			t.outputs[id] = m
+		}
+		return
+	}
+	if c.open != nil {
+		for _, cid := range c.open.calls {
+			if cid == id {
+				if _, dup := c.openOutput[id]; !dup {
+					c.openOutput[id] = m
+				}
+				return
+			}
+		}
+	}
+	// An output of a call that was never committed (its request failed) is
+	// not part of the context.
+}
+
+// Unpaired returns the committed tool calls that have no output yet, in
+// call order.
+func (c *Context) Unpaired() []string {
+	var ids []string
+	for _, e := range c.entries {
+		if e.turn == nil {
+			continue
+		}
+		for _, id := range e.turn.calls {
+			if _, ok := e.turn.outputs[id]; !ok {
+				ids = append(ids, id)
+			}
+		}
+	}
+	return ids
+}
+
+// LastCalls returns the tool calls of the last committed turn, in call order.
+func (c *Context) LastCalls() []string {
+	for i := len(c.entries) - 1; i >= 0; i-- {
+		if t := c.entries[i].turn; t != nil {
+			return t.calls
+		}
+		if c.entries[i].msg != nil {
+			return nil
+		}
+	}
+	return nil
+}
+
+// OpenRequest reports whether a request began and never ended (its engine
+// died mid-request).
+func (c *Context) OpenRequest() bool { return c.open != nil }
+
+// Empty reports whether the context holds no messages.
+func (c *Context) Empty() bool { return len(c.entries) == 0 && c.Summary == "" }
+
+// Messages returns the model context: the summary (if any), then user
+// messages and committed turns in order, each turn's outputs in call order.
+// A missing output is given the interrupted placeholder.
+func (c *Context) Messages() []omni.Message {
+	var out []omni.Message
+	if c.Summary != "" {
+		out = append(out, omni.UserText(omni.Block(omni.TagContextSummary, c.Summary)))
+	}
+	for _, e := range c.entries {
+		if e.msg != nil {
+			out = append(out, *e.msg)
+			continue
+		}
+		out = append(out, e.turn.assistant...)
+		for _, id := range e.turn.calls {
+			if o, ok := e.turn.outputs[id]; ok {
+				out = append(out, o)
+			} else {
+				out = append(out, omni.ToolCallOutput(id, omni.InterruptedOutput, omni.StatusAborted))
+			}
+		}
+	}
+	return out
+}
+
+// ExtractSummary applies the tolerance ladder to a compaction output: the
+// first non-empty [summary]…[/summary] pair, else the text with the tags
+// stripped, else the whole output.
+func ExtractSummary(out string) string {
+	const open, closeTag = "[summary]", "[/summary]"
+	rest := out
+	for {
+		i := strings.Index(rest, open)
+		if i < 0 {
+			break
+		}
+		rest = rest[i+len(open):]
+		j := strings.Index(rest, closeTag)
+		if j < 0 {
+			break
+		}
+		if s := strings.TrimSpace(rest[:j]); s != "" {
+			return s
+		}
+		rest = rest[j+len(closeTag):]
+	}
+	stripped := strings.TrimSpace(strings.NewReplacer(open, "", closeTag, "").Replace(out))
+	if stripped != "" {
+		return stripped
+	}
+	return out
+}
