@@ -135,11 +135,16 @@ func PackMsg(subject string, v any) (*nats.Msg, error) {
 // SessionMsg builds the NATS message that publishes m on its Session subject.
 // msgID, when set, becomes Nats-Msg-Id so the stream drops a duplicate.
 func SessionMsg(sessionID string, m *omni.Message, msgID string) (*nats.Msg, error) {
+	return SessionMsgClass(sessionID, omni.ClassOf(m), m, msgID)
+}
+
+// SessionMsgClass is SessionMsg on an explicit subject class (e.g. trace).
+func SessionMsgClass(sessionID, class string, m *omni.Message, msgID string) (*nats.Msg, error) {
 	b, err := omni.Marshal(m)
 	if err != nil {
 		return nil, err
 	}
-	nm := nats.NewMsg(omni.SessionSubject(sessionID, omni.ClassOf(m)))
+	nm := nats.NewMsg(omni.SessionSubject(sessionID, class))
 	nm.Data = b
 	if msgID != "" {
 		nm.Header.Set(jetstream.MsgIDHeader, msgID)

@@ -187,4 +187,15 @@ type SessionRecord struct {
 	Depth  int    `msgpack:"depth,omitempty"`
 	// Deleted marks a Session being deleted.
 	Deleted bool `msgpack:"deleted,omitempty"`
+	// CarryOver holds model-context-only user texts for the next run (an
+	// interrupted turn flattened into a [turn_aborted] block); never
+	// streamed, never in the Trace.
+	CarryOver []CarryItem `msgpack:"carry_over,omitempty"`
+}
+
+// CarryItem is model-context-only text inserted before the At-th message of
+// the folded context.
+type CarryItem struct {
+	At   int    `msgpack:"at"`
+	Text string `msgpack:"text"`
 }

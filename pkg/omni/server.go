@@ -10,6 +10,8 @@ type ServerEvent struct {
 	State string `json:"state,omitempty"`
 	// Status is the outcome of the Task that just ended (task_state idle).
 	Status string `json:"status,omitempty"`
+	// TaskID names the Task a task_state belongs to.
+	TaskID string `json:"taskId,omitempty"`
 	// approval_request
 	ToolCall json.RawMessage `json:"toolCall,omitempty"`
 	Origin   []string        `json:"origin,omitempty"`

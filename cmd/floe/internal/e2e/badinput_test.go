@@ -1,0 +1,95 @@
+package e2e
+
+import (
+	"strings"
+	"testing"
+
+	"floe.dev/pkg/omni"
+)
+
+// Bad tool input reaches the model as a clear failed output and the
+// Session goes on.
+func TestBadToolInputBecomesFailedOutput(t *testing.T) {
+	e := start(t, envOpts{})
+	tc := func(id, name, raw string) map[string]any {
+		return map[string]any{"tool_call": map[string]any{"name": name, "id": id, "arguments_raw": raw}}
+	}
+	ref := e.script(map[string]any{"requests": []any{
+		map[string]any{"steps": []any{
+			tc("unknown", "launch_rockets", `{}`),
+			tc("notjson", "exec_command", `{"cmd": "echo hi"`),
+			tc("missing", "exec_command", `{"description": "no cmd"}`),
+			tc("outside", "read_file", `{"file_path": "/etc/passwd"}`),
+			tc("huge", "exec_command", `{"description": "100 MB", "cmd": "head -c 100000000 /dev/zero | tr '\\0' a"}`),
+			tc("forever", "exec_command", `{"description": "never ends", "cmd": "sleep 1000", "timeout_ms": 500}`),
+		}},
+		map[string]any{"expect_tool_outputs": []string{"unknown", "notjson", "missing", "outside", "huge", "forever"},
+			"steps": []any{map[string]any{"text": "I saw the errors."}}},
+	}})
+	sid := e.session(ref, omni.ApproveAllowAll, nil)
+	task := e.submit(sid, "break things")
+	rs, status := e.wait(sid, task)
+	if status != omni.StatusCompleted {
+		t.Fatalf("status = %q; stream %v", status, labels(rs, noPartials))
+	}
+	want := map[string]string{
+		"unknown": "unknown tool", "notjson": "invalid arguments", "missing": `"cmd"`,
+		"outside": "outside the workspace", "huge": "output truncated", "forever": "timed out",
+	}
+	got := map[string]omni.Payload{}
+	for _, r := range rs {
+		if r.class == omni.ClassModel && r.msg.Payload.Type == omni.TypeToolCallOutput {
+			got[r.msg.Payload.ToolCallID] = r.msg.Payload
+		}
+	}
+	for id, substr := range want {
+		p, ok := got[id]
+		if !ok {
+			t.Errorf("%s: no output", id)
+			continue
+		}
+		if !strings.Contains(p.Output, substr) {
+			t.Errorf("%s: output %.200q does not mention %q", id, p.Output, substr)
+		}
+		if id != "huge" && p.StopReason != omni.StatusFailed {
+			t.Errorf("%s: stop_reason %q, want failed", id, p.StopReason)
+		}
+		if len(p.Output) > 40000 {
+			t.Errorf("%s: output of %d bytes is not capped", id, len(p.Output))
+		}
+	}
+}
+
+func TestMaxTurnsEndsWithNotice(t *testing.T) {
+	e := start(t, envOpts{})
+	step := map[string]any{"steps": []any{call("x", "echo again")}}
+	ref := e.script(map[string]any{"requests": []any{step}, "after_last": "repeat_last"})
+	sid := e.session(ref, omni.ApproveAllowAll, func(r *omni.SessionRecord) { r.MaxTurns = 2 })
+	task := e.submit(sid, "loop forever")
+	rs, status := e.wait(sid, task)
+	if status != omni.StatusFailed {
+		t.Fatalf("status = %q, want failed", status)
+	}
+	ls := labels(rs, noPartials)
+	begins := 0
+	for _, l := range ls {
+		if l == "request_begin" {
+			begins++
+		}
+	}
+	if begins != 2 {
+		t.Fatalf("%d requests, want 2: %v", begins, ls)
+	}
+	var last omni.Payload
+	for _, r := range rs {
+		if r.class == omni.ClassModel && r.msg.Payload.Type == omni.TypeText && r.msg.Payload.Role == omni.RoleAssistant {
+			last = r.msg.Payload
+		}
+	}
+	if last.Text != omni.MaxTurnsNotice(2) || last.StopReason != omni.StatusFailed {
+		t.Fatalf("last assistant text = %q (%s), want the max-turns notice", last.Text, last.StopReason)
+	}
+	if indexOf(ls, "abort") >= 0 {
+		t.Fatalf("max turns must not emit abort: %v", ls)
+	}
+}

@@ -1,0 +1,88 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"floe.dev/pkg/bus"
+	"floe.dev/pkg/bus/embed"
+	"floe.dev/pkg/omni"
+)
+
+// cmdReplay prints a Session's stream from JetStream, one raw body per line
+// (with -v: seq and subject first). It connects to FLOE_NATS_URL, else to a
+// running `floe serve` on FLOE_NATS_LISTEN, else opens the store itself.
+func cmdReplay(ctx context.Context, args []string) error {
+	fs := flag.NewFlagSet("floe replay", flag.ContinueOnError)
+	var c common
+	c.register(fs, "127.0.0.1:4222")
+	from := fs.Uint64("from-seq", 0, "first stream sequence to print")
+	verbose := fs.Bool("v", false, "prefix each line with its sequence and subject")
+	follow := fs.Bool("follow", false, "keep printing new messages")
+	if err := fs.Parse(interspersed(fs, args)); err != nil {
+		return err
+	}
+	if fs.NArg() != 1 {
+		return errors.New("usage: floe replay <session-id> [--from-seq N]")
+	}
+	sid := fs.Arg(0)
+	if !omni.ValidSessionID(sid) {
+		return fmt.Errorf("invalid session id %q", sid)
+	}
+	nc, cleanup, err := replayConn(&c)
+	if err != nil {
+		return err
+	}
+	defer cleanup()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return err
+	}
+	w := bufio.NewWriter(os.Stdout)
+	defer w.Flush()
+	err = bus.FollowUntil(ctx, js, sid, nil, *from, !*follow, func(sm bus.StreamMsg) error {
+		if *verbose {
+			fmt.Fprintf(w, "%d %s ", sm.Seq, sm.Subject)
+		}
+		w.Write(sm.Data)
+		w.WriteByte('\n')
+		if *follow {
+			return w.Flush()
+		}
+		return nil
+	})
+	if errors.Is(err, context.Canceled) {
+		return nil
+	}
+	return err
+}
+
+func replayConn(c *common) (*nats.Conn, func(), error) {
+	if c.natsURL != "" {
+		nc, err := nats.Connect(c.natsURL)
+		return nc, func() { nc.Close() }, err
+	}
+	if c.listen != "" && c.listen != "off" {
+		if nc, err := nats.Connect("nats://" + c.listen); err == nil {
+			return nc, func() { nc.Close() }, nil
+		}
+	}
+	srv, err := embed.Start(embed.Options{StoreDir: filepath.Join(c.home, "jetstream")})
+	if err != nil {
+		return nil, nil, err
+	}
+	nc, err := srv.Connect()
+	if err != nil {
+		srv.Shutdown()
+		return nil, nil, err
+	}
+	return nc, func() { nc.Close(); srv.Shutdown() }, nil
+}

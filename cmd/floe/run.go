@@ -1,0 +1,254 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"floe.dev/cmd/floe/internal/render"
+	"floe.dev/cmd/floe/internal/stack"
+	"floe.dev/pkg/bus"
+	"floe.dev/pkg/omni"
+)
+
+func randHex(n int) string {
+	b := make([]byte, n)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+func isTTY(f *os.File) bool {
+	st, err := f.Stat()
+	return err == nil && st.Mode()&os.ModeCharDevice != 0
+}
+
+func cmdRun(ctx context.Context, stopSignals context.CancelFunc, args []string) (int, error) {
+	fs := flag.NewFlagSet("floe run", flag.ContinueOnError)
+	var c common
+	c.register(fs, "off")
+	cwd, _ := os.Getwd()
+	workspace := fs.String("workspace", cwd, "the Workspace the tools work in")
+	approve := fs.String("approve", omni.ApproveAllowAll, "approval mode: allow-all, deny-all, read-only, always-ask")
+	maxTurns := fs.Int("max-turns", 0, "stop after this many model requests (0 = unlimited)")
+	thinking := fs.String("thinking", "", "thinking level: low, medium, high")
+	fs.Usage = func() {
+		fmt.Fprintln(fs.Output(), "Usage: floe run [flags] \"prompt\"")
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(interspersed(fs, args)); err != nil {
+		return 2, err
+	}
+	prompt := strings.TrimSpace(strings.Join(fs.Args(), " "))
+	if prompt == "" {
+		fs.Usage()
+		return 2, errors.New("a prompt is required")
+	}
+	if !omni.ValidApprovalMode(*approve) {
+		return 2, fmt.Errorf("--approve %q: want allow-all, deny-all, read-only or always-ask", *approve)
+	}
+	ws, err := filepath.Abs(*workspace)
+	if err != nil {
+		return 2, err
+	}
+	if st, err := os.Stat(ws); err != nil || !st.IsDir() {
+		return 2, fmt.Errorf("workspace %s is not a directory", ws)
+	}
+	if c.logLevel == "info" && os.Getenv("FLOE_LOG_LEVEL") == "" {
+		c.logLevel = "warn" // keep the terminal for the Session
+	}
+	color := isTTY(os.Stdout)
+	if strings.HasPrefix(c.model, "scripted:demo") {
+		fmt.Fprintln(os.Stderr, "floe: using the offline demo model (scripted:demo). To use a real model set OPENAI_API_KEY or ANTHROPIC_API_KEY, or pass --model openai:<model> / anthropic:<model>.")
+	}
+
+	busCfg, err := c.busConfig()
+	if err != nil {
+		return 2, err
+	}
+	eng, err := engineConfig(&c)
+	if err != nil {
+		return 2, err
+	}
+	log := c.logger("")
+	st, err := stack.Start(ctx, stack.Options{
+		Home: c.home, NatsURL: c.natsURL, Listen: c.listen, Bus: busCfg,
+		Engine: eng, Toolrunner: toolrunnerConfig(), Tracer: tracerConfig(&c),
+	}, log)
+	if err != nil {
+		return 1, err
+	}
+	defer st.Stop()
+
+	now := time.Now().UTC()
+	sid := omni.NewSessionID(now, randHex(4))
+	rec := &omni.SessionRecord{
+		ID: sid, Model: c.model, Workspace: ws, ApprovalMode: *approve, MaxTurns: *maxTurns,
+		State: omni.StateIdle, CreatedUnixMs: now.UnixMilli(),
+	}
+	opCtx := context.WithoutCancel(ctx)
+	if err := st.Sessions.Create(opCtx, rec); err != nil {
+		return 1, err
+	}
+	taskID := "task-" + randHex(8)
+	if _, err := st.Sessions.Begin(opCtx, sid, omni.StateRunning, taskID); err != nil {
+		return 1, err
+	}
+	t := omni.Task{ID: taskID, Kind: omni.TaskRun, SessionID: sid, ThinkingLevel: *thinking,
+		Input: []omni.InputPart{{Type: "text", Text: prompt}}}
+	nm, err := bus.PackMsg(omni.TaskSubject(sid), &t)
+	if err != nil {
+		return 1, err
+	}
+	if _, err := st.JS.PublishMsg(opCtx, nm); err != nil {
+		return 1, fmt.Errorf("submit task: %w", err)
+	}
+
+	r := render.New(os.Stdout, color)
+	r.SkipUser = 1
+	var (
+		status    string
+		lastTrace uint64
+		aborting  atomic.Bool
+	)
+	stdin := bufio.NewReader(os.Stdin)
+	followCtx, cancelFollow := context.WithCancel(opCtx)
+	defer cancelFollow()
+	go func() {
+		select {
+		case <-ctx.Done():
+			// Ctrl-C: interrupt the Task; a second one exits at once.
+			stopSignals()
+			aborting.Store(true)
+			fmt.Fprintln(os.Stderr, "\nfloe: interrupting…")
+			_, _ = st.Conn.Request(omni.ControlSubject(sid, omni.CtlAbort), nil, 5*time.Second)
+		case <-followCtx.Done():
+		}
+	}()
+	err = bus.FollowUntil(followCtx, st.JS, sid, nil, 0, false, func(sm bus.StreamMsg) error {
+		switch sm.Class {
+		case omni.ClassMeta, omni.ClassTrace:
+			lastTrace = sm.Seq
+			return nil
+		case omni.ClassServer:
+			var ev omni.ServerEvent
+			if json.Unmarshal(sm.Data, &ev) != nil {
+				return nil
+			}
+			r.Server(&ev)
+			if ev.Type == omni.ServerApprovalRequest {
+				go answerApproval(st, sid, &ev, stdin)
+			}
+			if ev.Type == omni.ServerTaskState && ev.State == omni.StateIdle && ev.TaskID == taskID {
+				status = ev.Status
+				return bus.ErrStop
+			}
+			return nil
+		}
+		if sm.Class == omni.ClassModel || sm.Class == omni.ClassEvent {
+			lastTrace = sm.Seq
+		}
+		m, err := omni.Decode(sm.Data)
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "floe: undecodable message at seq %d: %v\n", sm.Seq, err)
+			return nil
+		}
+		r.Message(&m)
+		return nil
+	})
+	r.Flush()
+	if err != nil {
+		return 1, err
+	}
+	tracePath := waitTrace(c.home, sid, lastTrace)
+	fmt.Fprintf(os.Stderr, "floe: session %s %s\n", sid, status)
+	if tracePath != "" {
+		fmt.Fprintf(os.Stderr, "floe: trace %s\n", tracePath)
+	}
+	switch {
+	case status == omni.StatusCompleted:
+		return 0, nil
+	case status == omni.StatusAborted || aborting.Load():
+		return 130, nil
+	default:
+		return 1, fmt.Errorf("task %s", status)
+	}
+}
+
+// waitTrace waits (bounded) until the tracer has written seq and returns
+// the Session's current Trace file.
+func waitTrace(home, sid string, seq uint64) string {
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		pos, ok, err := omni.ReadTracePos(home, sid)
+		if err == nil && ok && pos.Seq >= seq {
+			return pos.File
+		}
+		if time.Now().After(deadline) {
+			if ok {
+				return pos.File
+			}
+			return ""
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// answerApproval asks on the terminal; without one it denies.
+func answerApproval(st *stack.Stack, sid string, ev *omni.ServerEvent, in *bufio.Reader) {
+	var tc omni.Message
+	if omni.Unmarshal(ev.ToolCall, &tc) != nil {
+		return
+	}
+	decision := omni.DecisionDeny
+	if isTTY(os.Stdin) {
+		fmt.Fprintf(os.Stderr, "allow %s? [y/N] ", tc.Payload.Name)
+		line, err := in.ReadString('\n')
+		if err == nil || err == io.EOF {
+			if a := strings.ToLower(strings.TrimSpace(line)); a == "y" || a == "yes" {
+				decision = omni.DecisionAllow
+			}
+		}
+	}
+	body, _ := omni.Pack(&omni.Control{ToolCallID: tc.Payload.ToolCallID, Decision: decision})
+	_, _ = st.Conn.Request(omni.ControlSubject(sid, omni.CtlApprove), body, 5*time.Second)
+}
+
+// interspersed lets flags follow the prompt: floe run "prompt" --model x.
+func interspersed(fs *flag.FlagSet, args []string) []string {
+	var flags, rest []string
+	for i := 0; i < len(args); i++ {
+		a := args[i]
+		if a == "--" {
+			rest = append(rest, args[i+1:]...)
+			break
+		}
+		if strings.HasPrefix(a, "-") && len(a) > 1 {
+			flags = append(flags, a)
+			name := strings.TrimLeft(a, "-")
+			if !strings.Contains(name, "=") {
+				if f := fs.Lookup(name); f != nil {
+					if bf, ok := f.Value.(interface{ IsBoolFlag() bool }); !ok || !bf.IsBoolFlag() {
+						if i+1 < len(args) {
+							flags = append(flags, args[i+1])
+							i++
+						}
+					}
+				}
+			}
+			continue
+		}
+		rest = append(rest, a)
+	}
+	return append(flags, append([]string{"--"}, rest...)...)
+}

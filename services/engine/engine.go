@@ -1,0 +1,321 @@
+// Package engine runs Floe's agent loop as a service: it takes Tasks from
+// the FLOE_TASKS work queue (any number of replicas share it), runs each as
+// the seed describes, and publishes every message on the Session's subjects
+// in FLOE_SESSIONS. Tool calls go to runners through FLOE_TOOLS.
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/rs/zerolog"
+
+	"floe.dev/pkg/bus"
+	"floe.dev/pkg/omni"
+	"floe.dev/services/engine/internal/provider"
+	"floe.dev/services/engine/internal/task"
+)
+
+// Config configures an engine replica.
+type Config struct {
+	// Pool is the runner pool tool jobs go to (default "default").
+	Pool string
+	// MaxTasks is how many Tasks this replica runs at once (default 64).
+	MaxTasks int
+	// RetryBase, RetryCap and RetryMax shape the reconnect ladder
+	// (defaults 2 s, 30 s, 5: FLOE_RETRY_BASE_MS, FLOE_RETRY_CAP_MS, FLOE_RETRY_MAX).
+	RetryBase time.Duration
+	RetryCap  time.Duration
+	RetryMax  int
+	// RequestTimeout is the model idle timeout (default 120 s, FLOE_REQUEST_TIMEOUT_MS).
+	RequestTimeout time.Duration
+	// HeartbeatTimeout: a running tool job silent this long is lost (default 10 s).
+	HeartbeatTimeout time.Duration
+	// CancelWait bounds how long abort waits for runners to confirm (default 3 s).
+	CancelWait time.Duration
+	// AckWait is how long a Task may go without a progress ack before
+	// another engine takes it over (default 30 s; progress is acked every AckWait/3).
+	AckWait time.Duration
+	// DefaultMaxTurns applies to Sessions without maxTurns (0 = unlimited).
+	DefaultMaxTurns int
+	// Providers holds model endpoints and keys.
+	Providers provider.Config
+	// Durable names the shared task consumer (default "floe-engine").
+	Durable string
+}
+
+// Defaults fills unset fields.
+func (c *Config) Defaults() {
+	if c.Pool == "" {
+		c.Pool = omni.DefaultPool
+	}
+	if c.MaxTasks <= 0 {
+		c.MaxTasks = 64
+	}
+	if c.RetryBase <= 0 {
+		c.RetryBase = 2 * time.Second
+	}
+	if c.RetryCap <= 0 {
+		c.RetryCap = 30 * time.Second
+	}
+	if c.RetryMax < 0 {
+		c.RetryMax = 0
+	}
+	if c.RequestTimeout <= 0 {
+		c.RequestTimeout = 120 * time.Second
+	}
+	if c.HeartbeatTimeout <= 0 {
+		c.HeartbeatTimeout = 10 * time.Second
+	}
+	if c.CancelWait <= 0 {
+		c.CancelWait = 3 * time.Second
+	}
+	if c.AckWait <= 0 {
+		c.AckWait = 30 * time.Second
+	}
+	if c.Durable == "" {
+		c.Durable = "floe-engine"
+	}
+	c.Providers.RequestTimeout = c.RequestTimeout
+}
+
+// DefaultConfig returns a Config with defaults and RetryMax 5.
+func DefaultConfig() Config {
+	c := Config{RetryMax: 5}
+	c.Defaults()
+	return c
+}
+
+// Validate reports configuration errors.
+func (c *Config) Validate() error {
+	if c.RetryCap < c.RetryBase {
+		return fmt.Errorf("engine: retry cap %v is below retry base %v", c.RetryCap, c.RetryBase)
+	}
+	if !omni.ValidSessionID(c.Pool) {
+		return fmt.Errorf("engine: pool %q is not a valid subject token", c.Pool)
+	}
+	return nil
+}
+
+// Run serves Tasks until ctx ends, then stops taking Tasks, lets running
+// ones hand over (they are redelivered to another engine, which resumes
+// them from the stream) and returns after every goroutine exits.
+func Run(ctx context.Context, nc *nats.Conn, cfg Config, log zerolog.Logger) error {
+	cfg.Defaults()
+	if err := cfg.Validate(); err != nil {
+		return err
+	}
+	log = log.With().Str("service", "engine").Logger()
+	js, err := jetstream.New(nc, jetstream.WithPublishAsyncMaxPending(4096))
+	if err != nil {
+		return fmt.Errorf("engine: jetstream: %w", err)
+	}
+	sessions, err := bus.Open(ctx, js)
+	if err != nil {
+		return fmt.Errorf("engine: %w", err)
+	}
+	cons, err := js.CreateOrUpdateConsumer(ctx, omni.TasksStream, jetstream.ConsumerConfig{
+		Durable:       cfg.Durable,
+		FilterSubject: "floe.task.>",
+		AckPolicy:     jetstream.AckExplicitPolicy,
+		AckWait:       cfg.AckWait,
+		MaxAckPending: -1,
+		MaxDeliver:    -1,
+	})
+	if err != nil {
+		return fmt.Errorf("engine: task consumer: %w", err)
+	}
+	reg := provider.NewRegistry(cfg.Providers)
+	e := &engine{cfg: cfg, nc: nc, js: js, log: log}
+	e.deps = &task.Deps{
+		NC:       nc,
+		JS:       js,
+		Sessions: sessions,
+		Log:      log,
+		Resolve:  reg.Resolve,
+		Tools:    e.listTools,
+		Settings: task.Settings{
+			Pool:             cfg.Pool,
+			RetryBase:        cfg.RetryBase,
+			RetryCap:         cfg.RetryCap,
+			RetryMax:         cfg.RetryMax,
+			HeartbeatTimeout: cfg.HeartbeatTimeout,
+			CancelWait:       cfg.CancelWait,
+			ToolListTimeout:  30 * time.Second,
+			DefaultMaxTurns:  cfg.DefaultMaxTurns,
+		},
+	}
+	log.Info().Int("max_tasks", cfg.MaxTasks).Msg("engine started")
+	return e.loop(ctx, cons)
+}
+
+type engine struct {
+	cfg  Config
+	nc   *nats.Conn
+	js   jetstream.JetStream
+	log  zerolog.Logger
+	deps *task.Deps
+
+	toolsMu   sync.Mutex
+	tools     []omni.ToolSpec
+	toolsTime time.Time
+}
+
+func (e *engine) loop(ctx context.Context, cons jetstream.Consumer) error {
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	slots := make(chan struct{}, e.cfg.MaxTasks)
+	for ctx.Err() == nil {
+		free := e.cfg.MaxTasks - len(slots)
+		if free == 0 {
+			select {
+			case slots <- struct{}{}:
+				<-slots
+			case <-ctx.Done():
+			}
+			continue
+		}
+		batch, err := cons.Fetch(free, jetstream.FetchMaxWait(2*time.Second))
+		if err != nil {
+			if ctx.Err() != nil {
+				break
+			}
+			e.log.Warn().Err(err).Msg("task fetch failed")
+			sleep(ctx, time.Second)
+			continue
+		}
+		for msg := range batch.Messages() {
+			slots <- struct{}{}
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				defer func() { <-slots }()
+				e.handle(ctx, msg)
+			}()
+		}
+		if err := batch.Error(); err != nil && ctx.Err() == nil && !errors.Is(err, nats.ErrTimeout) {
+			e.log.Warn().Err(err).Msg("task batch failed")
+		}
+	}
+	return nil
+}
+
+func (e *engine) handle(ctx context.Context, msg jetstream.Msg) {
+	var t omni.Task
+	if err := omni.Unpack(msg.Data(), &t); err != nil || t.SessionID == "" || t.ID == "" {
+		e.log.Error().Err(err).Str("subject", msg.Subject()).Msg("undecodable task dropped")
+		_ = msg.Term()
+		return
+	}
+	// Keep the Task ours while it runs.
+	progress, stopProgress := context.WithCancel(ctx)
+	defer stopProgress()
+	go func() {
+		tick := time.NewTicker(e.cfg.AckWait / 3)
+		defer tick.Stop()
+		for {
+			select {
+			case <-tick.C:
+				_ = msg.InProgress()
+			case <-progress.Done():
+				return
+			}
+		}
+	}()
+	runner := task.New(e.deps, t)
+	status, err := runner.Run(ctx)
+	stopProgress()
+	switch {
+	case ctx.Err() != nil:
+		// Shutting down: hand the Task to another engine at once.
+		_ = msg.Nak()
+	case err != nil:
+		e.log.Error().Err(err).Str("session_id", t.SessionID).Msg("task could not run; will be redelivered")
+		_ = msg.NakWithDelay(2 * time.Second)
+	default:
+		e.log.Info().Str("session_id", t.SessionID).Str("task_id", t.ID).Str("status", status).Msg("task finished")
+		_ = msg.Ack()
+	}
+}
+
+// listTools asks the pool's runners for their tools, caching the answer for
+// a minute; it waits for a runner to come up.
+func (e *engine) listTools(ctx context.Context) ([]omni.ToolSpec, error) {
+	e.toolsMu.Lock()
+	defer e.toolsMu.Unlock()
+	if e.tools != nil && time.Since(e.toolsTime) < time.Minute {
+		return e.tools, nil
+	}
+	deadline := time.Now().Add(e.deps.Settings.ToolListTimeout)
+	for {
+		rctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		reply, err := e.nc.RequestWithContext(rctx, "floe.toollist."+e.cfg.Pool, nil)
+		cancel()
+		if err == nil {
+			var specs []omni.ToolSpec
+			if err := omni.Unpack(reply.Data, &specs); err != nil {
+				return nil, fmt.Errorf("tool list: %w", err)
+			}
+			e.tools, e.toolsTime = specs, time.Now()
+			return specs, nil
+		}
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		if time.Now().After(deadline) {
+			return nil, fmt.Errorf("no tool runner answered on pool %q: %w", e.cfg.Pool, err)
+		}
+		sleep(ctx, 200*time.Millisecond)
+	}
+}
+
+func sleep(ctx context.Context, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-ctx.Done():
+	}
+}
+
+// EnvConfig applies FLOE_* environment variables to c (SPEC §8).
+func EnvConfig(c *Config) error {
+	ms := func(name string, dst *time.Duration) error {
+		if v := os.Getenv(name); v != "" {
+			n, err := strconv.Atoi(v)
+			if err != nil || n < 0 {
+				return fmt.Errorf("%s=%q: want milliseconds", name, v)
+			}
+			*dst = time.Duration(n) * time.Millisecond
+		}
+		return nil
+	}
+	if err := ms("FLOE_RETRY_BASE_MS", &c.RetryBase); err != nil {
+		return err
+	}
+	if err := ms("FLOE_RETRY_CAP_MS", &c.RetryCap); err != nil {
+		return err
+	}
+	if err := ms("FLOE_REQUEST_TIMEOUT_MS", &c.RequestTimeout); err != nil {
+		return err
+	}
+	if v := os.Getenv("FLOE_RETRY_MAX"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 0 {
+			return fmt.Errorf("FLOE_RETRY_MAX=%q: want a count", v)
+		}
+		c.RetryMax = n
+	}
+	c.Providers.OpenAIBaseURL = os.Getenv("OPENAI_BASE_URL")
+	c.Providers.OpenAIAPIKey = os.Getenv("OPENAI_API_KEY")
+	c.Providers.AnthropicBaseURL = os.Getenv("ANTHROPIC_BASE_URL")
+	c.Providers.AnthropicAPIKey = os.Getenv("ANTHROPIC_API_KEY")
+	return nil
+}

@@ -1,0 +1,261 @@
+package task
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	"floe.dev/pkg/omni"
+	"floe.dev/services/engine/internal/model"
+	"floe.dev/services/engine/internal/segment"
+)
+
+// request runs one model request with the reconnect ladder and returns its
+// final status and the tool calls it committed (in call order).
+func (r *Runner) request(ctx context.Context) (string, []string) {
+	var retried string // the [turn_retried] block of the previous attempt
+	for attempt := 1; ; attempt++ {
+		if r.retryNext && attempt == 1 {
+			// The previous engine's attempt failed; this is its retry.
+			r.retryNext = false
+			attempt = 2
+			retried = omni.Block(omni.TagTurnRetried, "The previous attempt was interrupted before it completed.")
+		}
+		begin := omni.RequestBegin()
+		r.publish(&begin, "")
+
+		queue := make(chan omni.Message, 256)
+		approvalsDone := make(chan struct{})
+		go r.approveLoop(queue, approvalsDone)
+
+		var calls []string
+		seg := segment.New(func(m *omni.Message) error {
+			r.publish(m, "")
+			if m.Payload.Type == omni.TypeToolCall && m.Payload.StopReason == "" {
+				calls = append(calls, m.Payload.ToolCallID)
+				r.mu.Lock()
+				r.calls[m.Payload.ToolCallID] = &callState{id: m.Payload.ToolCallID, name: m.Payload.Name}
+				r.mu.Unlock()
+				queue <- *m
+			}
+			return nil
+		}, &r.ids)
+
+		req := &model.Request{
+			SessionID:     r.sid,
+			Model:         r.info.ModelID,
+			SystemPrompt:  r.systemPrompt(),
+			Messages:      r.contextMessages(retried),
+			Tools:         r.tools,
+			ThinkingLevel: r.task.ThinkingLevel,
+			IDs:           &r.ids,
+		}
+		res, err := r.prov.Stream(r.abortCtx, req, seg.Add)
+		if ctx.Err() != nil {
+			// The engine is shutting down: leave the request open; the
+			// engine that takes the Task over closes it as failed and retries.
+			close(queue)
+			<-approvalsDone
+			return statusShutdown, nil
+		}
+		status, errMsg := omni.StatusCompleted, ""
+		if err != nil {
+			status, errMsg = model.StatusOf(err), err.Error()
+			if r.aborted() {
+				status = omni.StatusAborted
+			}
+		}
+		stopReason := ""
+		if status != omni.StatusCompleted {
+			stopReason = status
+		}
+		_ = seg.Finish(stopReason)
+		close(queue)
+
+		r.usage = r.usage.Add(res.Usage)
+		tu := omni.TokenUsage(r.usage, res.Usage)
+		r.publish(&tu, "")
+
+		if status == omni.StatusCompleted {
+			reportAttempt := int64(0)
+			if attempt > 1 {
+				reportAttempt = int64(attempt)
+			}
+			end := omni.RequestEnd(omni.StatusCompleted, "", reportAttempt, 0)
+			r.publish(&end, "")
+			return status, calls
+		}
+		if status == omni.StatusAborted {
+			end := omni.RequestEnd(omni.StatusAborted, "", int64(attempt), 0)
+			r.publish(&end, "")
+			r.saveCarryOver(ctx, omni.Block(omni.TagTurnAborted, describe(seg.Completed, nil)))
+			<-approvalsDone
+			return status, nil
+		}
+
+		retry := status != omni.StatusAuth && attempt <= r.d.Settings.RetryMax
+		var wait time.Duration
+		if retry {
+			wait = r.backoffFor(attempt)
+		}
+		end := omni.RequestEnd(status, errMsg, int64(attempt), wait.Milliseconds())
+		r.publish(&end, "")
+		r.log.Warn().Str("status", status).Int("attempt", attempt).Str("error", errMsg).Msg("model request failed")
+
+		// Calls of the failed attempt already ran or run now: wait for them,
+		// so they are never executed twice, and tell the model what they did.
+		<-approvalsDone
+		if err := r.awaitOutputs(calls); err != nil {
+			return omni.StatusAborted, nil
+		}
+		if !retry {
+			return status, nil
+		}
+		retried = omni.Block(omni.TagTurnRetried, fmt.Sprintf(
+			"The previous attempt failed (%s: %s). Its partial output is below; tool calls listed there were already executed and must not be repeated.\n%s",
+			status, errMsg, describe(seg.Completed, r.outputsOf(calls))))
+		if !r.sleepBackoff(wait) {
+			return omni.StatusAborted, nil
+		}
+	}
+}
+
+// backoffFor is the wait after failed attempt n: base·2^(n-1), capped.
+func (r *Runner) backoffFor(n int) time.Duration {
+	d := r.d.Settings.RetryBase
+	for i := 1; i < n && d < r.d.Settings.RetryCap; i++ {
+		d *= 2
+	}
+	if d > r.d.Settings.RetryCap {
+		d = r.d.Settings.RetryCap
+	}
+	return d
+}
+
+// sleepBackoff waits d, or less when retry-now arrives; false on abort.
+func (r *Runner) sleepBackoff(d time.Duration) bool {
+	skip := make(chan struct{})
+	r.mu.Lock()
+	r.backoff = skip
+	r.mu.Unlock()
+	defer func() {
+		r.mu.Lock()
+		r.backoff = nil
+		r.mu.Unlock()
+	}()
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-skip:
+	case <-r.abortCtx.Done():
+		return false
+	}
+	return true
+}
+
+// retryNow skips the current reconnect wait; false when none is running.
+func (r *Runner) retryNow() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.backoff == nil {
+		return false
+	}
+	close(r.backoff)
+	r.backoff = nil
+	return true
+}
+
+// contextMessages is the folded context with the carry-over of an earlier
+// interrupted run inserted where it happened, plus extra model-only text.
+func (r *Runner) contextMessages(extra string) []omni.Message {
+	r.mu.Lock()
+	msgs := r.fc.Messages()
+	r.mu.Unlock()
+	if len(r.rec.CarryOver) > 0 {
+		out := make([]omni.Message, 0, len(msgs)+len(r.rec.CarryOver))
+		ci := 0
+		for i := 0; i <= len(msgs); i++ {
+			for ci < len(r.rec.CarryOver) && r.rec.CarryOver[ci].At <= i {
+				out = append(out, omni.UserText(r.rec.CarryOver[ci].Text))
+				ci++
+			}
+			if i < len(msgs) {
+				out = append(out, msgs[i])
+			}
+		}
+		msgs = out
+	}
+	if extra != "" {
+		msgs = append(msgs, omni.UserText(extra))
+	}
+	return msgs
+}
+
+// saveCarryOver stores model-context-only text for later runs: it goes in
+// at the current end of the context, never on the stream or in the Trace.
+func (r *Runner) saveCarryOver(ctx context.Context, text string) {
+	r.mu.Lock()
+	at := len(r.fc.Messages())
+	r.mu.Unlock()
+	item := omni.CarryItem{At: at, Text: text}
+	_, err := r.d.Sessions.Update(ctx, r.sid, func(rec *omni.SessionRecord) error {
+		rec.CarryOver = append(rec.CarryOver, item)
+		return nil
+	})
+	if err != nil {
+		r.log.Error().Err(err).Msg("could not save carry-over")
+	}
+	r.rec.CarryOver = append(r.rec.CarryOver, item)
+}
+
+// describe renders partial output (and tool results) as plain text for a
+// [turn_retried] or [turn_aborted] block.
+func describe(msgs []omni.Message, outputs map[string]string) string {
+	var b strings.Builder
+	for _, m := range msgs {
+		p := &m.Payload
+		switch p.Type {
+		case omni.TypeThinking:
+			fmt.Fprintf(&b, "(thinking) %s\n", p.Thinking)
+		case omni.TypeText:
+			fmt.Fprintf(&b, "%s\n", p.Text)
+		case omni.TypeToolCall:
+			fmt.Fprintf(&b, "(tool call %s %s %s)\n", p.ToolCallID, p.Name, p.Arguments)
+			if out, ok := outputs[p.ToolCallID]; ok {
+				fmt.Fprintf(&b, "(tool output %s) %s\n", p.ToolCallID, out)
+			}
+		}
+	}
+	if b.Len() == 0 {
+		return "(no output yet)"
+	}
+	return strings.TrimRight(b.String(), "\n")
+}
+
+func (r *Runner) outputsOf(ids []string) map[string]string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := make(map[string]string, len(ids))
+	for _, id := range ids {
+		if cs := r.calls[id]; cs != nil && cs.output != nil {
+			out[id] = cs.output.Payload.Output
+		}
+	}
+	return out
+}
+
+// deliverSteering publishes queued steering input as user texts; it
+// reports whether there was any.
+func (r *Runner) deliverSteering() bool {
+	r.mu.Lock()
+	queued := r.steering
+	r.steering = nil
+	r.mu.Unlock()
+	for _, text := range queued {
+		m := omni.UserText(omni.Block(omni.TagUserSteering, text))
+		r.publish(&m, "")
+	}
+	return len(queued) > 0
+}

@@ -1,0 +1,453 @@
+// Package task runs one Task of a Session: the agent loop of the seed.
+//
+// Every message goes to the Session's subjects in FLOE_SESSIONS; the stream
+// sequence is the order. The LLM stream is published asynchronously on the
+// engine's one connection (which keeps its order); approvals run one at a
+// time beside it; an approval_decision is stored (acked) before its tool job
+// is enqueued, so no output can precede it; token_usage then request_end go
+// out when the LLM stream ends, not waiting for tools; the next request
+// starts when every call of the turn has its complete output, fed back in
+// call order. Tool outputs are read back from the stream (the engine
+// consumes its own Session's model subject), whoever published them.
+package task
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/rs/zerolog"
+
+	"floe.dev/pkg/bus"
+	"floe.dev/pkg/omni"
+	"floe.dev/services/engine/internal/fold"
+	"floe.dev/services/engine/internal/model"
+)
+
+// Settings are the engine-wide knobs a Task uses.
+type Settings struct {
+	Pool             string
+	RetryBase        time.Duration // first reconnect wait (2 s)
+	RetryCap         time.Duration // longest wait (30 s)
+	RetryMax         int           // reconnects after the first attempt (5)
+	HeartbeatTimeout time.Duration // a started tool job with no heartbeat for this long is lost
+	CancelWait       time.Duration // how long abort waits for runners to confirm
+	ToolListTimeout  time.Duration // how long to wait for a runner to list its tools
+	DefaultMaxTurns  int           // 0 = unlimited
+	SystemPrompt     string        // default system prompt; %s gets the Workspace
+}
+
+// Deps are the connections a Task uses.
+type Deps struct {
+	NC       *nats.Conn
+	JS       jetstream.JetStream
+	Sessions *bus.Sessions
+	Log      zerolog.Logger
+	Settings Settings
+	// Resolve returns the provider of a model reference.
+	Resolve func(ref string) (model.Provider, model.Info, error)
+	// Tools lists the runner pool's tools (cached by the engine).
+	Tools func(ctx context.Context) ([]omni.ToolSpec, error)
+}
+
+// Outcome statuses of a Task.
+const (
+	Completed = omni.StatusCompleted
+	Failed    = omni.StatusFailed
+	Aborted   = omni.StatusAborted
+)
+
+// callState tracks one tool call of the running Task.
+type callState struct {
+	id         string
+	name       string
+	approved   bool // a job was enqueued
+	jobSeq     uint64
+	started    bool
+	lastBeat   time.Time
+	dispatched time.Time
+	output     *omni.Message
+}
+
+// Runner runs one Task. Create with New, then Run once.
+type Runner struct {
+	d    *Deps
+	log  zerolog.Logger
+	task omni.Task
+	sid  string
+	rec  *omni.SessionRecord
+
+	prov model.Provider
+	info model.Info
+	ids  model.IDAllocator
+
+	tools     []omni.ToolSpec
+	toolPerms map[string]string
+
+	abortCtx context.Context
+	abort    context.CancelCauseFunc
+
+	mu        sync.Mutex
+	fc        *fold.Context
+	calls     map[string]*callState
+	changed   chan struct{} // 1-buffered: a call changed state
+	pending   map[string]*approval
+	steering  []string
+	backoff   chan struct{} // non-nil while waiting to reconnect
+	usage     omni.Usage
+	pubErr    error
+	retryNext bool
+}
+
+type approval struct {
+	event    []byte // approval_request server event JSON
+	decision chan string
+}
+
+var errAborted = errors.New("task aborted by user")
+
+// New prepares a Runner for t.
+func New(d *Deps, t omni.Task) *Runner {
+	return &Runner{
+		d:       d,
+		log:     d.Log.With().Str("session_id", t.SessionID).Str("task_id", t.ID).Logger(),
+		task:    t,
+		sid:     t.SessionID,
+		calls:   make(map[string]*callState),
+		changed: make(chan struct{}, 1),
+		pending: make(map[string]*approval),
+	}
+}
+
+// Run executes the Task and returns its outcome status. It returns an error
+// only when the Task could not be run at all and should be retried by
+// another engine (the bus is unavailable); every other failure is an
+// outcome on the stream.
+func (r *Runner) Run(ctx context.Context) (status string, err error) {
+	rec, _, err := r.d.Sessions.Get(ctx, r.sid)
+	if err != nil {
+		return "", fmt.Errorf("task: load session: %w", err)
+	}
+	r.rec = rec
+	if rec.TaskID != r.task.ID {
+		r.log.Warn().Str("owner_task", rec.TaskID).Msg("task no longer owns the session; dropped")
+		return "", nil
+	}
+	r.abortCtx, r.abort = context.WithCancelCause(ctx)
+	defer r.abort(nil)
+
+	ctl, err := r.d.NC.Subscribe(omni.ControlSubject(r.sid, "*"), r.onControl)
+	if err != nil {
+		return "", fmt.Errorf("task: control subscription: %w", err)
+	}
+	defer ctl.Unsubscribe()
+	hb, err := r.d.NC.Subscribe(omni.HeartbeatSubject(r.sid), r.onHeartbeat)
+	if err != nil {
+		return "", fmt.Errorf("task: heartbeat subscription: %w", err)
+	}
+	defer hb.Unsubscribe()
+
+	if _, err := r.server(ctx, omni.ServerEvent{Type: omni.ServerTaskState, State: stateOf(r.task), TaskID: r.task.ID}, r.task.ID+"/begin"); err != nil {
+		return "", err
+	}
+
+	history, lastSeq, bad, err := bus.History(ctx, r.d.JS, r.sid)
+	if err != nil {
+		return "", err
+	}
+	if bad > 0 {
+		r.log.Warn().Int("skipped", bad).Msg("undecodable records in session history skipped")
+	}
+	r.fc = fold.Load(history)
+	r.usage = r.fc.Usage
+	for _, m := range r.fc.Messages() {
+		if m.Payload.Type == omni.TypeToolCall {
+			r.ids.Observe(m.Payload.ToolCallID)
+		}
+	}
+
+	outputs, err := r.followOutputs(r.abortCtx, lastSeq+1)
+	if err != nil {
+		return "", err
+	}
+	defer outputs()
+
+	status = r.run(ctx)
+	if ctx.Err() != nil {
+		return "", fmt.Errorf("task: engine shutting down: %w", ctx.Err())
+	}
+	if status == Aborted {
+		r.finishAbort(ctx)
+	}
+	r.flush(ctx)
+	if err := r.d.Sessions.End(ctx, r.sid, r.task.ID, status); err != nil {
+		r.log.Error().Err(err).Msg("could not release the session")
+	}
+	if _, err := r.server(ctx, omni.ServerEvent{Type: omni.ServerTaskState, State: omni.StateIdle, Status: status, TaskID: r.task.ID}, ""); err != nil {
+		r.log.Error().Err(err).Msg("could not publish task_state idle")
+	}
+	return status, nil
+}
+
+func stateOf(t omni.Task) string {
+	if t.Kind == omni.TaskCompact {
+		return omni.StateCompacting
+	}
+	return omni.StateRunning
+}
+
+// run is the agent loop; it returns the outcome.
+func (r *Runner) run(ctx context.Context) string {
+	var err error
+	r.prov, r.info, err = r.d.Resolve(r.rec.Model)
+	if err != nil {
+		r.log.Error().Err(err).Str("model", r.rec.Model).Msg("unknown model")
+		m := omni.Text(omni.RoleAssistant, fmt.Sprintf("[cannot run: %v]", err))
+		m.Payload.StopReason = omni.StatusFailed
+		r.publish(&m, "")
+		return Failed
+	}
+	if err := r.start(ctx); err != nil {
+		if r.aborted() {
+			return Aborted
+		}
+		r.log.Error().Err(err).Msg("task start failed")
+		return Failed
+	}
+	if r.task.Kind == omni.TaskCompact {
+		return r.compact(ctx, omni.CompactManual)
+	}
+
+	// A request left open by an engine that died is closed as failed and
+	// retried; committed calls still without output are awaited.
+	if r.fc.OpenRequest() {
+		end := omni.RequestEnd(omni.StatusFailed, "the engine running this request stopped", 1, 0)
+		r.publish(&end, "")
+		r.retryNext = true
+	}
+	for _, id := range r.fc.Unpaired() {
+		now := time.Now()
+		r.calls[id] = &callState{id: id, approved: true, started: true, lastBeat: now, dispatched: now}
+	}
+	if len(r.calls) > 0 {
+		if err := r.awaitOutputs(maps(r.calls)); err != nil {
+			return Aborted
+		}
+	}
+
+	maxTurns := r.rec.MaxTurns
+	if maxTurns == 0 {
+		maxTurns = r.d.Settings.DefaultMaxTurns
+	}
+	for turn := 0; ; turn++ {
+		if r.aborted() {
+			return Aborted
+		}
+		if maxTurns > 0 && turn >= maxTurns {
+			m := omni.Text(omni.RoleAssistant, omni.MaxTurnsNotice(maxTurns))
+			m.Payload.StopReason = omni.StatusFailed
+			r.publish(&m, "")
+			return Failed
+		}
+		if reason := r.compactionReason(); reason != "" {
+			if r.compact(ctx, reason) == Aborted {
+				return Aborted
+			}
+			// A failed compaction keeps the old context; the run goes on.
+		}
+		r.deliverSteering()
+		status, calls := r.request(ctx)
+		switch status {
+		case omni.StatusCompleted:
+		case omni.StatusAborted, statusShutdown:
+			return Aborted
+		default:
+			return Failed
+		}
+		if len(calls) == 0 {
+			if r.deliverSteering() {
+				continue
+			}
+			return Completed
+		}
+		if err := r.awaitOutputs(calls); err != nil {
+			return Aborted
+		}
+	}
+}
+
+// start publishes the Session head (first Task) and the user input. Every
+// publish carries a Msg-Id derived from the Task, so an engine that takes
+// over a redelivered Task does not publish them twice.
+func (r *Runner) start(ctx context.Context) error {
+	tools, err := r.d.Tools(r.abortCtx)
+	if err != nil {
+		return fmt.Errorf("list tools: %w", err)
+	}
+	r.tools = tools
+	r.toolPerms = make(map[string]string, len(tools))
+	for _, t := range tools {
+		r.toolPerms[t.Name] = t.Permission
+	}
+	if r.fc.Meta == nil {
+		meta := omni.SessionMeta(omni.Meta{
+			SessionID:          r.sid,
+			Provider:           r.info.Provider,
+			ModelID:            r.info.ModelID,
+			ModelContextWindow: r.info.ContextWindow,
+			SystemPrompt:       r.systemPrompt(),
+			Workspace:          r.rec.Workspace,
+			Source:             sourceOf(r.rec),
+		})
+		if err := r.publishOnce(ctx, &meta, r.task.ID+"/meta"); err != nil {
+			return err
+		}
+		tl := omni.ToolListReady(tools)
+		if err := r.publishOnce(ctx, &tl, r.task.ID+"/tools"); err != nil {
+			return err
+		}
+	}
+	for i, in := range r.task.Input {
+		var m omni.Message
+		switch in.Type {
+		case "image_url":
+			m = omni.Model(omni.Payload{Type: omni.TypeImageURL, Role: omni.RoleUser, ImageURL: in.ImageURL})
+		default:
+			m = omni.UserText(in.Text)
+		}
+		if err := r.publishOnce(ctx, &m, fmt.Sprintf("%s/in/%d", r.task.ID, i)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func sourceOf(rec *omni.SessionRecord) string {
+	if rec.Parent != "" {
+		return "subagent"
+	}
+	return ""
+}
+
+func (r *Runner) systemPrompt() string {
+	if r.rec.SystemPrompt != "" {
+		return r.rec.SystemPrompt
+	}
+	p := r.d.Settings.SystemPrompt
+	if p == "" {
+		p = "You are Floe, an agent that works in the workspace %s. Use the tools to inspect and change files and run commands; answer concisely."
+	}
+	if strings.Contains(p, "%s") {
+		return fmt.Sprintf(p, r.rec.Workspace)
+	}
+	return p
+}
+
+// publishOnce publishes m synchronously with a Msg-Id and folds it unless
+// the stream already had it (a redelivered Task).
+func (r *Runner) publishOnce(ctx context.Context, m *omni.Message, msgID string) error {
+	nm, err := bus.SessionMsg(r.sid, m, msgID)
+	if err != nil {
+		return err
+	}
+	ack, err := r.d.JS.PublishMsg(ctx, nm)
+	if err != nil {
+		return fmt.Errorf("publish %s: %w", m.Payload.Type, err)
+	}
+	if !ack.Duplicate {
+		r.apply(m)
+	}
+	return nil
+}
+
+func (r *Runner) apply(m *omni.Message) {
+	r.mu.Lock()
+	r.fc.Apply(m)
+	r.mu.Unlock()
+}
+
+// publish sends m asynchronously (the connection keeps the order) and folds
+// it. msgID, when set, is its Nats-Msg-Id.
+func (r *Runner) publish(m *omni.Message, msgID string) {
+	r.apply(m)
+	nm, err := bus.SessionMsg(r.sid, m, msgID)
+	if err == nil {
+		_, err = r.d.JS.PublishMsgAsync(nm)
+	}
+	if err != nil {
+		r.mu.Lock()
+		if r.pubErr == nil {
+			r.pubErr = err
+		}
+		r.mu.Unlock()
+		r.log.Error().Err(err).Str("type", m.Payload.Type).Msg("publish failed")
+	}
+}
+
+// publishSync publishes m and waits until the stream stored it (and, since
+// one connection keeps order, everything published before it).
+func (r *Runner) publishSync(ctx context.Context, m *omni.Message, msgID string) error {
+	r.apply(m)
+	nm, err := bus.SessionMsg(r.sid, m, msgID)
+	if err != nil {
+		return err
+	}
+	var lastErr error
+	for attempt := 0; attempt < 5; attempt++ {
+		if _, lastErr = r.d.JS.PublishMsg(ctx, nm); lastErr == nil {
+			return nil
+		}
+		if ctx.Err() != nil {
+			break
+		}
+		time.Sleep(time.Duration(attempt+1) * 100 * time.Millisecond)
+	}
+	return fmt.Errorf("publish %s: %w", m.Payload.Type, lastErr)
+}
+
+func (r *Runner) server(ctx context.Context, ev omni.ServerEvent, msgID string) (uint64, error) {
+	b, err := json.Marshal(ev)
+	if err != nil {
+		return 0, err
+	}
+	nm := nats.NewMsg(omni.SessionSubject(r.sid, omni.ClassServer))
+	nm.Data = b
+	if msgID != "" {
+		nm.Header.Set(jetstream.MsgIDHeader, msgID)
+	}
+	ack, err := r.d.JS.PublishMsg(ctx, nm)
+	if err != nil {
+		return 0, fmt.Errorf("publish server event %s: %w", ev.Type, err)
+	}
+	return ack.Sequence, nil
+}
+
+// flush waits for every async publish to be acknowledged.
+func (r *Runner) flush(ctx context.Context) {
+	select {
+	case <-r.d.JS.PublishAsyncComplete():
+	case <-ctx.Done():
+	case <-time.After(30 * time.Second):
+		r.log.Error().Msg("async publishes not acknowledged within 30s")
+	}
+}
+
+// aborted reports a user abort (not an engine shutdown).
+func (r *Runner) aborted() bool { return errors.Is(context.Cause(r.abortCtx), errAborted) }
+
+// statusShutdown is request's status when the engine stops mid-request.
+const statusShutdown = "shutdown"
+
+func maps(m map[string]*callState) []string {
+	ids := make([]string, 0, len(m))
+	for id := range m {
+		ids = append(ids, id)
+	}
+	return ids
+}

@@ -1,0 +1,371 @@
+package task
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"floe.dev/pkg/bus"
+	"floe.dev/pkg/omni"
+)
+
+// approveLoop decides the calls of one request one at a time, in call
+// order, while the LLM stream goes on.
+func (r *Runner) approveLoop(queue <-chan omni.Message, done chan<- struct{}) {
+	defer close(done)
+	for tc := range queue {
+		if r.aborted() {
+			continue
+		}
+		if err := r.approveOne(tc); err != nil && !r.aborted() {
+			r.log.Error().Err(err).Str("tool_call_id", tc.Payload.ToolCallID).Msg("approval failed")
+		}
+	}
+}
+
+func (r *Runner) approveOne(tc omni.Message) error {
+	ctx := r.abortCtx
+	id := tc.Payload.ToolCallID
+	decision, err := r.decide(tc)
+	if err != nil {
+		return err
+	}
+	ad := omni.ApprovalDecision(decision, id)
+	// Stored before the job exists: no output of this call can precede it.
+	if err := r.publishSync(ctx, &ad, ""); err != nil {
+		return err
+	}
+	if decision != omni.DecisionAllow {
+		text := omni.DeniedByUser
+		if decision == omni.DecisionForbidden {
+			text = omni.DeniedByPolicy
+		}
+		out := omni.ToolCallOutput(id, text, omni.StatusAborted)
+		return r.publishSync(ctx, &out, bus.OutputMsgID(r.sid, id))
+	}
+	job := omni.ToolJob{
+		SessionID:      r.sid,
+		ToolCallID:     id,
+		Name:           tc.Payload.Name,
+		Arguments:      tc.Payload.Arguments,
+		Workspace:      r.rec.Workspace,
+		EnqueuedUnixMs: time.Now().UnixMilli(),
+	}
+	nm, err := bus.PackMsg(omni.ToolSubject(r.pool(), r.sid), &job)
+	if err != nil {
+		return err
+	}
+	nm.Header.Set(jetstream.MsgIDHeader, r.sid+"/"+id+"/job")
+	ack, err := r.d.JS.PublishMsg(ctx, nm)
+	if err != nil {
+		// The call can never run: pair it with a failed output.
+		out := omni.ToolCallOutput(id, fmt.Sprintf("[tool not dispatched: %v]", err), omni.StatusFailed)
+		_ = r.publishSync(context.WithoutCancel(ctx), &out, bus.OutputMsgID(r.sid, id))
+		return fmt.Errorf("enqueue tool job: %w", err)
+	}
+	r.mu.Lock()
+	if cs := r.calls[id]; cs != nil {
+		cs.approved, cs.jobSeq, cs.dispatched = true, ack.Sequence, time.Now()
+	}
+	r.mu.Unlock()
+	return nil
+}
+
+func (r *Runner) pool() string {
+	if r.d.Settings.Pool != "" {
+		return r.d.Settings.Pool
+	}
+	return omni.DefaultPool
+}
+
+// decide applies the Session's approval mode, read fresh so a PATCH takes
+// effect mid-run; a human decision is awaited when the mode asks.
+func (r *Runner) decide(tc omni.Message) (string, error) {
+	mode := r.rec.ApprovalMode
+	if rec, _, err := r.d.Sessions.Get(r.abortCtx, r.sid); err == nil {
+		mode = rec.ApprovalMode
+	}
+	switch mode {
+	case omni.ApproveDenyAll:
+		return omni.DecisionForbidden, nil
+	case omni.ApproveReadOnly:
+		if r.toolPerms[tc.Payload.Name] == "r" {
+			return omni.DecisionAllow, nil
+		}
+	case omni.ApproveAlwaysAsk:
+	default:
+		return omni.DecisionAllow, nil
+	}
+	return r.ask(tc)
+}
+
+// ask publishes an approval_request and waits for the human's decision.
+func (r *Runner) ask(tc omni.Message) (string, error) {
+	raw, err := omni.Marshal(&tc)
+	if err != nil {
+		return "", err
+	}
+	ev := omni.ServerEvent{Type: omni.ServerApprovalRequest, ToolCall: raw}
+	b, _ := json.Marshal(ev)
+	a := &approval{event: b, decision: make(chan string, 1)}
+	id := tc.Payload.ToolCallID
+	r.mu.Lock()
+	r.pending[id] = a
+	r.mu.Unlock()
+	defer func() {
+		r.mu.Lock()
+		delete(r.pending, id)
+		r.mu.Unlock()
+	}()
+	if _, err := r.server(r.abortCtx, ev, ""); err != nil {
+		return "", err
+	}
+	select {
+	case d := <-a.decision:
+		return d, nil
+	case <-r.abortCtx.Done():
+		return "", errAborted
+	}
+}
+
+// awaitOutputs waits until every call in ids has its complete output. A
+// started job whose heartbeats stop is declared lost with a failed output
+// (its side effects may have happened, so it is never re-run).
+func (r *Runner) awaitOutputs(ids []string) error {
+	tick := time.NewTicker(250 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		var lost []string
+		done := true
+		now := time.Now()
+		r.mu.Lock()
+		for _, id := range ids {
+			cs := r.calls[id]
+			if cs == nil || cs.output != nil {
+				continue
+			}
+			done = false
+			if cs.started && now.Sub(cs.lastBeat) > r.d.Settings.HeartbeatTimeout {
+				lost = append(lost, id)
+				cs.lastBeat = now // publish once per timeout window
+			}
+		}
+		r.mu.Unlock()
+		if done {
+			return nil
+		}
+		for _, id := range lost {
+			r.log.Warn().Str("tool_call_id", id).Msg("tool runner lost; call failed with unknown outcome")
+			out := omni.ToolCallOutput(id, fmt.Sprintf(
+				"[tool runner lost: no heartbeat for %s; the outcome is unknown and the call was not re-run]",
+				r.d.Settings.HeartbeatTimeout), omni.StatusFailed)
+			if err := r.publishSync(r.abortCtx, &out, bus.OutputMsgID(r.sid, id)); err != nil && !r.aborted() {
+				r.log.Error().Err(err).Msg("could not publish lost-runner output")
+			}
+		}
+		select {
+		case <-r.changed:
+		case <-tick.C:
+		case <-r.abortCtx.Done():
+			return errAborted
+		}
+	}
+}
+
+func (r *Runner) onHeartbeat(m *nats.Msg) {
+	var hb omni.Heartbeat
+	if err := omni.Unpack(m.Data, &hb); err != nil {
+		r.log.Warn().Err(err).Msg("bad heartbeat")
+		return
+	}
+	now := time.Now()
+	r.mu.Lock()
+	for _, id := range hb.ToolCallIDs {
+		if cs := r.calls[id]; cs != nil {
+			cs.started, cs.lastBeat = true, now
+		}
+	}
+	r.mu.Unlock()
+}
+
+// followOutputs reads the Session's model subject from startSeq and records
+// every complete tool_call_output, whoever published it.
+func (r *Runner) followOutputs(ctx context.Context, startSeq uint64) (stop func(), err error) {
+	cfg := jetstream.OrderedConsumerConfig{
+		FilterSubjects: []string{omni.SessionSubject(r.sid, omni.ClassModel)},
+		DeliverPolicy:  jetstream.DeliverByStartSequencePolicy,
+		OptStartSeq:    startSeq,
+	}
+	cons, err := r.d.JS.OrderedConsumer(ctx, omni.SessionsStream, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("follow outputs: %w", err)
+	}
+	cc, err := cons.Consume(func(msg jetstream.Msg) {
+		m, err := omni.Decode(msg.Data())
+		if err != nil {
+			r.log.Warn().Err(err).Str("subject", msg.Subject()).Msg("undecodable message on model subject skipped")
+			return
+		}
+		if m.Payload.Type != omni.TypeToolCallOutput {
+			return
+		}
+		r.mu.Lock()
+		r.fc.Apply(&m)
+		cs := r.calls[m.Payload.ToolCallID]
+		if cs != nil && cs.output == nil {
+			cs.output = &m
+		}
+		r.mu.Unlock()
+		select {
+		case r.changed <- struct{}{}:
+		default:
+		}
+	})
+	if err != nil {
+		return nil, fmt.Errorf("follow outputs: %w", err)
+	}
+	return func() { cc.Stop(); <-cc.Closed() }, nil
+}
+
+// onControl serves floe.ctl.<sid>.<verb> for the Task's lifetime.
+func (r *Runner) onControl(m *nats.Msg) {
+	var c omni.Control
+	if len(m.Data) > 0 {
+		if err := omni.Unpack(m.Data, &c); err != nil {
+			r.reply(m, omni.ControlReply{Code: omni.CodeBadRequest, Message: err.Error()})
+			return
+		}
+	}
+	verb := m.Subject[len(omni.ControlSubject(r.sid, "")):]
+	switch verb {
+	case omni.CtlApprove:
+		if c.Decision != omni.DecisionAllow && c.Decision != omni.DecisionDeny {
+			r.reply(m, omni.ControlReply{Code: omni.CodeBadRequest, Message: "decision must be allow or deny"})
+			return
+		}
+		r.mu.Lock()
+		a := r.pending[c.ToolCallID]
+		if a != nil {
+			delete(r.pending, c.ToolCallID)
+		}
+		r.mu.Unlock()
+		if a == nil {
+			r.reply(m, omni.ControlReply{Code: omni.CodeNotFound, Message: "no pending approval for " + c.ToolCallID})
+			return
+		}
+		a.decision <- c.Decision
+		r.reply(m, omni.ControlReply{OK: true})
+	case omni.CtlAbort:
+		r.abort(errAborted)
+		r.reply(m, omni.ControlReply{OK: true})
+	case omni.CtlSteer:
+		r.mu.Lock()
+		r.steering = append(r.steering, c.Text)
+		r.mu.Unlock()
+		r.reply(m, omni.ControlReply{OK: true})
+	case omni.CtlRetryNow:
+		r.reply(m, omni.ControlReply{OK: true, Skipped: r.retryNow()})
+	case omni.CtlPending:
+		r.mu.Lock()
+		var p [][]byte
+		for _, a := range r.pending {
+			p = append(p, a.event)
+		}
+		r.mu.Unlock()
+		r.reply(m, omni.ControlReply{OK: true, Pending: p})
+	default:
+		r.reply(m, omni.ControlReply{Code: omni.CodeBadRequest, Message: "unknown control verb " + verb})
+	}
+}
+
+func (r *Runner) reply(m *nats.Msg, rep omni.ControlReply) {
+	if m.Reply == "" {
+		return
+	}
+	b, err := omni.Pack(&rep)
+	if err == nil {
+		err = m.Respond(b)
+	}
+	if err != nil {
+		r.log.Warn().Err(err).Msg("control reply failed")
+	}
+}
+
+// finishAbort stops the Task's outstanding tool jobs and publishes abort as
+// the run's last message. Jobs still queued are deleted from the work
+// queue; running ones are cancelled and the runners confirm they will
+// publish nothing more, so nothing of this run lands after abort.
+func (r *Runner) finishAbort(ctx context.Context) {
+	r.mu.Lock()
+	var queued []*callState
+	var running []string
+	for _, cs := range r.calls {
+		if !cs.approved || cs.output != nil {
+			continue
+		}
+		if cs.started {
+			running = append(running, cs.id)
+		} else {
+			queued = append(queued, cs)
+		}
+	}
+	r.mu.Unlock()
+	if len(queued) > 0 {
+		if s, err := r.d.JS.Stream(ctx, omni.ToolsStream); err == nil {
+			for _, cs := range queued {
+				if err := s.DeleteMsg(ctx, cs.jobSeq); err != nil {
+					running = append(running, cs.id) // a runner took it meanwhile
+				}
+			}
+		}
+	}
+	if len(running) > 0 {
+		r.cancelRunning(ctx, running)
+	}
+	ab := omni.Abort("")
+	if err := r.publishSync(ctx, &ab, ""); err != nil {
+		r.log.Error().Err(err).Msg("could not publish abort")
+	}
+}
+
+func (r *Runner) cancelRunning(ctx context.Context, ids []string) {
+	inbox := r.d.NC.NewRespInbox()
+	replies := make(chan *nats.Msg, 64)
+	sub, err := r.d.NC.ChanSubscribe(inbox, replies)
+	if err != nil {
+		r.log.Error().Err(err).Msg("cancel subscription failed")
+		return
+	}
+	defer sub.Unsubscribe()
+	body, _ := omni.Pack(&omni.Cancel{ToolCallIDs: ids})
+	if err := r.d.NC.PublishRequest(omni.CancelSubject(r.sid), inbox, body); err != nil {
+		r.log.Error().Err(err).Msg("cancel publish failed")
+		return
+	}
+	want := make(map[string]bool, len(ids))
+	for _, id := range ids {
+		want[id] = true
+	}
+	timeout := time.NewTimer(r.d.Settings.CancelWait)
+	defer timeout.Stop()
+	for len(want) > 0 {
+		select {
+		case m := <-replies:
+			var rep omni.CancelReply
+			if omni.Unpack(m.Data, &rep) == nil {
+				for _, id := range rep.ToolCallIDs {
+					delete(want, id)
+				}
+			}
+		case <-timeout.C:
+			r.log.Warn().Int("unconfirmed", len(want)).Msg("runners did not confirm cancellation in time")
+			return
+		case <-ctx.Done():
+			return
+		}
+	}
+}
