@@ -37,6 +37,9 @@ type envOpts struct {
 func start(t *testing.T, o envOpts) *env {
 	t.Helper()
 	home := t.TempDir()
+	// Commands run in a login shell; keep the machine's profile (and
+	// anything slow or stateful in it) out of the tests.
+	t.Setenv("HOME", home)
 	ws := filepath.Join(home, "ws")
 	if err := os.MkdirAll(ws, 0o755); err != nil {
 		t.Fatal(err)
@@ -50,7 +53,7 @@ func start(t *testing.T, o envOpts) *env {
 	if !o.noTrace {
 		opts.Tracer = &tracer.Config{Home: home}
 	}
-	st, err := stack.Start(context.Background(), opts, zerolog.Nop())
+	st, err := stack.Start(context.Background(), opts, testLogger())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -69,7 +72,7 @@ func start(t *testing.T, o envOpts) *env {
 		cfg.Defaults()
 		go func() {
 			defer close(done)
-			_ = toolrunner.Run(ctx, nc, cfg, zerolog.Nop())
+			_ = toolrunner.Run(ctx, nc, cfg, testLogger())
 		}()
 		t.Cleanup(func() { cancel(); <-done; nc.Close() })
 	}
@@ -296,4 +299,12 @@ func checkDiscipline(t *testing.T, rs []rec) {
 		}
 		delete(open, pr)
 	}
+}
+
+// testLogger logs to stderr when FLOE_TEST_LOG is set.
+func testLogger() zerolog.Logger {
+	if os.Getenv("FLOE_TEST_LOG") != "" {
+		return zerolog.New(zerolog.ConsoleWriter{Out: os.Stderr}).With().Timestamp().Logger()
+	}
+	return zerolog.Nop()
 }
