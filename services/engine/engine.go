@@ -49,6 +49,9 @@ type Config struct {
 	Providers provider.Config
 	// Durable names the shared task consumer (default "floe-engine").
 	Durable string
+	// MaxSubagentDepth is how deep run_subagent may nest (default 1;
+	// negative disables subagents).
+	MaxSubagentDepth int
 }
 
 // Defaults fills unset fields.
@@ -79,6 +82,9 @@ func (c *Config) Defaults() {
 	}
 	if c.AckWait <= 0 {
 		c.AckWait = 30 * time.Second
+	}
+	if c.MaxSubagentDepth == 0 {
+		c.MaxSubagentDepth = 1
 	}
 	if c.Durable == "" {
 		c.Durable = "floe-engine"
@@ -150,6 +156,7 @@ func Run(ctx context.Context, nc *nats.Conn, cfg Config, log zerolog.Logger) err
 			CancelWait:       cfg.CancelWait,
 			ToolListTimeout:  30 * time.Second,
 			DefaultMaxTurns:  cfg.DefaultMaxTurns,
+			MaxSubagentDepth: max(cfg.MaxSubagentDepth, 0),
 		},
 	}
 	log.Info().Int("max_tasks", cfg.MaxTasks).Msg("engine started")

@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"floe.dev/services/engine/internal/model"
+	"floe.dev/services/engine/internal/provider/anthropic"
+	"floe.dev/services/engine/internal/provider/openai"
 	"floe.dev/services/engine/internal/provider/scripted"
 )
 
@@ -27,7 +29,9 @@ type Registry struct {
 	cfg Config
 	mu  sync.Mutex
 	// scripted providers keep per-Session counters: one instance per name.
-	scripted map[string]*scripted.Provider
+	scripted  map[string]*scripted.Provider
+	openai    *openai.Provider
+	anthropic *anthropic.Provider
 }
 
 // NewRegistry returns a Registry for cfg.

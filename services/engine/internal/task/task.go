@@ -41,6 +41,7 @@ type Settings struct {
 	ToolListTimeout  time.Duration // how long to wait for a runner to list its tools
 	DefaultMaxTurns  int           // 0 = unlimited
 	SystemPrompt     string        // default system prompt; %s gets the Workspace
+	MaxSubagentDepth int           // how deep run_subagent may nest (0 = no subagents)
 }
 
 // Deps are the connections a Task uses.
@@ -103,6 +104,10 @@ type Runner struct {
 	usage     omni.Usage
 	pubErr    error
 	retryNext bool
+
+	children       map[string]string        // running child Session → its Task
+	childApprovals map[string]childApproval // a child's pending calls
+	subagents      sync.WaitGroup
 }
 
 type approval struct {
@@ -122,6 +127,9 @@ func New(d *Deps, t omni.Task) *Runner {
 		calls:   make(map[string]*callState),
 		changed: make(chan struct{}, 1),
 		pending: make(map[string]*approval),
+
+		children:       make(map[string]string),
+		childApprovals: make(map[string]childApproval),
 	}
 }
 
@@ -179,6 +187,7 @@ func (r *Runner) Run(ctx context.Context) (status string, err error) {
 	defer outputs()
 
 	status = r.run(ctx)
+	r.subagents.Wait()
 	if ctx.Err() != nil {
 		return "", fmt.Errorf("task: engine shutting down: %w", ctx.Err())
 	}
@@ -289,6 +298,9 @@ func (r *Runner) start(ctx context.Context) error {
 	tools, err := r.d.Tools(r.abortCtx)
 	if err != nil {
 		return fmt.Errorf("list tools: %w", err)
+	}
+	if r.rec.Depth < r.d.Settings.MaxSubagentDepth {
+		tools = append(append([]omni.ToolSpec(nil), tools...), SubagentSpec())
 	}
 	r.tools = tools
 	r.toolPerms = make(map[string]string, len(tools))

@@ -47,6 +47,19 @@ func (r *Runner) approveOne(tc omni.Message) error {
 		out := omni.ToolCallOutput(id, text, omni.StatusAborted)
 		return r.publishSync(ctx, &out, bus.OutputMsgID(r.sid, id))
 	}
+	if tc.Payload.Name == SubagentTool {
+		r.mu.Lock()
+		if cs := r.calls[id]; cs != nil {
+			cs.approved, cs.dispatched = true, time.Now()
+		}
+		r.mu.Unlock()
+		r.subagents.Add(1)
+		go func() {
+			defer r.subagents.Done()
+			r.runSubagent(tc)
+		}()
+		return nil
+	}
 	job := omni.ToolJob{
 		SessionID:      r.sid,
 		ToolCallID:     id,
@@ -254,6 +267,10 @@ func (r *Runner) onControl(m *nats.Msg) {
 		}
 		r.mu.Unlock()
 		if a == nil {
+			if rep, ok := r.forwardApproval(c); ok {
+				r.reply(m, rep)
+				return
+			}
 			r.reply(m, omni.ControlReply{Code: omni.CodeNotFound, Message: "no pending approval for " + c.ToolCallID})
 			return
 		}
@@ -274,6 +291,9 @@ func (r *Runner) onControl(m *nats.Msg) {
 		var p [][]byte
 		for _, a := range r.pending {
 			p = append(p, a.event)
+		}
+		for _, ca := range r.childApprovals {
+			p = append(p, ca.event)
 		}
 		r.mu.Unlock()
 		r.reply(m, omni.ControlReply{OK: true, Pending: p})
@@ -326,6 +346,7 @@ func (r *Runner) finishAbort(ctx context.Context) {
 	if len(running) > 0 {
 		r.cancelRunning(ctx, running)
 	}
+	r.abortChildren(ctx)
 	ab := omni.Abort("")
 	if err := r.publishSync(ctx, &ab, ""); err != nil {
 		r.log.Error().Err(err).Msg("could not publish abort")

@@ -1,0 +1,300 @@
+package openai
+
+import (
+	"encoding/json"
+	"fmt"
+	"strings"
+
+	"floe.dev/pkg/omni"
+	"floe.dev/services/engine/internal/model"
+)
+
+// Wire types of the request body.
+
+type chatRequest struct {
+	Model               string         `json:"model"`
+	Messages            []chatMessage  `json:"messages"`
+	Tools               []chatTool     `json:"tools,omitempty"`
+	ReasoningEffort     string         `json:"reasoning_effort,omitempty"`
+	MaxCompletionTokens int            `json:"max_completion_tokens,omitempty"`
+	Stream              bool           `json:"stream"`
+	StreamOptions       *streamOptions `json:"stream_options,omitempty"`
+}
+
+type streamOptions struct {
+	IncludeUsage bool `json:"include_usage"`
+}
+
+// chatMessage is one message. Content is a string, a []contentPart, or nil
+// (JSON null: an assistant message that only calls tools).
+type chatMessage struct {
+	Role             string         `json:"role"`
+	Content          any            `json:"content"`
+	ReasoningContent *string        `json:"reasoning_content,omitempty"`
+	Reasoning        *string        `json:"reasoning,omitempty"`
+	ToolCalls        []chatToolCall `json:"tool_calls,omitempty"`
+	ToolCallID       string         `json:"tool_call_id,omitempty"`
+}
+
+type contentPart struct {
+	Type     string    `json:"type"`
+	Text     string    `json:"text,omitempty"`
+	ImageURL *imageURL `json:"image_url,omitempty"`
+}
+
+type imageURL struct {
+	URL string `json:"url"`
+}
+
+type chatToolCall struct {
+	ID       string       `json:"id"`
+	Type     string       `json:"type"`
+	Function chatFunction `json:"function"`
+}
+
+type chatFunction struct {
+	Name      string `json:"name"`
+	Arguments string `json:"arguments"`
+}
+
+type chatTool struct {
+	Type     string      `json:"type"`
+	Function toolFuncDef `json:"function"`
+}
+
+type toolFuncDef struct {
+	Name        string          `json:"name"`
+	Description string          `json:"description,omitempty"`
+	Parameters  json.RawMessage `json:"parameters"`
+}
+
+// Reasoning fields of a delta and of a replayed assistant message.
+const (
+	fieldReasoningContent = "reasoning_content"
+	fieldReasoning        = "reasoning"
+)
+
+type fidelity struct {
+	ReasoningField string `json:"reasoning_field"`
+}
+
+var emptySchema = json.RawMessage(`{"type":"object","properties":{}}`)
+
+// buildRequest renders req as a streaming Chat Completions body.
+//
+// History: user text → role user; image_url / inline image data → image_url
+// parts, joined to the user message before them; consecutive assistant
+// messages (thinking, text, tool calls) → one assistant message, its text
+// joined, tool calls in tool_calls and thinking replayed in the field its
+// fidelity names (thinking without that fidelity came from another provider
+// and is dropped); tool outputs → role tool with tool_call_id, their images
+// in one user message after the run of tool messages (tool messages cannot
+// carry images).
+func buildRequest(req *model.Request, maxTokens int) ([]byte, error) {
+	b := builder{}
+	if req.SystemPrompt != "" {
+		b.msgs = append(b.msgs, chatMessage{Role: "system", Content: req.SystemPrompt})
+	}
+	for i := range req.Messages {
+		b.add(&req.Messages[i].Payload)
+	}
+	b.flush()
+	cr := chatRequest{
+		Model:               req.Model,
+		Messages:            b.msgs,
+		Stream:              true,
+		StreamOptions:       &streamOptions{IncludeUsage: true},
+		MaxCompletionTokens: maxTokens,
+	}
+	switch req.ThinkingLevel {
+	case "low", "medium", "high":
+		cr.ReasoningEffort = req.ThinkingLevel
+	}
+	for _, t := range req.Tools {
+		params := t.Parameters
+		if len(params) == 0 || string(params) == "null" {
+			params = emptySchema
+		}
+		cr.Tools = append(cr.Tools, chatTool{Type: "function", Function: toolFuncDef{Name: t.Name, Description: t.Description, Parameters: params}})
+	}
+	body, err := json.Marshal(cr)
+	if err != nil {
+		return nil, fmt.Errorf("openai: encode request: %w", err)
+	}
+	return body, nil
+}
+
+type builder struct {
+	msgs []chatMessage
+
+	// the assistant message being assembled
+	inAssistant bool
+	text        []string
+	reasoning   map[string]*strings.Builder
+	calls       []chatToolCall
+
+	// images of the current run of tool messages
+	toolImages []contentPart
+}
+
+func (b *builder) add(p *omni.Payload) {
+	if p.Role == omni.RoleAssistant {
+		b.flushToolImages()
+		b.inAssistant = true
+		switch p.Type {
+		case omni.TypeText:
+			if p.Text != "" {
+				b.text = append(b.text, p.Text)
+			}
+		case omni.TypeThinking:
+			var f fidelity
+			if len(p.Fidelity) > 0 && json.Unmarshal(p.Fidelity, &f) == nil &&
+				(f.ReasoningField == fieldReasoningContent || f.ReasoningField == fieldReasoning) {
+				if b.reasoning == nil {
+					b.reasoning = map[string]*strings.Builder{}
+				}
+				sb := b.reasoning[f.ReasoningField]
+				if sb == nil {
+					sb = &strings.Builder{}
+					b.reasoning[f.ReasoningField] = sb
+				}
+				sb.WriteString(p.Thinking)
+			}
+		case omni.TypeToolCall:
+			args := p.Arguments
+			if strings.TrimSpace(args) == "" {
+				args = "{}"
+			}
+			b.calls = append(b.calls, chatToolCall{ID: p.ToolCallID, Type: "function", Function: chatFunction{Name: p.Name, Arguments: args}})
+		}
+		return
+	}
+	b.flushAssistant()
+	switch p.Type {
+	case omni.TypeToolCallOutput:
+		out := p.Output
+		if out == "" {
+			out = omni.NoOutput
+		}
+		b.msgs = append(b.msgs, chatMessage{Role: "tool", Content: out, ToolCallID: p.ToolCallID})
+		for _, u := range imageURLs(p.Images) {
+			b.toolImages = append(b.toolImages, contentPart{Type: "image_url", ImageURL: &imageURL{URL: u}})
+		}
+	case omni.TypeText:
+		b.flushToolImages()
+		b.msgs = append(b.msgs, chatMessage{Role: "user", Content: p.Text})
+	case omni.TypeImageURL:
+		b.flushToolImages()
+		b.addUserImage(p.ImageURL)
+	case omni.TypeInlineData:
+		b.flushToolImages()
+		if strings.HasPrefix(p.MimeType, "image/") {
+			b.addUserImage("data:" + p.MimeType + ";base64," + p.Data)
+		} else {
+			b.msgs = append(b.msgs, chatMessage{Role: "user", Content: "[attachment of type " + p.MimeType + " omitted: not supported by this provider]"})
+		}
+	}
+}
+
+// addUserImage appends an image part to the preceding user message, or
+// starts a user message.
+func (b *builder) addUserImage(url string) {
+	part := contentPart{Type: "image_url", ImageURL: &imageURL{URL: url}}
+	if n := len(b.msgs); n > 0 && b.msgs[n-1].Role == "user" {
+		last := &b.msgs[n-1]
+		switch c := last.Content.(type) {
+		case string:
+			last.Content = []contentPart{{Type: "text", Text: c}, part}
+			return
+		case []contentPart:
+			last.Content = append(c, part)
+			return
+		}
+	}
+	b.msgs = append(b.msgs, chatMessage{Role: "user", Content: []contentPart{part}})
+}
+
+func (b *builder) flushToolImages() {
+	if len(b.toolImages) == 0 {
+		return
+	}
+	parts := append([]contentPart{{Type: "text", Text: "Images returned by the tool calls above:"}}, b.toolImages...)
+	b.msgs = append(b.msgs, chatMessage{Role: "user", Content: parts})
+	b.toolImages = nil
+}
+
+func (b *builder) flushAssistant() {
+	if !b.inAssistant {
+		return
+	}
+	m := chatMessage{Role: "assistant", ToolCalls: b.calls}
+	switch {
+	case len(b.text) > 0:
+		m.Content = strings.Join(b.text, "\n\n")
+	case len(b.calls) == 0:
+		m.Content = ""
+	}
+	if sb := b.reasoning[fieldReasoningContent]; sb != nil {
+		s := sb.String()
+		m.ReasoningContent = &s
+	}
+	if sb := b.reasoning[fieldReasoning]; sb != nil {
+		s := sb.String()
+		m.Reasoning = &s
+	}
+	if m.Content != nil || m.ToolCalls != nil || m.ReasoningContent != nil || m.Reasoning != nil {
+		b.msgs = append(b.msgs, m)
+	}
+	b.inAssistant, b.text, b.reasoning, b.calls = false, nil, nil, nil
+}
+
+func (b *builder) flush() {
+	b.flushAssistant()
+	b.flushToolImages()
+}
+
+// imageURLs reads a tool output's images array leniently: each element is a
+// URL or data URL string, or an object with image_url (string or {url}),
+// url, or data + mime_type.
+func imageURLs(raw json.RawMessage) []string {
+	if len(raw) == 0 {
+		return nil
+	}
+	var items []json.RawMessage
+	if json.Unmarshal(raw, &items) != nil {
+		return nil
+	}
+	var out []string
+	for _, it := range items {
+		var s string
+		if json.Unmarshal(it, &s) == nil {
+			if s != "" {
+				out = append(out, s)
+			}
+			continue
+		}
+		var o struct {
+			ImageURL json.RawMessage `json:"image_url"`
+			URL      string          `json:"url"`
+			Data     string          `json:"data"`
+			MimeType string          `json:"mime_type"`
+		}
+		if json.Unmarshal(it, &o) != nil {
+			continue
+		}
+		var nested struct {
+			URL string `json:"url"`
+		}
+		switch {
+		case json.Unmarshal(o.ImageURL, &s) == nil && s != "":
+			out = append(out, s)
+		case json.Unmarshal(o.ImageURL, &nested) == nil && nested.URL != "":
+			out = append(out, nested.URL)
+		case o.URL != "":
+			out = append(out, o.URL)
+		case o.Data != "" && o.MimeType != "":
+			out = append(out, "data:"+o.MimeType+";base64,"+o.Data)
+		}
+	}
+	return out
+}

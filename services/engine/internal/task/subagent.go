@@ -1,0 +1,229 @@
+package task
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"floe.dev/pkg/bus"
+	"floe.dev/pkg/omni"
+)
+
+// SubagentTool is the engine's own tool: it runs a child Session.
+const SubagentTool = "run_subagent"
+
+// SubagentSpec describes run_subagent to the model.
+func SubagentSpec() omni.ToolSpec {
+	return omni.ToolSpec{
+		Name: SubagentTool,
+		Description: "Delegate a self-contained sub-task to a subagent: a child Session with the same tools in the same Workspace. " +
+			"Its final answer is returned as this tool's output.",
+		Parameters: json.RawMessage(`{"type":"object","properties":{"description":{"type":"string","description":"A short label for the sub-task"},"prompt":{"type":"string","description":"The complete instructions for the subagent"}},"required":["description","prompt"],"additionalProperties":false}`),
+		Permission: "rw",
+	}
+}
+
+type subagentArgs struct {
+	Description string `json:"description"`
+	Prompt      string `json:"prompt"`
+}
+
+// runSubagent runs a child Session for one run_subagent call: its own
+// subjects and Trace, every message republished on this Session's nested
+// subject with the child id prepended to origin, its approval requests
+// surfaced here with origin. The call's output is the child's final answer.
+func (r *Runner) runSubagent(tc omni.Message) {
+	id := tc.Payload.ToolCallID
+	fail := func(text string) {
+		out := omni.ToolCallOutput(id, text, omni.StatusFailed)
+		if err := r.publishSync(context.WithoutCancel(r.abortCtx), &out, bus.OutputMsgID(r.sid, id)); err != nil {
+			r.log.Error().Err(err).Msg("could not publish subagent output")
+		}
+	}
+	var args subagentArgs
+	dec := json.NewDecoder(strings.NewReader(tc.Payload.Arguments))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&args); err != nil || strings.TrimSpace(args.Prompt) == "" {
+		fail(fmt.Sprintf("invalid arguments for run_subagent: want {\"description\": string, \"prompt\": string}: %v", err))
+		return
+	}
+	if r.rec.Depth+1 > r.d.Settings.MaxSubagentDepth {
+		fail(fmt.Sprintf("run_subagent: nesting depth limit (%d) reached", r.d.Settings.MaxSubagentDepth))
+		return
+	}
+	ctx := r.abortCtx
+	now := time.Now().UTC()
+	b := make([]byte, 4)
+	_, _ = rand.Read(b)
+	child := omni.NewSessionID(now, hex.EncodeToString(b))
+	childTask := omni.Task{ID: "task-" + hex.EncodeToString(b) + "-" + id, Kind: omni.TaskRun, SessionID: child,
+		Input: []omni.InputPart{{Type: "text", Text: args.Prompt}}, ThinkingLevel: r.task.ThinkingLevel,
+		ParentSessionID: r.sid, ParentToolCallID: id}
+	rec := &omni.SessionRecord{
+		ID: child, Model: r.rec.Model, Workspace: r.rec.Workspace, ApprovalMode: r.rec.ApprovalMode,
+		SystemPrompt: r.rec.SystemPrompt, MaxTurns: r.rec.MaxTurns, Compaction: r.rec.Compaction,
+		Title: args.Description, Principal: r.rec.Principal, CreatedUnixMs: now.UnixMilli(),
+		State: omni.StateRunning, TaskID: childTask.ID, Parent: r.sid, Depth: r.rec.Depth + 1,
+	}
+	if err := r.d.Sessions.Create(ctx, rec); err != nil {
+		fail(fmt.Sprintf("run_subagent: could not create the child Session: %v", err))
+		return
+	}
+	ptr := omni.Subagent(child)
+	r.publish(&ptr, "")
+
+	r.mu.Lock()
+	r.children[child] = childTask.ID
+	r.mu.Unlock()
+	defer func() {
+		r.mu.Lock()
+		delete(r.children, child)
+		r.mu.Unlock()
+	}()
+
+	nm, err := bus.PackMsg(omni.TaskSubject(child), &childTask)
+	if err == nil {
+		_, err = r.d.JS.PublishMsg(ctx, nm)
+	}
+	if err != nil {
+		fail(fmt.Sprintf("run_subagent: could not start the child Task: %v", err))
+		return
+	}
+	answer, status, err := r.forwardChild(ctx, child, childTask.ID)
+	if err != nil {
+		if r.abortCtx.Err() != nil {
+			return // abort (the child is stopped too) or shutdown (the Task is resumed elsewhere)
+		}
+		fail(fmt.Sprintf("run_subagent: lost the child Session %s: %v", child, err))
+		return
+	}
+	stop := ""
+	if status != omni.StatusCompleted {
+		stop = omni.StatusFailed
+		answer = fmt.Sprintf("[subagent %s %s] %s", child, status, answer)
+	}
+	if strings.TrimSpace(answer) == "" {
+		answer = omni.NoOutput
+	}
+	out := omni.ToolCallOutput(id, answer, stop)
+	if err := r.publishSync(ctx, &out, bus.OutputMsgID(r.sid, id)); err != nil && !r.aborted() {
+		r.log.Error().Err(err).Msg("could not publish subagent output")
+	}
+}
+
+// forwardChild republishes the child's stream under this Session until
+// the child's Task ends; it returns the child's final answer and status.
+func (r *Runner) forwardChild(ctx context.Context, child, childTask string) (answer, status string, err error) {
+	var last string
+	err = bus.FollowUntil(ctx, r.d.JS, child, []string{omni.ClassMeta, omni.ClassPartial, omni.ClassModel, omni.ClassEvent, omni.ClassNested, omni.ClassServer}, 0, false, func(sm bus.StreamMsg) error {
+		if sm.Class == omni.ClassServer {
+			var ev omni.ServerEvent
+			if json.Unmarshal(sm.Data, &ev) != nil {
+				return nil
+			}
+			switch ev.Type {
+			case omni.ServerTaskState:
+				if ev.State == omni.StateIdle && ev.TaskID == childTask {
+					status = ev.Status
+					return bus.ErrStop
+				}
+			case omni.ServerApprovalRequest:
+				ev.Origin = append([]string{child}, ev.Origin...)
+				var tc omni.Message
+				if omni.Unmarshal(ev.ToolCall, &tc) == nil {
+					b, _ := json.Marshal(ev)
+					r.mu.Lock()
+					r.childApprovals[tc.Payload.ToolCallID] = childApproval{session: child, event: b}
+					r.mu.Unlock()
+				}
+				if _, err := r.server(ctx, ev, ""); err != nil {
+					return err
+				}
+			}
+			return nil
+		}
+		m, derr := omni.Decode(sm.Data)
+		if derr != nil {
+			r.log.Warn().Err(derr).Str("child", child).Msg("undecodable child message not forwarded")
+			return nil
+		}
+		if len(m.Origin) == 0 && m.Type == omni.KindModel && m.Payload.Type == omni.TypeText &&
+			m.Payload.Role == omni.RoleAssistant && m.Payload.StopReason == "" {
+			last = m.Payload.Text
+		}
+		if m.Type == omni.KindEvent && m.Payload.Type == omni.TypeApprovalDecision {
+			r.mu.Lock()
+			delete(r.childApprovals, m.Payload.ToolCallID)
+			r.mu.Unlock()
+		}
+		fwd := m.WithOrigin(child)
+		nm, perr := bus.SessionMsgClass(r.sid, omni.ClassNested, &fwd, "")
+		if perr != nil {
+			return perr
+		}
+		if _, perr = r.d.JS.PublishMsgAsync(nm); perr != nil {
+			return perr
+		}
+		return nil
+	})
+	return last, status, err
+}
+
+type childApproval struct {
+	session string
+	event   []byte
+}
+
+// forwardApproval passes a decision for a child's pending call to the child
+// Session's engine; ok is false when no child waits on that call.
+func (r *Runner) forwardApproval(c omni.Control) (omni.ControlReply, bool) {
+	r.mu.Lock()
+	ca, ok := r.childApprovals[c.ToolCallID]
+	r.mu.Unlock()
+	if !ok {
+		return omni.ControlReply{}, false
+	}
+	body, _ := omni.Pack(&c)
+	m, err := r.d.NC.Request(omni.ControlSubject(ca.session, omni.CtlApprove), body, 5*time.Second)
+	if err != nil {
+		return omni.ControlReply{Code: omni.CodeNotFound, Message: err.Error()}, true
+	}
+	var rep omni.ControlReply
+	if err := omni.Unpack(m.Data, &rep); err != nil {
+		return omni.ControlReply{Code: omni.CodeInternal, Message: err.Error()}, true
+	}
+	return rep, true
+}
+
+// abortChildren aborts every running child Session and waits (bounded)
+// until their Tasks ended, so nothing of theirs is forwarded after this
+// Session's abort.
+func (r *Runner) abortChildren(ctx context.Context) {
+	r.mu.Lock()
+	children := make(map[string]string, len(r.children))
+	for k, v := range r.children {
+		children[k] = v
+	}
+	r.mu.Unlock()
+	for child := range children {
+		if _, err := r.d.NC.Request(omni.ControlSubject(child, omni.CtlAbort), nil, 5*time.Second); err != nil && err != nats.ErrNoResponders {
+			r.log.Warn().Err(err).Str("child", child).Msg("could not abort child session")
+		}
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for len(children) > 0 && time.Now().Before(deadline) {
+		for child, taskID := range children {
+			rec, _, err := r.d.Sessions.Get(ctx, child)
+			if err != nil || rec.TaskID != taskID {
+				delete(children, child)
+			}
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
