@@ -170,7 +170,7 @@ func (c *common) logger(service string) zerolog.Logger {
 }
 
 func engineConfig(c *common) (*engine.Config, error) {
-	cfg := engine.Config{RetryMax: 5}
+	cfg := engine.Config{RetryMax: 5, Home: c.home}
 	if err := engine.EnvConfig(&cfg); err != nil {
 		return nil, err
 	}

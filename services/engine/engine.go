@@ -49,6 +49,9 @@ type Config struct {
 	Providers provider.Config
 	// Durable names the shared task consumer (default "floe-engine").
 	Durable string
+	// Home is $FLOE_HOME: a Session resumes from its Trace files there when
+	// they exist (else from the stream alone).
+	Home string
 	// MaxSubagentDepth is how deep run_subagent may nest (default 1;
 	// negative disables subagents).
 	MaxSubagentDepth int
@@ -157,6 +160,7 @@ func Run(ctx context.Context, nc *nats.Conn, cfg Config, log zerolog.Logger) err
 			ToolListTimeout:  30 * time.Second,
 			DefaultMaxTurns:  cfg.DefaultMaxTurns,
 			MaxSubagentDepth: max(cfg.MaxSubagentDepth, 0),
+			Home:             cfg.Home,
 		},
 	}
 	log.Info().Int("max_tasks", cfg.MaxTasks).Msg("engine started")

@@ -44,7 +44,7 @@ func start(t *testing.T, o envOpts) *env {
 	if err := os.MkdirAll(ws, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	eng := engine.Config{RetryMax: 5, RetryBase: 20 * time.Millisecond, RetryCap: 100 * time.Millisecond, HeartbeatTimeout: 2 * time.Second}
+	eng := engine.Config{RetryMax: 5, RetryBase: 20 * time.Millisecond, RetryCap: 100 * time.Millisecond, HeartbeatTimeout: 2 * time.Second, Home: home}
 	if o.engine != nil {
 		o.engine(&eng)
 	}

@@ -237,6 +237,15 @@ func (c *Context) LastCalls() []string {
 	return nil
 }
 
+// PendingCompaction reports a compaction_begin without its compaction_end
+// (its engine died mid-way) and that compaction's reason and mode.
+func (c *Context) PendingCompaction() (reason, mode string, ok bool) {
+	if !c.Compacting {
+		return "", "", false
+	}
+	return c.compactionBegin.Reason, c.compactionBegin.Mode, true
+}
+
 // OpenRequest reports whether a request began and never ended (its engine
 // died mid-request).
 func (c *Context) OpenRequest() bool { return c.open != nil }

@@ -42,6 +42,7 @@ type Settings struct {
 	DefaultMaxTurns  int           // 0 = unlimited
 	SystemPrompt     string        // default system prompt; %s gets the Workspace
 	MaxSubagentDepth int           // how deep run_subagent may nest (0 = no subagents)
+	Home             string        // $FLOE_HOME: resume from its Traces when present
 }
 
 // Deps are the connections a Task uses.
@@ -165,7 +166,7 @@ func (r *Runner) Run(ctx context.Context) (status string, err error) {
 		return "", err
 	}
 
-	history, lastSeq, bad, err := bus.History(ctx, r.d.JS, r.sid)
+	history, lastSeq, bad, err := bus.LoadHistory(ctx, r.d.JS, r.d.Settings.Home, r.sid)
 	if err != nil {
 		return "", err
 	}
@@ -221,6 +222,12 @@ func (r *Runner) run(ctx context.Context) string {
 		m.Payload.StopReason = omni.StatusFailed
 		r.publish(&m, "")
 		return Failed
+	}
+	// A compaction left open by an engine that died is closed as failed
+	// before anything else is appended.
+	if reason, mode, ok := r.fc.PendingCompaction(); ok {
+		end := omni.CompactionEnd(reason, mode, omni.StatusFailed)
+		r.publish(&end, "")
 	}
 	if err := r.start(ctx); err != nil {
 		if r.aborted() {
