@@ -19,6 +19,7 @@ import (
 
 	"floe.dev/pkg/bus"
 	"floe.dev/pkg/omni"
+	"floe.dev/services/engine/internal/fold"
 	"floe.dev/services/engine/internal/provider"
 	"floe.dev/services/engine/internal/task"
 )
@@ -329,4 +330,12 @@ func EnvConfig(c *Config) error {
 	c.Providers.AnthropicBaseURL = os.Getenv("ANTHROPIC_BASE_URL")
 	c.Providers.AnthropicAPIKey = os.Getenv("ANTHROPIC_API_KEY")
 	return nil
+}
+
+// ModelContext returns the model context a Session with these records
+// resumes with: the deterministic fold the engine itself uses (only
+// completed requests, tool outputs in call order, the last completed
+// compaction's summary).
+func ModelContext(records []omni.Message) []omni.Message {
+	return fold.Load(records).Messages()
 }

@@ -1,0 +1,407 @@
+package runner
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/rs/zerolog"
+
+	"floe.dev/pkg/bus"
+	"floe.dev/pkg/omni"
+	"floe.dev/services/toolrunner/internal/tools"
+)
+
+// jobState is where a job is in its life; it moves only forward, from
+// running to exactly one of completing or cancelled.
+type jobState int
+
+const (
+	// running: the tool runs and its output streams as partials.
+	running jobState = iota
+	// completing: the stop fragment is out and the complete output is
+	// being published; a cancel no longer stops the job.
+	completing
+	// cancelled: the engine stopped the job; nothing more is published.
+	cancelled
+)
+
+// job is one tool call being executed.
+type job struct {
+	r      *runner
+	sid    string
+	id     string
+	key    string // jobKey(sid, id)
+	log    zerolog.Logger
+	cancel context.CancelCauseFunc
+	done   chan struct{} // closed when the job's goroutine can publish nothing more
+	kick   chan struct{} // cap 1: output is buffered and waits for the timed flush
+
+	// mu guards the fields below and is held while a partial is handed to
+	// the connection, so the fragments of one job leave in order and none
+	// leaves after the state has moved to cancelled.
+	mu      sync.Mutex
+	state   jobState
+	started bool                     // the start fragment is out
+	buf     strings.Builder          // output not yet published
+	sent    strings.Builder          // output published as fragments
+	acks    []jetstream.PubAckFuture // partial publishes not yet acknowledged
+}
+
+func jobKey(sid, id string) string { return sid + "/" + id }
+
+// process handles one fetched message: decode, acknowledge, check, run
+// under jobsCtx, publish. It runs on its own goroutine and holds one slot.
+func (r *runner) process(jobsCtx context.Context, m jetstream.Msg) {
+	log := r.log.With().Str("subject", m.Subject()).Logger()
+	var storedAt time.Time
+	if md, err := m.Metadata(); err == nil {
+		storedAt = md.Timestamp
+		log = log.With().Uint64("seq", md.Sequence.Stream).Logger()
+	}
+	var tj omni.ToolJob
+	decodeErr := omni.Unpack(m.Data(), &tj)
+
+	// At most once: the job leaves the queue before anything runs. If the
+	// ack fails the job is not run here; if it was in fact stored, nobody
+	// runs it and the engine pairs the call when no heartbeat comes.
+	actx, cancel := context.WithTimeout(context.Background(), ackTimeout)
+	err := m.DoubleAck(actx)
+	cancel()
+	if err != nil {
+		log.Error().Err(err).Msg("ack of tool job failed; job not run")
+		return
+	}
+	if decodeErr != nil {
+		log.Error().Err(decodeErr).Int("bytes", len(m.Data())).Msg("undecodable tool job dropped")
+		return
+	}
+	if tj.SessionID == "" {
+		tj.SessionID = sessionOfSubject(m.Subject(), r.cfg.Pool)
+	}
+	log = log.With().Str("session_id", tj.SessionID).Str("tool_call_id", tj.ToolCallID).Str("tool", tj.Name).Logger()
+	if !omni.ValidSessionID(tj.SessionID) || tj.ToolCallID == "" {
+		log.Error().Msg("tool job without a valid session id or tool call id dropped")
+		return
+	}
+	j := &job{
+		r:    r,
+		sid:  tj.SessionID,
+		id:   tj.ToolCallID,
+		key:  jobKey(tj.SessionID, tj.ToolCallID),
+		log:  log,
+		done: make(chan struct{}),
+		kick: make(chan struct{}, 1),
+	}
+	ctx, stopJob := context.WithCancelCause(jobsCtx)
+	j.cancel = stopJob
+	defer close(j.done)
+	defer stopJob(nil)
+	if reason := r.register(j, storedAt); reason != "" {
+		log.Info().Str("reason", reason).Msg("tool job dropped without running")
+		return
+	}
+	defer r.unregister(j)
+	r.beat(j.sid)
+
+	begin := time.Now()
+	var res tools.Result
+	if problem := checkJob(&tj); problem != "" {
+		// Published like a tool's output, so a cancel still wins.
+		log.Warn().Str("problem", problem).Msg("bad tool job; publishing a failed output")
+		res = tools.Result{Output: "toolrunner cannot run this tool call: " + problem, Failed: true}
+	} else {
+		log.Debug().Msg("tool job started")
+		stopFlusher, flusherDone := make(chan struct{}), make(chan struct{})
+		go func() {
+			defer close(flusherDone)
+			j.flushLoop(stopFlusher)
+		}()
+		res = r.cfg.Tools.Execute(ctx, tools.Call{
+			Name:      tj.Name,
+			Arguments: tj.Arguments,
+			Workspace: tj.Workspace,
+			Env:       []string{"FLOE_SESSION_ID=" + tj.SessionID, "FLOE_TOOL_CALL_ID=" + tj.ToolCallID},
+		}, j.emit)
+		close(stopFlusher)
+		<-flusherDone
+	}
+	j.finish(res)
+	log.Debug().Bool("failed", res.Failed).Dur("took", time.Since(begin)).Msg("tool job ended")
+}
+
+// checkJob returns what makes a decoded job unrunnable, or "".
+func checkJob(tj *omni.ToolJob) string {
+	switch {
+	case tj.Name == "":
+		return "the job names no tool"
+	case tj.Workspace == "":
+		return "the job has no workspace"
+	case !filepath.IsAbs(tj.Workspace):
+		return fmt.Sprintf("workspace %q is not an absolute path", tj.Workspace)
+	}
+	fi, err := os.Stat(tj.Workspace)
+	switch {
+	case errors.Is(err, os.ErrNotExist):
+		return fmt.Sprintf("workspace %q does not exist", tj.Workspace)
+	case err != nil:
+		return fmt.Sprintf("workspace %q: %v", tj.Workspace, err)
+	case !fi.IsDir():
+		return fmt.Sprintf("workspace %q is not a directory", tj.Workspace)
+	}
+	return ""
+}
+
+// sessionOfSubject returns <sid> of floe.tool.<pool>.<sid>, or "".
+func sessionOfSubject(subject, pool string) string {
+	sid, ok := strings.CutPrefix(subject, omni.ToolSubject(pool, ""))
+	if !ok {
+		return ""
+	}
+	return sid
+}
+
+// emit buffers one fragment of the tool's output, publishing it at once
+// when enough is buffered and otherwise leaving it to the flusher.
+func (j *job) emit(fragment string) {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	if j.state != running || fragment == "" {
+		return
+	}
+	first := j.buf.Len() == 0
+	j.buf.WriteString(fragment)
+	if j.buf.Len() >= j.r.cfg.FlushBytes {
+		j.flushLocked()
+		return
+	}
+	if first {
+		select {
+		case j.kick <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// flushLoop publishes buffered output FlushDelay after its first byte,
+// until stop is closed.
+func (j *job) flushLoop(stop <-chan struct{}) {
+	for {
+		select {
+		case <-stop:
+			return
+		case <-j.kick:
+		}
+		t := time.NewTimer(j.r.cfg.FlushDelay)
+		select {
+		case <-stop:
+			t.Stop()
+			return
+		case <-t.C:
+		}
+		j.mu.Lock()
+		if j.state == running {
+			j.flushLocked()
+		}
+		j.mu.Unlock()
+	}
+}
+
+// flushLocked publishes the buffered output as the next fragment (start if
+// none was published yet). j.mu must be held and the job running.
+func (j *job) flushLocked() {
+	if j.buf.Len() == 0 {
+		return
+	}
+	s := j.buf.String()
+	j.buf.Reset()
+	j.publishFragmentLocked(s)
+}
+
+// publishFragmentLocked publishes s as start or delta. j.mu must be held.
+func (j *job) publishFragmentLocked(s string) {
+	ev := omni.EventDelta
+	if !j.started {
+		ev, j.started = omni.EventStart, true
+	}
+	j.sent.WriteString(s)
+	j.publishPartialLocked(ev, s)
+}
+
+// publishPartialLocked hands one partial to the connection without waiting
+// for its ack; one connection keeps the fragments in order on the stream.
+// j.mu must be held.
+func (j *job) publishPartialLocked(eventType, content string) {
+	m := omni.Partial(omni.TypeToolCallOutput, eventType, content, "", j.id)
+	nm, err := bus.SessionMsg(j.sid, &m, "")
+	if err != nil {
+		j.log.Error().Err(err).Msg("encode partial tool output")
+		return
+	}
+	f, err := j.r.js.PublishMsgAsync(nm)
+	if err != nil {
+		j.log.Warn().Err(err).Str("event_type", eventType).Msg("publish partial tool output failed")
+		return
+	}
+	j.acks = append(j.pruneAcksLocked(), f)
+}
+
+// pruneAcksLocked drops the acknowledged futures, logging failed ones.
+func (j *job) pruneAcksLocked() []jetstream.PubAckFuture {
+	keep := j.acks[:0]
+	for _, f := range j.acks {
+		if !j.settled(f) {
+			keep = append(keep, f)
+		}
+	}
+	clear(j.acks[len(keep):])
+	return keep
+}
+
+// settled reports whether an async publish has its outcome yet, logging a
+// failure.
+func (j *job) settled(f jetstream.PubAckFuture) bool {
+	select {
+	case <-f.Ok():
+		return true
+	case err := <-f.Err():
+		j.log.Warn().Err(err).Msg("partial tool output not stored")
+		return true
+	default:
+		return false
+	}
+}
+
+// waitAcks waits, bounded, for the outcome of async publishes.
+func waitAcks(log zerolog.Logger, acks []jetstream.PubAckFuture) {
+	deadline := time.NewTimer(pubAckWait)
+	defer deadline.Stop()
+	for _, f := range acks {
+		select {
+		case <-f.Ok():
+		case err := <-f.Err():
+			log.Warn().Err(err).Msg("partial tool output not stored")
+		case <-deadline.C:
+			log.Warn().Msg("partial tool output acks still pending")
+			return
+		}
+	}
+}
+
+// finish closes the output segment and publishes the complete output,
+// unless the job was cancelled: then nothing more is published.
+func (j *job) finish(res tools.Result) {
+	j.mu.Lock()
+	if j.state != running {
+		j.mu.Unlock()
+		return
+	}
+	j.flushLocked()
+	sent := j.sent.String()
+	if rest, ok := strings.CutPrefix(res.Output, sent); ok {
+		if rest != "" {
+			j.publishFragmentLocked(rest)
+		}
+	} else {
+		j.log.Error().Int("streamed", len(sent)).Int("output", len(res.Output)).Msg("streamed tool output is not a prefix of the result")
+	}
+	if !j.started {
+		j.publishFragmentLocked("")
+	}
+	j.publishPartialLocked(omni.EventStop, "")
+	j.state = completing
+	acks := j.acks
+	j.acks = nil
+	j.mu.Unlock()
+
+	waitAcks(j.log, acks)
+	stop := ""
+	if res.Failed {
+		stop = omni.StatusFailed
+	}
+	if err := j.r.publishOutput(j.sid, j.id, res.Output, stop); err != nil {
+		j.log.Error().Err(err).Msg("publish complete tool output failed; the engine will report the outcome as unknown")
+	}
+}
+
+// tryCancel moves a running job to cancelled and cancels its context. It
+// reports false if the job had already finished running. Once it returns,
+// the job publishes nothing more; acks are its partials still in flight.
+func (j *job) tryCancel() (ok bool, acks []jetstream.PubAckFuture) {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	if j.state != running {
+		return false, nil
+	}
+	j.state = cancelled
+	j.cancel(errCancelled)
+	acks, j.acks = j.acks, nil
+	return true, acks
+}
+
+// publishOutput publishes a complete tool_call_output and waits for the
+// stream to store it, retrying failed attempts for up to publishBudget. Its
+// Nats-Msg-Id makes retries and any competing copy (the engine declaring
+// the job lost) collapse into one stored message.
+func (r *runner) publishOutput(sid, id, output, stopReason string) error {
+	m := omni.ToolCallOutput(id, output, stopReason)
+	data, err := omni.Marshal(&m)
+	if err != nil {
+		return fmt.Errorf("encode tool output: %w", err)
+	}
+	subject := omni.SessionSubject(sid, omni.ClassModel)
+	msgID := bus.OutputMsgID(sid, id)
+	deadline := time.Now().Add(publishBudget)
+	backoff := 50 * time.Millisecond
+	for attempt := 1; ; attempt++ {
+		nm := nats.NewMsg(subject)
+		nm.Data = data
+		nm.Header.Set(jetstream.MsgIDHeader, msgID)
+		ctx, cancel := context.WithTimeout(context.Background(), publishTimeout)
+		ack, err := r.js.PublishMsg(ctx, nm)
+		cancel()
+		if err == nil {
+			if ack.Duplicate {
+				r.log.Info().Str("session_id", sid).Str("tool_call_id", id).Msg("complete tool output was already stored")
+			}
+			return nil
+		}
+		var apiErr *jetstream.APIError
+		if errors.As(err, &apiErr) || errors.Is(err, nats.ErrConnectionClosed) || time.Now().Add(backoff).After(deadline) {
+			return fmt.Errorf("publish %s after %d attempts: %w", subject, attempt, err)
+		}
+		r.log.Warn().Err(err).Str("session_id", sid).Str("tool_call_id", id).Int("attempt", attempt).Msg("publish complete tool output failed; retrying")
+		time.Sleep(backoff)
+		backoff = min(2*backoff, 2*time.Second)
+	}
+}
+
+// register makes j active unless it must not run; it returns why not.
+func (r *runner) register(j *job, storedAt time.Time) string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.cancelled.has(j.sid, j.id, storedAt, time.Now()) {
+		return "cancelled before it started"
+	}
+	if _, dup := r.active[j.key]; dup {
+		return "the same tool call is already running here"
+	}
+	r.active[j.key] = j
+	return ""
+}
+
+// unregister removes j unless a cancel already did.
+func (r *runner) unregister(j *job) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.active[j.key] == j {
+		delete(r.active, j.key)
+	}
+}

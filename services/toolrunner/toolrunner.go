@@ -1,0 +1,165 @@
+// Package toolrunner is Floe's tool runner service (SPEC §7): it executes
+// approved tool calls for any number of Sessions and streams their output
+// straight onto each Session's subjects.
+//
+// The engine enqueues an omni.ToolJob on floe.tool.<pool>.<sid> in the
+// FLOE_TOOLS work queue once the call's approval_decision is stored. Every
+// replica of a pool pulls from one shared durable consumer
+// (floe-toolrunner-<pool>), so any number of runners share the work. A job is
+// executed at most once: the runner acknowledges it before running it, and a
+// job whose runner dies is never re-run; the engine pairs it with a failed
+// output when the runner's heartbeats stop.
+//
+// For each job the runner publishes partial_tool_call_output fragments
+// (start, deltas, stop) on floe.session.<sid>.partial and then exactly one
+// complete tool_call_output on floe.session.<sid>.model, whose Nats-Msg-Id
+// (bus.OutputMsgID) lets the stream drop any second copy. While jobs run it
+// reports them on floe.hb.<sid> (omni.Heartbeat), stops them when the engine
+// publishes omni.Cancel on floe.cancel.<sid>, and answers tool list requests
+// on floe.toollist.<pool> (ToolListSubject).
+package toolrunner
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"os"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/rs/zerolog"
+
+	"floe.dev/pkg/omni"
+	"floe.dev/services/toolrunner/internal/runner"
+	"floe.dev/services/toolrunner/internal/tools"
+)
+
+// Defaults of the zero fields of Config.
+const (
+	DefaultConcurrency       = 8
+	DefaultHeartbeatInterval = time.Second
+	DefaultMaxOutput         = 16000
+	DefaultTimeout           = 120 * time.Second
+	DefaultShutdownGrace     = 10 * time.Second
+)
+
+// ToolListSubject returns floe.toollist.<pool>: a request there (any body)
+// is answered by one runner of the pool with the msgpack []omni.ToolSpec of
+// its tools.
+func ToolListSubject(pool string) string { return runner.ToolListSubject(pool) }
+
+// Config configures one runner. Zero fields take their defaults (Defaults);
+// Validate reports what is still wrong.
+type Config struct {
+	// Pool is the runner pool whose jobs (floe.tool.<pool>.>) this runner
+	// executes. Default omni.DefaultPool.
+	Pool string
+	// Concurrency is how many jobs run at once; the runner fetches a job
+	// only when it has a free slot. Default 8.
+	Concurrency int
+	// RunnerID names this runner in heartbeats and cancel replies. Default
+	// <hostname>-<pid>-<random>.
+	RunnerID string
+	// HeartbeatInterval is how often running jobs are reported to the
+	// engine. Default 1s.
+	HeartbeatInterval time.Duration
+	// MaxOutput is how many characters of a tool's output are kept (head),
+	// the rest replaced by a truncation marker. Default 16000.
+	MaxOutput int
+	// DefaultTimeout bounds a tool call that asks for no timeout. Default
+	// 120s.
+	DefaultTimeout time.Duration
+	// ShutdownGrace is how long running jobs may keep running once Run's
+	// context ends; jobs still running then are cancelled and complete with
+	// a failed output. Default 10s.
+	ShutdownGrace time.Duration
+}
+
+// Defaults sets every zero field to its default.
+func (c *Config) Defaults() {
+	if c.Pool == "" {
+		c.Pool = omni.DefaultPool
+	}
+	if c.Concurrency == 0 {
+		c.Concurrency = DefaultConcurrency
+	}
+	if c.RunnerID == "" {
+		c.RunnerID = defaultRunnerID()
+	}
+	if c.HeartbeatInterval == 0 {
+		c.HeartbeatInterval = DefaultHeartbeatInterval
+	}
+	if c.MaxOutput == 0 {
+		c.MaxOutput = DefaultMaxOutput
+	}
+	if c.DefaultTimeout == 0 {
+		c.DefaultTimeout = DefaultTimeout
+	}
+	if c.ShutdownGrace == 0 {
+		c.ShutdownGrace = DefaultShutdownGrace
+	}
+}
+
+// ErrInvalidConfig is wrapped by every error Validate returns.
+var ErrInvalidConfig = errors.New("toolrunner: invalid config")
+
+// Validate reports the first field that cannot be used, wrapping
+// ErrInvalidConfig. Call Defaults first: zero fields are invalid.
+func (c *Config) Validate() error {
+	switch {
+	case !omni.ValidSessionID(c.Pool):
+		return fmt.Errorf("%w: pool %q must be one subject token (no dots, wildcards or spaces)", ErrInvalidConfig, c.Pool)
+	case c.Concurrency < 1:
+		return fmt.Errorf("%w: concurrency %d must be at least 1", ErrInvalidConfig, c.Concurrency)
+	case c.RunnerID == "":
+		return fmt.Errorf("%w: runner id is empty", ErrInvalidConfig)
+	case c.HeartbeatInterval <= 0:
+		return fmt.Errorf("%w: heartbeat interval %v must be positive", ErrInvalidConfig, c.HeartbeatInterval)
+	case c.MaxOutput < 1:
+		return fmt.Errorf("%w: max output %d must be at least 1", ErrInvalidConfig, c.MaxOutput)
+	case c.DefaultTimeout <= 0:
+		return fmt.Errorf("%w: default timeout %v must be positive", ErrInvalidConfig, c.DefaultTimeout)
+	case c.ShutdownGrace < 0:
+		return fmt.Errorf("%w: shutdown grace %v must not be negative", ErrInvalidConfig, c.ShutdownGrace)
+	}
+	return nil
+}
+
+// Run executes tool jobs of cfg.Pool from nc until ctx ends. It waits for
+// the FLOE_TOOLS stream to exist (it does not create it: bus.Setup does) and
+// creates or joins the pool's shared consumer.
+//
+// When ctx ends Run stops fetching, lets running jobs finish within
+// cfg.ShutdownGrace and then cancels the rest (they complete with a failed
+// output), flushes its publishes and returns once every goroutine it started
+// has exited. It returns nil after a clean shutdown, an error if cfg is
+// invalid or nc closes under it. Run never closes nc.
+func Run(ctx context.Context, nc *nats.Conn, cfg Config, log zerolog.Logger) error {
+	cfg.Defaults()
+	if err := cfg.Validate(); err != nil {
+		return err
+	}
+	return runner.Run(ctx, nc, runner.Config{
+		Pool:              cfg.Pool,
+		Concurrency:       cfg.Concurrency,
+		RunnerID:          cfg.RunnerID,
+		HeartbeatInterval: cfg.HeartbeatInterval,
+		ShutdownGrace:     cfg.ShutdownGrace,
+		Tools: tools.Builtin(tools.Options{
+			MaxOutput:      cfg.MaxOutput,
+			DefaultTimeout: cfg.DefaultTimeout,
+		}),
+	}, log)
+}
+
+func defaultRunnerID() string {
+	host, err := os.Hostname()
+	if err != nil || host == "" {
+		host = "toolrunner"
+	}
+	var b [4]byte
+	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails
+	return fmt.Sprintf("%s-%d-%s", host, os.Getpid(), hex.EncodeToString(b[:]))
+}
