@@ -1,6 +1,9 @@
 package omni
 
-import "strings"
+import (
+	"slices"
+	"strings"
+)
 
 // Aggregator folds partial_* fragments into in-progress messages, keyed by
 // origin chain, payload type and tool_call_id. It serves a late joiner: Open
@@ -18,12 +21,14 @@ type openSegment struct {
 	content strings.Builder
 }
 
+// segmentKey joins origin hops, type and tool_call_id with NUL, which no
+// Session id holds (ValidSessionID), so distinct origins never share a key.
 func segmentKey(m *Message) string {
 	typ := m.Payload.Type
 	if c := CompleteType(typ); c != "" {
 		typ = c
 	}
-	return strings.Join(m.Origin, "/") + "|" + typ + "|" + m.Payload.ToolCallID
+	return strings.Join(m.Origin, "\x00") + "\x00" + typ + "\x00" + m.Payload.ToolCallID
 }
 
 // Add folds one message. Partials open, extend and close segments; a complete
@@ -73,12 +78,13 @@ func (a *Aggregator) close(key string) {
 }
 
 // Open returns one synthetic start fragment per open segment, in the order the
-// segments started.
+// segments started. The fragments share no memory with the Aggregator.
 func (a *Aggregator) Open() []Message {
 	out := make([]Message, 0, len(a.order))
 	for _, k := range a.order {
 		s := a.open[k]
 		m := s.msg
+		m.Origin = slices.Clone(m.Origin)
 		m.Payload.EventType = EventStart
 		m.Payload.SetContent(s.content.String())
 		out = append(out, m)

@@ -1,6 +1,7 @@
 package omni
 
 import (
+	"bytes"
 	"encoding/json"
 	"time"
 )
@@ -107,13 +108,40 @@ func (p *Payload) Meta() Meta {
 		Workspace: p.Workspace, Source: p.Source, AgentState: p.AgentState}
 }
 
-// ToolListReady builds a tool_list_ready event.
+// ToolListReady builds a tool_list_ready event. The tools are written as
+// JSON.stringify would: no HTML escaping, each parameters schema compacted
+// (null when empty). A schema that is not valid JSON is kept as it is, so
+// that Marshal reports it instead of the tools silently disappearing.
 func ToolListReady(specs []ToolSpec) Message {
-	if specs == nil {
-		specs = []ToolSpec{}
+	raw := []byte{'['}
+	for i := range specs {
+		s := &specs[i]
+		if i > 0 {
+			raw = append(raw, ',')
+		}
+		raw = append(raw, `{"name":`...)
+		raw = appendString(raw, s.Name)
+		raw = append(raw, `,"description":`...)
+		raw = appendString(raw, s.Description)
+		raw = append(raw, `,"parameters":`...)
+		raw = appendCompact(raw, s.Parameters)
+		raw = append(raw, '}')
 	}
-	raw, _ := json.Marshal(specs) // ToolSpec always marshals
+	raw = append(raw, ']')
 	return Event(Payload{Type: TypeToolListReady, Tools: raw})
+}
+
+// appendCompact appends the JSON value r without insignificant whitespace,
+// null if r is empty, and r unchanged if it is not valid JSON.
+func appendCompact(dst, r []byte) []byte {
+	if len(r) == 0 {
+		return append(dst, "null"...)
+	}
+	var buf bytes.Buffer
+	if json.Compact(&buf, r) != nil {
+		return append(dst, r...)
+	}
+	return append(dst, buf.Bytes()...)
 }
 
 // RequestBegin builds a request_begin event.

@@ -1,10 +1,14 @@
 package omni
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"strconv"
+	"strings"
+	"unicode/utf16"
 	"unicode/utf8"
 )
 
@@ -26,18 +30,28 @@ const (
 type fieldDef struct {
 	name  string
 	kind  fieldKind
+	slot  int // kUsage: index into Payload.usage
 	str   func(*Payload) *string
 	num   func(*Payload) *int64
 	raw   func(*Payload) *json.RawMessage
 	usage func(*Payload) **Usage
 }
 
-func sf(name string, f func(*Payload) *string) fieldDef { return fieldDef{name: name, kind: kString, str: f} }
-func nf(name string, f func(*Payload) *int64) fieldDef  { return fieldDef{name: name, kind: kInt, num: f} }
+func sf(name string, f func(*Payload) *string) fieldDef {
+	return fieldDef{name: name, kind: kString, str: f}
+}
+
+func nf(name string, f func(*Payload) *int64) fieldDef {
+	return fieldDef{name: name, kind: kInt, num: f}
+}
+
 func rf(name string, f func(*Payload) *json.RawMessage) fieldDef {
 	return fieldDef{name: name, kind: kRaw, raw: f}
 }
-func uf(name string, f func(*Payload) **Usage) fieldDef { return fieldDef{name: name, kind: kUsage, usage: f} }
+
+func uf(name string, slot int, f func(*Payload) **Usage) fieldDef {
+	return fieldDef{name: name, kind: kUsage, slot: slot, usage: f}
+}
 
 // fields lists every known payload field in canonical encoding order.
 var fields = [...]fieldDef{
@@ -71,8 +85,8 @@ var fields = [...]fieldDef{
 	nf("attempt", func(p *Payload) *int64 { return &p.Attempt }),
 	nf("retry_in_ms", func(p *Payload) *int64 { return &p.RetryInMs }),
 	sf("decision", func(p *Payload) *string { return &p.Decision }),
-	uf("session", func(p *Payload) **Usage { return &p.Session }),
-	uf("request", func(p *Payload) **Usage { return &p.Request }),
+	uf("session", 0, func(p *Payload) **Usage { return &p.Session }),
+	uf("request", 1, func(p *Payload) **Usage { return &p.Request }),
 	sf("reason", func(p *Payload) *string { return &p.Reason }),
 	sf("mode", func(p *Payload) *string { return &p.Mode }),
 	nf("context", func(p *Payload) *int64 { return &p.Context }),
@@ -89,10 +103,22 @@ var fieldIndex = func() map[string]fieldRef {
 
 type fieldSet uint64
 
-type fieldRef uint16
+// fieldRef names one decoded field: an index into fields (payload) or one of
+// the env* constants (envelope), or extraBase+i for the i-th unknown field.
+type fieldRef uint32
 
-// extraBase marks a fieldRef that indexes Payload.extra.
-const extraBase fieldRef = 1 << 15
+// extraBase marks a fieldRef that indexes Payload.extra or Message.extra. It
+// leaves room for any number of unknown fields a line can hold.
+const extraBase fieldRef = 1 << 31
+
+// Envelope keys, in canonical order.
+const (
+	envTimestamp fieldRef = iota
+	envType
+	envPayload
+	envOrigin
+	numEnv
+)
 
 type rawField struct {
 	key   string // the raw quoted key, as it appeared
@@ -121,7 +147,15 @@ func Marshal(m *Message) ([]byte, error) {
 	if err := m.checkRaw(); err != nil {
 		return nil, err
 	}
-	return m.AppendJSON(make([]byte, 0, 256)), nil
+	return m.AppendJSON(make([]byte, 0, m.sizeHint())), nil
+}
+
+// sizeHint guesses the encoded length of m, so that Marshal allocates once
+// for most messages: the fixed part, the large fields and room for escapes.
+func (m *Message) sizeHint() int {
+	p := &m.Payload
+	n := len(p.Content()) + len(p.Fidelity) + len(p.Images) + len(p.Tools) + len(p.SystemPrompt) + len(p.Data)
+	return 256 + n + n/8
 }
 
 // MustMarshal is Marshal for messages built by this package's builders, whose
@@ -148,17 +182,63 @@ func (m *Message) checkRaw() error {
 }
 
 // AppendJSON appends the single-line JSON encoding of m to dst. Raw fields
-// (fidelity, images, tools, unknown fields) are written as they are: they
-// must hold valid JSON, which Marshal checks and decoding guarantees.
+// (fidelity, images, tools, unknown fields) are written as they are, minus
+// any CR or LF (in valid JSON those can only be whitespace): they must hold
+// valid JSON, which Marshal checks and decoding guarantees.
 func (m *Message) AppendJSON(dst []byte) []byte {
-	dst = append(dst, `{"timestamp":`...)
-	dst = appendString(dst, m.Timestamp)
-	dst = append(dst, `,"type":`...)
-	dst = appendString(dst, string(m.Type))
-	dst = append(dst, `,"payload":`...)
-	dst = m.Payload.appendJSON(dst)
-	if len(m.Origin) > 0 {
-		dst = append(dst, `,"origin":[`...)
+	dst = append(dst, '{')
+	var written uint8
+	first := true
+	for _, ref := range m.order {
+		if ref >= extraBase {
+			dst = appendRawField(dst, m.extra[ref-extraBase], first)
+			first = false
+			continue
+		}
+		if written&(1<<ref) != 0 {
+			continue
+		}
+		written |= 1 << ref
+		if m.hasEnv(ref) {
+			dst = m.appendEnv(dst, ref, first)
+			first = false
+		}
+	}
+	for ref := envTimestamp; ref < numEnv; ref++ {
+		if written&(1<<ref) == 0 && m.hasEnv(ref) {
+			dst = m.appendEnv(dst, ref, first)
+			first = false
+		}
+	}
+	return append(dst, '}')
+}
+
+// hasEnv reports whether the envelope key ref is written: timestamp, type and
+// payload always are; origin when it has hops or was decoded null or empty.
+func (m *Message) hasEnv(ref fieldRef) bool {
+	return ref != envOrigin || len(m.Origin) > 0 || m.originRaw != nil
+}
+
+func (m *Message) appendEnv(dst []byte, ref fieldRef, first bool) []byte {
+	if !first {
+		dst = append(dst, ',')
+	}
+	switch ref {
+	case envTimestamp:
+		dst = append(dst, `"timestamp":`...)
+		dst = appendString(dst, m.Timestamp)
+	case envType:
+		dst = append(dst, `"type":`...)
+		dst = appendString(dst, string(m.Type))
+	case envPayload:
+		dst = append(dst, `"payload":`...)
+		dst = m.Payload.appendJSON(dst)
+	case envOrigin:
+		dst = append(dst, `"origin":`...)
+		if len(m.Origin) == 0 {
+			return appendRaw(dst, m.originRaw)
+		}
+		dst = append(dst, '[')
 		for i, o := range m.Origin {
 			if i > 0 {
 				dst = append(dst, ',')
@@ -167,13 +247,31 @@ func (m *Message) AppendJSON(dst []byte) []byte {
 		}
 		dst = append(dst, ']')
 	}
-	for _, x := range m.extra {
+	return dst
+}
+
+func appendRawField(dst []byte, x rawField, first bool) []byte {
+	if !first {
 		dst = append(dst, ',')
-		dst = append(dst, x.key...)
-		dst = append(dst, ':')
-		dst = append(dst, x.value...)
 	}
-	return append(dst, '}')
+	dst = append(dst, x.key...)
+	dst = append(dst, ':')
+	return appendRaw(dst, x.value)
+}
+
+// appendRaw appends the valid JSON value r without CR and LF, so that the
+// encoding stays on one line: outside strings they are only whitespace, and
+// inside strings valid JSON has them escaped.
+func appendRaw(dst, r []byte) []byte {
+	for len(r) > 0 {
+		i := bytes.IndexAny(r, "\r\n")
+		if i < 0 {
+			return append(dst, r...)
+		}
+		dst = append(dst, r[:i]...)
+		r = r[i+1:]
+	}
+	return dst
 }
 
 func (p *Payload) appendJSON(dst []byte) []byte {
@@ -182,22 +280,24 @@ func (p *Payload) appendJSON(dst []byte) []byte {
 	var written fieldSet
 	for _, ref := range p.order {
 		if ref >= extraBase {
-			x := p.extra[ref-extraBase]
-			if !first {
-				dst = append(dst, ',')
-			}
+			dst = appendRawField(dst, p.extra[ref-extraBase], first)
 			first = false
-			dst = append(dst, x.key...)
-			dst = append(dst, ':')
-			dst = append(dst, x.value...)
 			continue
 		}
 		i := int(ref)
-		if written&(1<<uint(i)) != 0 || !p.isSet(i) {
+		bit := fieldSet(1) << i
+		if written&bit != 0 {
 			continue
 		}
-		written |= 1 << uint(i)
-		dst = p.appendField(dst, i, first)
+		switch {
+		case p.isSet(i):
+			dst = p.appendField(dst, i, first)
+		case p.nulls&bit != 0:
+			dst = appendNull(dst, i, first)
+		default:
+			continue
+		}
+		written |= bit
 		first = false
 	}
 	for i := range fields {
@@ -208,6 +308,15 @@ func (p *Payload) appendJSON(dst []byte) []byte {
 		first = false
 	}
 	return append(dst, '}')
+}
+
+func appendNull(dst []byte, i int, first bool) []byte {
+	if !first {
+		dst = append(dst, ',')
+	}
+	dst = append(dst, '"')
+	dst = append(dst, fields[i].name...)
+	return append(dst, `":null`...)
 }
 
 func (p *Payload) appendField(dst []byte, i int, first bool) []byte {
@@ -228,12 +337,15 @@ func (p *Payload) appendField(dst []byte, i int, first bool) []byte {
 		if len(r) == 0 {
 			r = []byte("null")
 		}
-		dst = append(dst, r...)
+		dst = appendRaw(dst, r)
 	case kUsage:
 		u := *f.usage(p)
-		if u == nil {
+		switch ru := &p.usage[f.slot]; {
+		case u == nil:
 			dst = append(dst, "null"...)
-		} else {
+		case ru.raw != nil && *u == ru.val:
+			dst = appendRaw(dst, ru.raw)
+		default:
 			dst = appendUsage(dst, u)
 		}
 	}
@@ -307,28 +419,46 @@ func appendString(dst []byte, s string) []byte {
 var ErrSyntax = errors.New("omni: malformed JSON")
 
 // Unmarshal decodes one envelope from b. It checks structure and field types;
-// Validate checks meaning. Unknown envelope and payload fields are kept.
+// Validate checks meaning. Unknown envelope and payload fields are kept, and
+// the key order of both is remembered for encoding. A known key that appears
+// twice is an error, as is anything after the object but whitespace.
 func Unmarshal(b []byte, m *Message) error {
-	*m = Message{}
+	*m = Message{order: make([]fieldRef, 0, 4)}
+	var seen uint8
 	i := skipWS(b, 0)
 	end, err := scanObject(b, i, func(key, val []byte) error {
-		switch string(key) {
-		case `"timestamp"`:
+		ref := envRef(key)
+		if ref == extraBase {
+			m.order = append(m.order, extraBase+fieldRef(len(m.extra)))
+			m.extra = append(m.extra, rawField{key: string(key), value: append([]byte(nil), val...)})
+			return nil
+		}
+		if seen&(1<<ref) != 0 {
+			return fmt.Errorf("%w: duplicate envelope field %s", ErrSyntax, key)
+		}
+		seen |= 1 << ref
+		m.order = append(m.order, ref)
+		switch ref {
+		case envTimestamp:
 			return decodeStringInto(val, &m.Timestamp, "timestamp")
-		case `"type"`:
+		case envType:
 			var t string
 			err := decodeStringInto(val, &t, "type")
 			m.Type = Kind(t)
 			return err
-		case `"payload"`:
-			if len(val) == 0 || val[0] != '{' {
+		case envPayload:
+			if val[0] != '{' {
 				return fmt.Errorf("%w: payload is not an object", ErrSyntax)
 			}
 			return m.Payload.decode(val)
-		case `"origin"`:
-			return decodeOrigin(val, &m.Origin)
 		default:
-			m.extra = append(m.extra, rawField{key: string(key), value: append([]byte(nil), val...)})
+			if err := decodeOrigin(val, &m.Origin); err != nil {
+				return err
+			}
+			if len(m.Origin) == 0 {
+				m.Origin = nil
+				m.originRaw = append([]byte(nil), val...)
+			}
 			return nil
 		}
 	})
@@ -339,6 +469,26 @@ func Unmarshal(b []byte, m *Message) error {
 		return fmt.Errorf("%w: trailing data after message", ErrSyntax)
 	}
 	return nil
+}
+
+// envRef maps a raw quoted envelope key to its env* constant, or extraBase
+// for an unknown key.
+func envRef(key []byte) fieldRef {
+	inner := key[1 : len(key)-1]
+	if bytes.IndexByte(inner, '\\') >= 0 {
+		inner = []byte(unescapeKey(key))
+	}
+	switch string(inner) {
+	case "timestamp":
+		return envTimestamp
+	case "type":
+		return envType
+	case "payload":
+		return envPayload
+	case "origin":
+		return envOrigin
+	}
+	return extraBase
 }
 
 // Decode is Unmarshal followed by Validate.
@@ -359,7 +509,6 @@ func decodeOrigin(val []byte, out *[]string) error {
 	}
 	i := skipWS(val, 1)
 	if i < len(val) && val[i] == ']' {
-		*out = []string{}
 		return nil
 	}
 	for {
@@ -387,17 +536,24 @@ func decodeOrigin(val []byte, out *[]string) error {
 }
 
 func (p *Payload) decode(b []byte) error {
+	p.order = make([]fieldRef, 0, 8)
 	_, err := scanObject(b, 0, func(key, val []byte) error {
-		ref, known := fieldIndex[unquotedKey(key)]
-		if !known || string(val) == "null" {
+		ref, known := payloadRef(key)
+		if !known {
 			p.order = append(p.order, extraBase+fieldRef(len(p.extra)))
 			p.extra = append(p.extra, rawField{key: string(key), value: append([]byte(nil), val...)})
 			return nil
 		}
 		i := int(ref)
 		f := &fields[i]
-		if p.present&(1<<uint(i)) != 0 {
+		bit := fieldSet(1) << i
+		if (p.present|p.nulls)&bit != 0 {
 			return fmt.Errorf("%w: duplicate field %q", ErrSyntax, f.name)
+		}
+		p.order = append(p.order, ref)
+		if string(val) == "null" {
+			p.nulls |= bit
+			return nil
 		}
 		switch f.kind {
 		case kString:
@@ -421,57 +577,185 @@ func (p *Payload) decode(b []byte) error {
 				return fmt.Errorf("omni: field %q: %w", f.name, err)
 			}
 			*f.usage(p) = u
+			p.usage[f.slot] = rawUsage{raw: append([]byte(nil), val...), val: *u}
 		}
-		p.present |= 1 << uint(i)
-		p.order = append(p.order, ref)
+		p.present |= bit
 		return nil
 	})
 	return err
 }
 
-// unquotedKey returns the key without quotes when it has no escapes (the
-// common case); an escaped key never matches a known field.
-func unquotedKey(key []byte) string {
-	for _, c := range key[1 : len(key)-1] {
-		if c == '\\' {
-			return ""
-		}
+// payloadRef looks up the known payload field a raw quoted key names.
+func payloadRef(key []byte) (fieldRef, bool) {
+	inner := key[1 : len(key)-1]
+	if bytes.IndexByte(inner, '\\') < 0 {
+		ref, ok := fieldIndex[string(inner)]
+		return ref, ok
 	}
-	return string(key[1 : len(key)-1])
+	ref, ok := fieldIndex[unescapeKey(key)]
+	return ref, ok
 }
 
+// unescapeKey returns the name an escaped raw quoted key stands for, so that
+// "t\u0065xt" means text here as it does to every other JSON reader.
+func unescapeKey(key []byte) string {
+	var s string
+	if json.Unmarshal(key, &s) != nil {
+		return ""
+	}
+	return s
+}
+
+// parseInt parses an integer field. Integral numbers written with a fraction
+// or exponent (3.0, 1e3) are accepted while a float64 holds them exactly.
 func parseInt(val []byte) (int64, error) {
 	n, err := strconv.ParseInt(string(val), 10, 64)
 	if err == nil {
 		return n, nil
 	}
-	f, ferr := strconv.ParseFloat(string(val), 64)
-	if ferr == nil && f == float64(int64(f)) {
-		return int64(f), nil
+	if bytes.ContainsAny(val, ".eE") {
+		f, ferr := strconv.ParseFloat(string(val), 64)
+		if ferr == nil && f == math.Trunc(f) && math.Abs(f) <= 1<<53 {
+			return int64(f), nil
+		}
 	}
 	return 0, fmt.Errorf("not an integer: %.40s", val)
 }
 
+// decodeStringInto decodes the JSON string val, which scanString has
+// checked, into dst.
 func decodeStringInto(val []byte, dst *string, field string) error {
 	if len(val) < 2 || val[0] != '"' {
 		return fmt.Errorf("omni: field %q: not a string", field)
 	}
 	inner := val[1 : len(val)-1]
-	simple := true
-	for _, c := range inner {
-		if c == '\\' {
-			simple = false
-			break
-		}
-	}
-	if simple && utf8.Valid(inner) {
-		*dst = string(inner)
+	if bytes.IndexByte(inner, '\\') < 0 && utf8.Valid(inner) {
+		*dst = intern(inner)
 		return nil
 	}
-	if err := json.Unmarshal(val, dst); err != nil {
-		return fmt.Errorf("omni: field %q: %w", field, err)
-	}
+	*dst = unquote(inner)
 	return nil
+}
+
+// interned holds the closed-set values (types, roles, statuses, …) so that
+// decoding them allocates nothing.
+var interned = func() map[string]string {
+	m := make(map[string]string)
+	for _, s := range []string{
+		string(KindSessionMeta), string(KindModel), string(KindEvent),
+		TypeText, TypeThinking, TypeToolCall, TypeToolCallOutput, TypeImageURL, TypeInlineData, TypeInlineThinking,
+		TypePartialText, TypePartialThinking, TypePartialToolCall, TypePartialToolCallOutput,
+		TypeToolListReady, TypeRequestBegin, TypeRequestEnd, TypeApprovalDecision, TypeTokenUsage,
+		TypeCompactionBegin, TypeCompactionEnd, TypeAbort, TypeSubagent,
+		RoleUser, RoleAssistant, EventStart, EventDelta, EventStop,
+		StatusCompleted, StatusFailed, StatusAborted, StatusTimeout, StatusMalformed, StatusAuth,
+		DecisionAllow, DecisionDeny, DecisionForbidden,
+		CompactContext, CompactTurns, CompactManual, ModeSummarize, ModeDiscard, "",
+	} {
+		m[s] = s
+	}
+	return m
+}()
+
+func intern(b []byte) string {
+	if len(b) <= len(TypePartialToolCallOutput) {
+		if s, ok := interned[string(b)]; ok {
+			return s
+		}
+	}
+	return string(b)
+}
+
+// unquote decodes the inside of a JSON string that scanString has checked,
+// exactly as encoding/json does: a \u escape of a lone or mismatched surrogate
+// and every byte of invalid UTF-8 become U+FFFD.
+func unquote(inner []byte) string {
+	var sb strings.Builder
+	sb.Grow(len(inner))
+	for i := 0; i < len(inner); {
+		c := inner[i]
+		if c != '\\' {
+			// Copy the run up to the next escape, repairing invalid UTF-8.
+			j := bytes.IndexByte(inner[i:], '\\')
+			if j < 0 {
+				j = len(inner)
+			} else {
+				j += i
+			}
+			appendValidUTF8(&sb, inner[i:j])
+			i = j
+			continue
+		}
+		e := inner[i+1]
+		i += 2
+		switch e {
+		case 'b':
+			sb.WriteByte('\b')
+		case 'f':
+			sb.WriteByte('\f')
+		case 'n':
+			sb.WriteByte('\n')
+		case 'r':
+			sb.WriteByte('\r')
+		case 't':
+			sb.WriteByte('\t')
+		case 'u':
+			r := hex4(inner[i:])
+			i += 4
+			if utf16.IsSurrogate(r) {
+				if i+6 <= len(inner) && inner[i] == '\\' && inner[i+1] == 'u' {
+					if d := utf16.DecodeRune(r, hex4(inner[i+2:])); d != utf8.RuneError {
+						sb.WriteRune(d)
+						i += 6
+						continue
+					}
+				}
+				r = utf8.RuneError
+			}
+			sb.WriteRune(r)
+		default: // " \ /
+			sb.WriteByte(e)
+		}
+	}
+	return sb.String()
+}
+
+func appendValidUTF8(sb *strings.Builder, b []byte) {
+	if utf8.Valid(b) {
+		sb.Write(b)
+		return
+	}
+	for len(b) > 0 {
+		if b[0] < utf8.RuneSelf {
+			sb.WriteByte(b[0])
+			b = b[1:]
+			continue
+		}
+		r, size := utf8.DecodeRune(b)
+		if r == utf8.RuneError && size == 1 {
+			sb.WriteString("\uFFFD")
+		} else {
+			sb.Write(b[:size])
+		}
+		b = b[size:]
+	}
+}
+
+// hex4 decodes four hex digits that scanString has checked.
+func hex4(b []byte) rune {
+	var r rune
+	for _, c := range b[:4] {
+		switch {
+		case c <= '9':
+			c -= '0'
+		case c <= 'F':
+			c -= 'A' - 10
+		default:
+			c -= 'a' - 10
+		}
+		r = r<<4 | rune(c)
+	}
+	return r
 }
 
 func skipWS(b []byte, i int) int {

@@ -119,16 +119,19 @@ const TimeLayout = "2006-01-02T15:04:05.000Z"
 // Message is one OmniMessage envelope.
 //
 // Timestamp is kept as text so that a decoded message re-encodes byte for
-// byte. Origin lists child Session ids, outer to inner; empty means the
-// message belongs to the Session whose subject carries it.
+// byte: envelope keys keep their decoded order, unknown envelope fields and an
+// explicit "origin":null or "origin":[] survive. Origin lists child Session
+// ids, outer to inner; empty means the message belongs to the Session whose
+// subject carries it.
 type Message struct {
 	Timestamp string
 	Type      Kind
 	Payload   Payload
 	Origin    []string
 
-	// extra holds unknown envelope fields in their original order.
-	extra []rawField
+	order     []fieldRef // decoded envelope key order: env* or extraBase+i
+	extra     []rawField // unknown envelope fields
+	originRaw []byte     // a decoded origin that was null or empty, as written
 }
 
 // Time parses the timestamp; the zero time if it is not in TimeLayout or RFC 3339.
@@ -164,9 +167,11 @@ type ToolSpec struct {
 
 // Payload is the union of every payload of SPEC §1, flattened: Type says which
 // fields are meaningful. A field is encoded when it is non-zero or when it was
-// present in the decoded input, so zero values round-trip too. Fields appear
-// in the order they were decoded in; fields set later follow in canonical
-// order. Unknown fields survive decode/encode byte for byte.
+// present in the decoded input, so zero values round-trip too; a known field
+// decoded as null reads as its zero value and is written as null until it is
+// set. Fields appear in the order they were decoded in; fields set later
+// follow in canonical order. Unknown fields, and token counts left unchanged,
+// survive decode/encode byte for byte.
 type Payload struct {
 	Type string
 
@@ -211,8 +216,18 @@ type Payload struct {
 	Turns        int64
 
 	present fieldSet   // fields present in decoded input (even when zero)
+	nulls   fieldSet   // known fields decoded as null
 	order   []fieldRef // decoded field order
 	extra   []rawField // unknown fields
+	usage   [2]rawUsage
+}
+
+// rawUsage keeps the bytes of a decoded token count object (session,
+// request) with the value they decoded to: while the value is unchanged the
+// bytes are written back, so key order and unknown counts survive.
+type rawUsage struct {
+	raw []byte
+	val Usage
 }
 
 // ToolSpecs decodes the tools of a tool_list_ready payload.

@@ -54,17 +54,17 @@ func ClassOf(m *Message) string {
 }
 
 // ParseSessionSubject splits floe.session.<sid>.<class>; ok is false for any
-// other subject.
+// other subject, including one with more tokens (a Session id has no dots).
 func ParseSessionSubject(subject string) (sessionID, class string, ok bool) {
 	rest, found := strings.CutPrefix(subject, "floe.session.")
 	if !found {
 		return "", "", false
 	}
-	i := strings.LastIndexByte(rest, '.')
-	if i <= 0 || i == len(rest)-1 {
+	sessionID, class, found = strings.Cut(rest, ".")
+	if !found || sessionID == "" || class == "" || strings.IndexByte(class, '.') >= 0 {
 		return "", "", false
 	}
-	return rest[:i], rest[i+1:], true
+	return sessionID, class, true
 }
 
 // ValidSessionID reports whether id can be used as a subject token: non-empty,

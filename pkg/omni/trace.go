@@ -47,7 +47,13 @@ func TraceIndexOf(name, sessionID string) (int, bool) {
 	if len(base) < len(prefix)+len(".jsonl")+1 || base[:len(prefix)] != prefix || filepath.Ext(base) != ".jsonl" {
 		return 0, false
 	}
-	n, err := strconv.Atoi(base[len(prefix) : len(base)-len(".jsonl")])
+	digits := base[len(prefix) : len(base)-len(".jsonl")]
+	for i := range len(digits) {
+		if digits[i] < '0' || digits[i] > '9' {
+			return 0, false // Atoi would take a sign
+		}
+	}
+	n, err := strconv.Atoi(digits)
 	return n, err == nil && n > 0
 }
 

@@ -1,0 +1,267 @@
+package omni
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+)
+
+// TracePos is how far a Session's Trace is written: the tracer appends
+// records to File, then rewrites the position, then acknowledges the
+// records on the bus. So File always holds at least Size bytes, the first
+// Size bytes hold every record of the Session up to stream sequence Seq
+// (and no later one), and a reader that wants the whole history takes the
+// Trace files with an index below Index whole, File up to Size bytes, and
+// then the Session's stream after Seq. Bytes past Size and files with an
+// index above Index may be a crashed tracer's unrecorded writes; the tracer
+// removes them when it resumes the Session (the records come again from
+// the stream), so readers must ignore them.
+//
+// Seq is 0 until the tracer has written a record of the Session (it records
+// its starting point before the first append).
+type TracePos struct {
+	Seq   uint64 `json:"seq"`
+	File  string `json:"file"`
+	Size  int64  `json:"size"`
+	Index int    `json:"index"`
+}
+
+// ErrBadTracePos is wrapped by ReadTracePos when the position file exists
+// but does not hold a valid TracePos (a position written by something else,
+// or damaged by a power loss).
+var ErrBadTracePos = errors.New("omni: malformed trace position")
+
+// TracePosPath returns $home/tracer/<sid>.pos, the Session's position file.
+func TracePosPath(home, sessionID string) string {
+	return filepath.Join(home, "tracer", sessionID+".pos")
+}
+
+// traceName checks that a Session id can name Trace and position files: a
+// valid subject token (ValidSessionID) that also holds no path separator.
+func traceName(sessionID string) error {
+	if !ValidSessionID(sessionID) || strings.ContainsAny(sessionID, `/\`) {
+		return fmt.Errorf("omni: session id %q cannot name a trace file", sessionID)
+	}
+	return nil
+}
+
+// tracePosSize is the fixed size of a position file: one line of JSON
+// padded with spaces, rewritten in place with a single pwrite(2) at offset
+// 0. A write that fits in one page is never cut short by a signal, so a
+// killed writer leaves the old record or the new one. Write-temp-and-rename
+// would be atomic too, but on ext4 a rename over a file (or a truncation to
+// zero) forces writeback of the data and costs milliseconds instead of
+// microseconds.
+const tracePosSize = 512
+
+// tracePosRecord is the stored form: TracePos with File relative to home
+// and a CRC-32 (IEEE, hex) of the JSON encoding of the TracePos part, which
+// catches a read racing a write (or a sector torn by a power loss).
+type tracePosRecord struct {
+	TracePos
+	CRC string `json:"crc,omitempty"`
+}
+
+func tracePosCRC(p TracePos) string {
+	b, _ := json.Marshal(p) // plain fields: cannot fail
+	return fmt.Sprintf("%08x", crc32.ChecksumIEEE(b))
+}
+
+// ReadTracePos reads a Session's position. ok is false, with a nil error,
+// when the Session has none (never traced, deleted, or its position is
+// being created). File comes back as a path under home (it is stored
+// relative to home, so a FLOE_HOME mounted at another path in another
+// container still resolves). A position that does not decode or fails its
+// checksum three reads in a row (a read racing a write is retried) gives an
+// error wrapping ErrBadTracePos.
+func ReadTracePos(home, sessionID string) (p TracePos, ok bool, err error) {
+	if err := traceName(sessionID); err != nil {
+		return TracePos{}, false, err
+	}
+	for attempt := 1; ; attempt++ {
+		b, err := os.ReadFile(TracePosPath(home, sessionID))
+		if errors.Is(err, fs.ErrNotExist) || (err == nil && len(b) == 0) {
+			return TracePos{}, false, nil
+		}
+		if err != nil {
+			return TracePos{}, false, fmt.Errorf("omni: read trace position of %s: %w", sessionID, err)
+		}
+		p, err = parseTracePos(b, sessionID)
+		if err == nil {
+			if f := filepath.FromSlash(p.File); !filepath.IsAbs(f) {
+				p.File = filepath.Join(home, f)
+			} else {
+				p.File = f
+			}
+			return p, true, nil
+		}
+		if attempt == 3 {
+			return TracePos{}, false, err
+		}
+	}
+}
+
+func parseTracePos(b []byte, sessionID string) (TracePos, error) {
+	if i := bytes.IndexByte(b, '\n'); i >= 0 {
+		b = b[:i]
+	}
+	var r tracePosRecord
+	if err := json.Unmarshal(b, &r); err != nil {
+		return TracePos{}, fmt.Errorf("%w of %s: %v", ErrBadTracePos, sessionID, err)
+	}
+	p := r.TracePos
+	if r.CRC != "" && r.CRC != tracePosCRC(p) {
+		return TracePos{}, fmt.Errorf("%w of %s: checksum mismatch", ErrBadTracePos, sessionID)
+	}
+	idx, named := TraceIndexOf(p.File, sessionID)
+	if !named || p.Size < 0 || (p.Index != 0 && p.Index != idx) {
+		return TracePos{}, fmt.Errorf("%w of %s: file %q, size %d, index %d", ErrBadTracePos, sessionID, p.File, p.Size, p.Index)
+	}
+	p.Index = idx
+	return p, nil
+}
+
+// WriteTracePos replaces a Session's position atomically: the file is one
+// fixed-size record (EncodeTracePos) rewritten in place by a single pwrite,
+// so a reader, or a tracer resuming after a crash, sees the old position or
+// the new one (a concurrent read that catches a write half-way fails the
+// checksum and ReadTracePos reads again). It creates $home/tracer when
+// missing. Nothing is fsynced: after a power loss the position may be older
+// than the Trace or, on some file systems, newer (the tracer checks the
+// file's size against it when it resumes).
+//
+// Only one writer per Session may write its position at a time (the tracer
+// holds a lock on home for that).
+func WriteTracePos(home, sessionID string, p TracePos) error {
+	if err := traceName(sessionID); err != nil {
+		return err
+	}
+	rec, err := EncodeTracePos(home, p)
+	if err != nil {
+		return fmt.Errorf("omni: trace position of %s: %w", sessionID, err)
+	}
+	path := TracePosPath(home, sessionID)
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE, 0o644)
+	if errors.Is(err, fs.ErrNotExist) {
+		if err = os.MkdirAll(filepath.Dir(path), 0o755); err == nil {
+			f, err = os.OpenFile(path, os.O_WRONLY|os.O_CREATE, 0o644)
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("omni: write trace position of %s: %w", sessionID, err)
+	}
+	_, err = f.WriteAt(rec, 0)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return fmt.Errorf("omni: write trace position of %s: %w", sessionID, err)
+	}
+	return nil
+}
+
+// EncodeTracePos returns the fixed-size record WriteTracePos writes at
+// offset 0 of TracePosPath: for a writer that keeps the file open and
+// rewrites it with one WriteAt. File is a path as TraceFile builds it (home
+// joined with the rest); it is stored relative to home when it lies under
+// it, else as an absolute path. It fails only when the path is too long for
+// the record.
+func EncodeTracePos(home string, p TracePos) ([]byte, error) {
+	if rel, err := filepath.Rel(home, p.File); err == nil && rel != ".." && !strings.HasPrefix(rel, ".."+string(filepath.Separator)) {
+		p.File = rel
+	} else if abs, err := filepath.Abs(p.File); err == nil {
+		p.File = abs
+	}
+	p.File = filepath.ToSlash(p.File)
+	b, err := json.Marshal(p)
+	if err != nil {
+		return nil, fmt.Errorf("encode: %w", err)
+	}
+	// The stored record is the checksummed encoding with a crc field added.
+	sum := crc32.ChecksumIEEE(b)
+	b = fmt.Appendf(b[:len(b)-1], `,"crc":"%08x"}`, sum)
+	if len(b) >= tracePosSize {
+		return nil, fmt.Errorf("file path %q too long for a position", p.File)
+	}
+	rec := make([]byte, tracePosSize)
+	copy(rec, b)
+	for i := len(b); i < tracePosSize-1; i++ {
+		rec[i] = ' '
+	}
+	rec[tracePosSize-1] = '\n'
+	return rec, nil
+}
+
+// TraceFiles returns every Trace file of a Session in index order, as paths
+// under home; none (and no error) when the Session has no Trace. A Session
+// whose id encodes its creation (SessionCreated) is looked up in that UTC
+// date's directory only; any other id in every date directory. It lists
+// what is on disk: files past the Session's TracePos may be unrecorded
+// writes of a crashed tracer.
+func TraceFiles(home, sessionID string) ([]string, error) {
+	if err := traceName(sessionID); err != nil {
+		return nil, err
+	}
+	var dirs []string
+	if created, ok := SessionCreated(sessionID); ok {
+		dirs = []string{TraceDir(home, created)}
+	} else {
+		entries, err := os.ReadDir(filepath.Join(home, "traces"))
+		if err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return nil, fmt.Errorf("omni: list traces of %s: %w", sessionID, err)
+		}
+		for _, e := range entries {
+			if e.IsDir() {
+				dirs = append(dirs, filepath.Join(home, "traces", e.Name()))
+			}
+		}
+	}
+	type file struct {
+		index int
+		path  string
+	}
+	var files []file
+	for _, dir := range dirs {
+		names, err := readDirNames(dir)
+		if err != nil {
+			return nil, fmt.Errorf("omni: list traces of %s: %w", sessionID, err)
+		}
+		for _, name := range names {
+			if idx, ok := TraceIndexOf(name, sessionID); ok {
+				files = append(files, file{idx, filepath.Join(dir, name)})
+			}
+		}
+	}
+	sort.Slice(files, func(i, j int) bool {
+		if files[i].index != files[j].index {
+			return files[i].index < files[j].index
+		}
+		return files[i].path < files[j].path
+	})
+	paths := make([]string, len(files))
+	for i, f := range files {
+		paths[i] = f.path
+	}
+	return paths, nil
+}
+
+// readDirNames lists a directory without sorting or stat'ing its entries
+// (a date directory may hold thousands of Traces); none when it is missing.
+func readDirNames(dir string) ([]string, error) {
+	d, err := os.Open(dir)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	defer d.Close()
+	return d.Readdirnames(-1)
+}

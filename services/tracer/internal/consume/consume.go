@@ -1,0 +1,456 @@
+// Package consume is the tracer's intake: a durable pull consumer on
+// FLOE_SESSIONS filtered to the Trace classes (meta, model, event, trace),
+// whose messages it checks, appends through a tracefile.Store and
+// acknowledges once their positions are recorded.
+//
+// # Ordering and acknowledgement
+//
+// The consumer uses AckAll: after a batch's records are written and their
+// positions recorded, one ack of the batch's last message acknowledges the
+// whole batch (one ack per batch instead of one per message, and the ack
+// floor is always a point below which every record is in a Trace). That is
+// only sound if no message the tracer never saw sits below an acked one,
+// and, because a Trace must keep stream order, if the consumer never hands
+// out a newer message before an older one it already delivered. JetStream
+// breaks both when delivered messages are lost on the way (a tracer killed
+// with messages in flight, a fetch abandoned at shutdown, a reconnect): they
+// stay pending until their ack wait expires while newer ones are delivered.
+// So the loop resets the consumer to its ack floor whenever that can have
+// happened: at start when the consumer has pending messages, after a fetch
+// that ended on an error or a client-side deadline, and after a reconnect.
+// Then delivery restarts from the first unacknowledged message, in order,
+// and records already written are skipped by their sequence.
+//
+// Fetches ask for up to Batch messages and BatchBytes bytes and wait up to
+// FetchWait; messages are processed as they arrive, and when none has come
+// for a millisecond the records so far are committed (positions, then ack).
+// Under load that is one commit per fetched batch; when the stream trickles,
+// each record is written at once and recorded a millisecond later.
+package consume
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/rs/zerolog"
+
+	"floe.dev/pkg/omni"
+	"floe.dev/services/tracer/internal/tracefile"
+)
+
+// Options configures Run. Zero values are not defaulted here; the tracer's
+// Config.Validate fills them.
+type Options struct {
+	Home       string
+	Durable    string
+	Batch      int
+	BatchBytes int
+	FetchWait  time.Duration
+	AckWait    time.Duration
+	MaxOpen    int
+	RetryMin   time.Duration
+	RetryMax   time.Duration
+
+	// Hooks are for tests only.
+	Hooks Hooks
+}
+
+// Hooks let tests stop the loop exactly where a kill -9 leaves the files,
+// the positions and the consumer out of step. A hook that returns an error
+// makes Run return that error at once: nothing more is written, recorded
+// or acknowledged (files are closed, as the kernel would).
+type Hooks struct {
+	// AfterWrite runs when a batch's records are written, before their
+	// positions are recorded; last is the stream sequence of the batch's
+	// last message.
+	AfterWrite func(last uint64) error
+	// AfterFlush runs when the positions are recorded, before the ack.
+	AfterFlush func(last uint64) error
+	// NoReset makes the loop recover pending messages by deleting and
+	// re-creating the consumer at its ack floor, as it does on a server
+	// without the consumer reset API.
+	NoReset bool
+}
+
+// crashError is a hook's error: Run returns it without recovery.
+type crashError struct{ err error }
+
+func (e *crashError) Error() string { return "consume: stopped by hook: " + e.err.Error() }
+func (e *crashError) Unwrap() error { return e.err }
+
+// errResync ends a batch after which delivered messages may have been lost;
+// the loop then resets the consumer before fetching again.
+var errResync = errors.New("consume: delivery may have lost messages")
+
+// Run traces FLOE_SESSIONS into o.Home until ctx ends, then returns nil
+// after committing what it has processed. It waits for the home's tracer
+// lock while another tracer holds it, retries bus and file errors with a
+// capped exponential backoff, and returns early only when the lock cannot
+// be taken for another reason or a test hook stops it.
+func Run(ctx context.Context, nc *nats.Conn, o Options, log zerolog.Logger) error {
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return fmt.Errorf("consume: jetstream: %w", err)
+	}
+	store, err := openStore(ctx, o, log)
+	if err != nil || store == nil {
+		return err
+	}
+	defer store.Close()
+	r := &runner{nc: nc, js: js, o: o, log: log, store: store}
+	return r.run(ctx)
+}
+
+// openStore takes the home's lock, polling while another tracer holds it;
+// nil without error when ctx ends first.
+func openStore(ctx context.Context, o Options, log zerolog.Logger) (*tracefile.Store, error) {
+	logged := false
+	for {
+		store, err := tracefile.Open(o.Home, o.MaxOpen, log)
+		if err == nil {
+			if logged {
+				log.Info().Msg("took the tracer lock")
+			}
+			return store, nil
+		}
+		if !errors.Is(err, tracefile.ErrLocked) {
+			return nil, err
+		}
+		if !logged {
+			log.Info().Str("home", o.Home).Msg("another tracer holds this home; waiting for its lock")
+			logged = true
+		}
+		if !sleep(ctx, o.RetryMax) {
+			return nil, nil
+		}
+	}
+}
+
+// runner is one Run's state; only Run's goroutine uses it.
+type runner struct {
+	nc    *nats.Conn
+	js    jetstream.JetStream
+	o     Options
+	log   zerolog.Logger
+	store *tracefile.Store
+	buf   []byte // a record whose newlines had to be replaced
+}
+
+func (r *runner) run(ctx context.Context) error {
+	var cons jetstream.Consumer
+	backoff := r.o.RetryMin
+	for ctx.Err() == nil {
+		if cons == nil {
+			c, err := r.setup(ctx)
+			if err != nil {
+				if ctx.Err() != nil {
+					break
+				}
+				r.log.Warn().Err(err).Dur("retry_in", backoff).Msg("cannot set up the tracer consumer; retrying")
+				sleep(ctx, backoff)
+				backoff = min(2*backoff, r.o.RetryMax)
+				continue
+			}
+			cons = c
+		}
+		err := r.batch(ctx, cons)
+		var crash *crashError
+		switch {
+		case err == nil:
+			backoff = r.o.RetryMin
+		case errors.As(err, &crash):
+			return err
+		case ctx.Err() != nil:
+		case errors.Is(err, errResync):
+			// What was received is committed; only the consumer needs
+			// setting straight. Back off too, or a server refusing every
+			// pull would be asked in a tight loop.
+			r.log.Info().Err(err).Dur("retry_in", backoff).Msg("resetting the consumer to its ack floor")
+			cons = nil
+			sleep(ctx, backoff)
+			backoff = min(2*backoff, r.o.RetryMax)
+		default:
+			// The Store may hold partial writes: forget it all, as a crash
+			// would, and let the redelivery rewrite from the positions.
+			r.log.Error().Err(err).Dur("retry_in", backoff).Msg("tracing failed; resuming from the recorded positions")
+			r.store.Reset()
+			cons = nil
+			sleep(ctx, backoff)
+			backoff = min(2*backoff, r.o.RetryMax)
+		}
+	}
+	// Get the last acks to the server before the caller closes the
+	// connection.
+	if err := r.nc.FlushTimeout(time.Second); err != nil && !errors.Is(err, nats.ErrConnectionClosed) {
+		r.log.Warn().Err(err).Msg("cannot flush the last acks")
+	}
+	return nil
+}
+
+// consumerConfig is the durable consumer Run uses.
+func (r *runner) consumerConfig() jetstream.ConsumerConfig {
+	filters := make([]string, len(omni.TraceClasses))
+	for i, c := range omni.TraceClasses {
+		filters[i] = omni.SessionSubject("*", c)
+	}
+	return jetstream.ConsumerConfig{
+		Durable:        r.o.Durable,
+		Description:    "Floe tracer: writes Session Traces",
+		FilterSubjects: filters,
+		DeliverPolicy:  jetstream.DeliverAllPolicy,
+		AckPolicy:      jetstream.AckAllPolicy,
+		AckWait:        r.o.AckWait,
+		MaxAckPending:  max(1000, 4*r.o.Batch),
+		MaxDeliver:     -1,
+	}
+}
+
+// setup checks the stream's incarnation against the recorded positions
+// (tracefile.Store.SetEpoch), creates or updates the durable consumer and,
+// when it has delivered-but-unacknowledged messages (a previous tracer's
+// in-flight batch), resets it to its ack floor so delivery resumes in order.
+func (r *runner) setup(ctx context.Context) (jetstream.Consumer, error) {
+	stream, err := r.js.Stream(ctx, omni.SessionsStream)
+	if err != nil {
+		return nil, fmt.Errorf("look up stream %s: %w", omni.SessionsStream, err)
+	}
+	epoch := stream.CachedInfo().Created.UTC().Format(time.RFC3339Nano)
+	changed, err := r.store.SetEpoch(epoch)
+	if err != nil {
+		return nil, err
+	}
+	if changed {
+		r.log.Warn().Str("epoch", epoch).Msg("the stream was re-created; recorded sequences cleared")
+	}
+	cfg := r.consumerConfig()
+	if old, err := r.js.Consumer(ctx, omni.SessionsStream, r.o.Durable); err == nil {
+		// Keep where it starts: a consumer re-created at its ack floor
+		// starts by sequence, and that cannot be updated.
+		oc := old.CachedInfo().Config
+		cfg.DeliverPolicy, cfg.OptStartSeq, cfg.OptStartTime = oc.DeliverPolicy, oc.OptStartSeq, oc.OptStartTime
+	} else if !errors.Is(err, jetstream.ErrConsumerNotFound) {
+		return nil, fmt.Errorf("look up consumer %s: %w", r.o.Durable, err)
+	}
+	cons, err := r.js.CreateOrUpdateConsumer(ctx, omni.SessionsStream, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("create consumer %s: %w", r.o.Durable, err)
+	}
+	info := cons.CachedInfo()
+	if info.NumAckPending == 0 {
+		return cons, nil
+	}
+	r.log.Info().Int("pending", info.NumAckPending).Uint64("seq", info.AckFloor.Stream).
+		Msg("redelivering from the ack floor")
+	if !r.o.Hooks.NoReset {
+		_, err := r.js.ResetConsumer(ctx, omni.SessionsStream, r.o.Durable)
+		if err == nil {
+			return cons, nil
+		}
+		if ctx.Err() != nil {
+			return nil, err
+		}
+		r.log.Warn().Err(err).Msg("consumer reset failed; re-creating the consumer at its ack floor")
+	}
+	return r.recreate(ctx, cfg)
+}
+
+// recreate replaces the consumer by one starting after its ack floor: the
+// reset of a server without the consumer reset API.
+func (r *runner) recreate(ctx context.Context, cfg jetstream.ConsumerConfig) (jetstream.Consumer, error) {
+	cons, err := r.js.Consumer(ctx, omni.SessionsStream, r.o.Durable)
+	if err != nil {
+		return nil, fmt.Errorf("look up consumer %s: %w", r.o.Durable, err)
+	}
+	info, err := cons.Info(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("consumer %s info: %w", r.o.Durable, err)
+	}
+	start := info.AckFloor.Stream + 1
+	if info.Config.DeliverPolicy == jetstream.DeliverByStartSequencePolicy {
+		start = max(start, info.Config.OptStartSeq)
+	}
+	if err := r.js.DeleteConsumer(ctx, omni.SessionsStream, r.o.Durable); err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
+		return nil, fmt.Errorf("delete consumer %s: %w", r.o.Durable, err)
+	}
+	cfg.DeliverPolicy, cfg.OptStartSeq, cfg.OptStartTime = jetstream.DeliverByStartSequencePolicy, start, nil
+	cons, err = r.js.CreateConsumer(ctx, omni.SessionsStream, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("re-create consumer %s at %d: %w", r.o.Durable, start, err)
+	}
+	return cons, nil
+}
+
+// commitLinger is how long the stream must pause before what was processed
+// is committed. Committing as soon as no message is ready would commit every
+// few messages: the loop outpaces the client's delivery.
+const commitLinger = time.Millisecond
+
+// batch runs one pull request: it processes messages as they arrive and
+// commits when they pause for commitLinger and when the request ends.
+func (r *runner) batch(ctx context.Context, cons jetstream.Consumer) error {
+	reconnects := r.nc.Stats().Reconnects
+	fctx, cancel := context.WithTimeout(ctx, r.o.FetchWait)
+	defer cancel()
+	b, err := cons.Fetch(r.o.Batch, jetstream.FetchMaxBytes(r.o.BatchBytes), jetstream.FetchContext(fctx))
+	if err != nil {
+		return fmt.Errorf("fetch: %w", err)
+	}
+	msgs := b.Messages()
+	var last jetstream.Msg // processed, not yet committed
+	var lastSeq uint64
+	idle := time.NewTimer(commitLinger)
+	defer idle.Stop()
+	for {
+		var m jetstream.Msg
+		var ok bool
+		select {
+		case m, ok = <-msgs:
+		default:
+			if last == nil {
+				m, ok = <-msgs
+				break
+			}
+			idle.Reset(commitLinger)
+			select {
+			case m, ok = <-msgs:
+			case <-idle.C:
+				if err := r.commit(last, lastSeq); err != nil {
+					return err
+				}
+				last = nil
+				m, ok = <-msgs
+			}
+		}
+		if !ok {
+			break
+		}
+		seq, err := r.handle(m)
+		if err != nil {
+			return err
+		}
+		last, lastSeq = m, seq
+	}
+	if last != nil {
+		if err := r.commit(last, lastSeq); err != nil {
+			return err
+		}
+	}
+	if err := b.Error(); err != nil {
+		if ctx.Err() != nil {
+			return nil // shutting down: what was delivered is committed
+		}
+		return fmt.Errorf("%w: fetch ended: %v", errResync, err)
+	}
+	if r.nc.Stats().Reconnects != reconnects {
+		return fmt.Errorf("%w: reconnected to NATS", errResync)
+	}
+	return nil
+}
+
+// commit records the positions of what was appended and acknowledges every
+// message up to last (AckAll).
+func (r *runner) commit(last jetstream.Msg, seq uint64) error {
+	if h := r.o.Hooks.AfterWrite; h != nil {
+		if err := h(seq); err != nil {
+			return &crashError{err}
+		}
+	}
+	if err := r.store.Flush(); err != nil {
+		return err
+	}
+	if h := r.o.Hooks.AfterFlush; h != nil {
+		if err := h(seq); err != nil {
+			return &crashError{err}
+		}
+	}
+	if err := last.Ack(); err != nil {
+		return fmt.Errorf("ack seq %d: %w", seq, err)
+	}
+	return nil
+}
+
+// handle appends one message to its Session's Trace when it is a Trace
+// record, and skips it with a log line otherwise (bad input is never
+// retried: it would block the stream). An error is a file error: the batch
+// must not be acknowledged.
+func (r *runner) handle(m jetstream.Msg) (seq uint64, err error) {
+	subject := m.Subject()
+	md, err := m.Metadata()
+	if err != nil {
+		r.log.Warn().Err(err).Str("subject", subject).Msg("skipping message without JetStream metadata")
+		return 0, nil
+	}
+	seq = md.Sequence.Stream
+	sid, class, ok := omni.ParseSessionSubject(subject)
+	if !ok || !traceClass(class) {
+		r.log.Warn().Str("subject", subject).Uint64("seq", seq).Msg("skipping message on a non-trace subject")
+		return seq, nil
+	}
+	if !omni.ValidSessionID(sid) || strings.ContainsAny(sid, `/\`) {
+		r.log.Warn().Str("subject", subject).Uint64("seq", seq).Msg("skipping message whose session id cannot name a file")
+		return seq, nil
+	}
+	data := m.Data()
+	msg, err := omni.Decode(data)
+	if err != nil {
+		r.log.Warn().Err(err).Str("session_id", sid).Uint64("seq", seq).Str("subject", subject).
+			Msg("skipping undecodable message")
+		return seq, nil
+	}
+	if msg.IsPartial() {
+		r.log.Warn().Str("session_id", sid).Uint64("seq", seq).Str("subject", subject).Msg("skipping partial")
+		return seq, nil
+	}
+	if len(msg.Origin) > 0 {
+		r.log.Warn().Str("session_id", sid).Uint64("seq", seq).Str("subject", subject).Msg("skipping message with an origin")
+		return seq, nil
+	}
+	if bytes.ContainsAny(data, "\r\n") {
+		// Valid JSON holds raw line breaks only between tokens: blanking
+		// them keeps the record's meaning and the Trace one record a line.
+		r.buf = append(r.buf[:0], data...)
+		for i, c := range r.buf {
+			if c == '\n' || c == '\r' {
+				r.buf[i] = ' '
+			}
+		}
+		data = r.buf
+		r.log.Warn().Str("session_id", sid).Uint64("seq", seq).Str("subject", subject).
+			Msg("record spans several lines; line breaks blanked")
+	}
+	created := msg.Time()
+	if created.IsZero() {
+		created = md.Timestamp
+	}
+	if _, err := r.store.Append(sid, tracefile.Record{Seq: seq, Data: data, Meta: msg.IsSessionMeta(), Time: created}); err != nil {
+		return seq, fmt.Errorf("session %s seq %d: %w", sid, seq, err)
+	}
+	return seq, nil
+}
+
+func traceClass(class string) bool {
+	for _, c := range omni.TraceClasses {
+		if c == class {
+			return true
+		}
+	}
+	return false
+}
+
+// sleep waits d or until ctx ends; false when ctx ended.
+func sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}

@@ -1,0 +1,169 @@
+// Package tracer is Floe's tracer service: it writes every Session's Trace
+// (SPEC §5), the append-only JSONL files that the history API and resume
+// read, from the FLOE_SESSIONS stream.
+//
+// A durable pull consumer reads the Trace classes of every Session
+// (floe.session.*.meta|model|event|trace; partials, nested and server
+// events never reach it). Each message body, one OmniMessage as single-line
+// JSON, is appended verbatim with its newline to
+// $Home/traces/<yyyy-mm-dd>/<sid>_<nnn>.jsonl; a session_meta starts the
+// next file when the current one holds records (a completed compaction).
+// Bodies that do not decode or validate, partials and origin-tagged
+// messages are skipped with a log line and acknowledged.
+//
+// Records are written exactly once across restarts and crashes: per Session
+// a position file, $Home/tracer/<sid>.pos (omni.TracePos: the stream
+// sequence of the last record written, its file and that file's size), is
+// rewritten after the records and before they are acknowledged. On resume
+// the file is truncated back to the recorded size and redelivered records
+// at or below the recorded sequence are skipped. Readers use the same
+// position to join the Trace and the stream (history = the Trace up to the
+// position, then the stream after its sequence). Nothing is fsynced; see
+// internal/tracefile for what a power loss can cost.
+//
+// One tracer writes a home at a time: Run holds a lock in $Home/tracer and
+// a second Run on the same home waits for it (a hot standby).
+package tracer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/rs/zerolog"
+
+	"floe.dev/services/tracer/internal/consume"
+)
+
+// Config is the tracer's configuration. Zero-valued tunables take the
+// values of Defaults when Validate runs (Run calls it).
+type Config struct {
+	// Home is $FLOE_HOME (required): Traces go to
+	// $Home/traces/<yyyy-mm-dd>/<sid>_<nnn>.jsonl, positions and the lock
+	// to $Home/tracer/. Validate makes it absolute.
+	Home string
+	// Durable is the durable consumer's name, default "floe-tracer". It
+	// belongs to one home: tracers writing different homes from one stream
+	// need different names (they would split the messages otherwise).
+	Durable string
+	// Batch is the most messages one pull request asks for, default 1024.
+	// One position write per touched Session and one ack cover a batch;
+	// measured here, 1024 traces about 1.7× as fast as 256 with 100
+	// Sessions interleaved (and 1.4× with one).
+	Batch int
+	// BatchBytes caps the bytes of one pull request, default 16 MiB, so a
+	// batch of large messages stays small in memory.
+	BatchBytes int
+	// FetchWait is how long a pull request waits for messages before the
+	// next one is sent, default 5s (at least 100ms). Messages are handled
+	// as they arrive whatever it is.
+	FetchWait time.Duration
+	// AckWait is how long the server waits for an ack before redelivering,
+	// default 30s. The tracer acks each batch in milliseconds, and resets
+	// the consumer itself when a delivery may have been lost.
+	AckWait time.Duration
+	// MaxOpenFiles bounds the Sessions kept in memory with their Trace file
+	// open, default 256; the least recently used is closed (its position
+	// recorded) to make room and reloaded from its position when needed.
+	MaxOpenFiles int
+	// RetryMin and RetryMax bound the exponential backoff after a bus or
+	// file error, defaults 100ms and 5s; RetryMax is also how often a
+	// standby tracer polls for the home's lock.
+	RetryMin time.Duration
+	RetryMax time.Duration
+}
+
+// Defaults returns the default tunables; Home is left empty (the caller sets
+// it from $FLOE_HOME).
+func Defaults() Config {
+	return Config{
+		Durable:      "floe-tracer",
+		Batch:        1024,
+		BatchBytes:   16 << 20,
+		FetchWait:    5 * time.Second,
+		AckWait:      30 * time.Second,
+		MaxOpenFiles: 256,
+		RetryMin:     100 * time.Millisecond,
+		RetryMax:     5 * time.Second,
+	}
+}
+
+// Validate fills zero-valued tunables from Defaults, makes Home absolute and
+// reports the first invalid setting.
+func (c *Config) Validate() error {
+	d := Defaults()
+	if c.Home == "" {
+		return errors.New("tracer: Home is required (set FLOE_HOME)")
+	}
+	home, err := filepath.Abs(c.Home)
+	if err != nil {
+		return fmt.Errorf("tracer: home %q: %w", c.Home, err)
+	}
+	c.Home = home
+	if c.Durable == "" {
+		c.Durable = d.Durable
+	}
+	if strings.ContainsAny(c.Durable, ".*> \t\r\n/\\") {
+		return fmt.Errorf("tracer: durable name %q may not contain '.', '*', '>', '/', '\\' or whitespace", c.Durable)
+	}
+	fill(&c.Batch, d.Batch)
+	fill(&c.BatchBytes, d.BatchBytes)
+	fill(&c.FetchWait, d.FetchWait)
+	fill(&c.AckWait, d.AckWait)
+	fill(&c.MaxOpenFiles, d.MaxOpenFiles)
+	fill(&c.RetryMin, d.RetryMin)
+	fill(&c.RetryMax, d.RetryMax)
+	switch {
+	case c.Batch < 0:
+		return fmt.Errorf("tracer: Batch %d is negative", c.Batch)
+	case c.BatchBytes < 0:
+		return fmt.Errorf("tracer: BatchBytes %d is negative", c.BatchBytes)
+	case c.FetchWait < 100*time.Millisecond:
+		return fmt.Errorf("tracer: FetchWait %v is below 100ms", c.FetchWait)
+	case c.AckWait < time.Second:
+		return fmt.Errorf("tracer: AckWait %v is below 1s", c.AckWait)
+	case c.MaxOpenFiles < 0:
+		return fmt.Errorf("tracer: MaxOpenFiles %d is negative", c.MaxOpenFiles)
+	case c.RetryMin < 0 || c.RetryMax < c.RetryMin:
+		return fmt.Errorf("tracer: retry backoff %v..%v is not an increasing positive range", c.RetryMin, c.RetryMax)
+	}
+	return nil
+}
+
+// fill sets *v to def when it is zero.
+func fill[T comparable](v *T, def T) {
+	var zero T
+	if *v == zero {
+		*v = def
+	}
+}
+
+// Run traces FLOE_SESSIONS into cfg.Home until ctx ends; it returns nil then,
+// after its goroutines exit and its last acks are flushed (the caller
+// closes nc). It validates cfg first. Bus and file errors are logged and
+// retried with backoff, never returned; while another tracer holds the
+// home's lock, Run waits for it. The stream must exist (bus.Setup) for
+// tracing to start; until it does, Run retries.
+func Run(ctx context.Context, nc *nats.Conn, cfg Config, log zerolog.Logger) error {
+	if err := cfg.Validate(); err != nil {
+		return err
+	}
+	if nc == nil {
+		return errors.New("tracer: no NATS connection")
+	}
+	return consume.Run(ctx, nc, consume.Options{
+		Home:       cfg.Home,
+		Durable:    cfg.Durable,
+		Batch:      cfg.Batch,
+		BatchBytes: cfg.BatchBytes,
+		FetchWait:  cfg.FetchWait,
+		AckWait:    cfg.AckWait,
+		MaxOpen:    cfg.MaxOpenFiles,
+		RetryMin:   cfg.RetryMin,
+		RetryMax:   cfg.RetryMax,
+	}, log)
+}
