@@ -15,7 +15,14 @@ import (
 // last one (0 when none). Bodies that do not decode are skipped and counted
 // in bad: bad input never stops a Session from loading.
 func History(ctx context.Context, js jetstream.JetStream, sessionID string) (msgs []omni.Message, lastSeq uint64, bad int, err error) {
-	err = Follow(ctx, js, sessionID, omni.TraceClasses, 0, true, func(sm StreamMsg) error {
+	return historyFrom(ctx, js, sessionID, 0, nil, 0, 0)
+}
+
+// historyFrom appends the Session's Trace-class messages from startSeq to
+// msgs; lastSeq starts at prevSeq and bad at prevBad.
+func historyFrom(ctx context.Context, js jetstream.JetStream, sessionID string, startSeq uint64, msgs []omni.Message, prevSeq uint64, prevBad int) ([]omni.Message, uint64, int, error) {
+	lastSeq, bad := prevSeq, prevBad
+	err := Follow(ctx, js, sessionID, omni.TraceClasses, startSeq, true, func(sm StreamMsg) error {
 		lastSeq = sm.Seq
 		m, derr := omni.Decode(sm.Data)
 		if derr != nil {
@@ -26,7 +33,7 @@ func History(ctx context.Context, js jetstream.JetStream, sessionID string) (msg
 		return nil
 	})
 	if err != nil {
-		return nil, 0, bad, fmt.Errorf("bus: history of %s: %w", sessionID, err)
+		return nil, 0, bad, fmt.Errorf("bus: history of %s from seq %d: %w", sessionID, startSeq, err)
 	}
 	return msgs, lastSeq, bad, nil
 }

@@ -46,21 +46,7 @@ func LoadHistory(ctx context.Context, js jetstream.JetStream, home, sessionID st
 					msgs = append(msgs, got...)
 					bad += skipped
 				}
-				lastSeq = pos.Seq
-				err = Follow(ctx, js, sessionID, omni.TraceClasses, pos.Seq+1, true, func(sm StreamMsg) error {
-					lastSeq = sm.Seq
-					m, derr := omni.Decode(sm.Data)
-					if derr != nil {
-						bad++
-						return nil
-					}
-					msgs = append(msgs, m)
-					return nil
-				})
-				if err != nil {
-					return nil, 0, bad, fmt.Errorf("bus: history of %s after the trace: %w", sessionID, err)
-				}
-				return msgs, lastSeq, bad, nil
+				return historyFrom(ctx, js, sessionID, pos.Seq+1, msgs, pos.Seq, bad)
 			}
 		}
 	}
