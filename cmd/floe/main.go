@@ -33,13 +33,19 @@ Usage:
   floe serve [flags]               all-in-one server: embedded JetStream + every service + HTTP gateway
   floe engine|toolrunner|tracer|gateway --nats URL [flags]
                                    one service against an external NATS
+  floe setup --nats URL [--replicas N]
+                                   create or update the JetStream layout on an external NATS
   floe replay <session-id> [--from-seq N]
                                    print a Session's stream from JetStream
+  floe attach <session-id> [--url URL] [--follow]
+                                   render a Session live from a gateway
 
 Run 'floe <command> -h' for a command's flags. Environment: FLOE_HOME, FLOE_NATS_URL,
 FLOE_NATS_LISTEN, FLOE_HTTP_ADDR, FLOE_MODEL, FLOE_API_TOKEN, FLOE_RETRY_BASE_MS,
 FLOE_RETRY_CAP_MS, FLOE_RETRY_MAX, FLOE_REQUEST_TIMEOUT_MS, OPENAI_BASE_URL,
-OPENAI_API_KEY, ANTHROPIC_BASE_URL, ANTHROPIC_API_KEY.
+OPENAI_API_KEY, ANTHROPIC_BASE_URL, ANTHROPIC_API_KEY; external NATS:
+FLOE_NATS_CREDS, FLOE_NATS_USER, FLOE_NATS_PASSWORD, FLOE_NATS_PASSWORD_FILE,
+FLOE_REPLICAS, FLOE_SETUP.
 `
 
 func main() {
@@ -61,6 +67,10 @@ func main() {
 		err = cmdService(ctx, cmd, args)
 	case "replay":
 		err = cmdReplay(ctx, args)
+	case "attach":
+		code, err = cmdAttach(ctx, args)
+	case "setup":
+		err = cmdSetup(ctx, args)
 	case "-h", "--help", "help":
 		fmt.Print(usage)
 		return
@@ -91,6 +101,8 @@ type common struct {
 	logLevel  string
 	retention string
 	maxBytes  int64
+	auth      natsAuth // credentials for an external NATS (natsauth.go)
+	replicas  int
 }
 
 func env(name, def string) string {
@@ -133,6 +145,8 @@ func (c *common) register(fs *flag.FlagSet, listenDefault string) {
 	fs.StringVar(&c.logLevel, "log-level", env("FLOE_LOG_LEVEL", "info"), "log level: debug, info, warn, error")
 	fs.StringVar(&c.retention, "retention", env("FLOE_RETENTION", ""), "FLOE_SESSIONS max age, e.g. 720h (default unlimited)")
 	fs.Int64Var(&c.maxBytes, "retention-bytes", envInt("FLOE_RETENTION_BYTES", 0), "FLOE_SESSIONS max bytes (default unlimited)")
+	fs.IntVar(&c.replicas, "replicas", int(envInt("FLOE_REPLICAS", 0)), "replicas of every stream and bucket: 1 on one server, 3 on a cluster (FLOE_REPLICAS; default: keep the existing layout's, else 1)")
+	c.auth.register(fs)
 }
 
 func envInt(name string, def int64) int64 {
@@ -154,6 +168,7 @@ func (c *common) busConfig() (bus.Config, error) {
 		b.MaxAge = d
 	}
 	b.MaxBytes = c.maxBytes
+	b.Replicas = c.replicas
 	return b, nil
 }
 
@@ -172,6 +187,9 @@ func (c *common) logger(service string) zerolog.Logger {
 func engineConfig(c *common) (*engine.Config, error) {
 	cfg := engine.Config{RetryMax: 5, Home: c.home}
 	if err := engine.EnvConfig(&cfg); err != nil {
+		return nil, err
+	}
+	if err := engineKnobs(&cfg); err != nil {
 		return nil, err
 	}
 	cfg.Defaults()

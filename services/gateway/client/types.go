@@ -1,0 +1,151 @@
+package client
+
+import "encoding/json"
+
+// The wire types of the gateway's HTTP API. The gateway decodes request
+// bodies into them with unknown fields rejected, and encodes its responses
+// from them, so this file is the API's schema.
+
+// Session is a Session as the API shows it.
+type Session struct {
+	ID           string      `json:"id"`
+	Model        string      `json:"model"`
+	Workspace    string      `json:"workspace"`
+	ApprovalMode string      `json:"approvalMode"`
+	SystemPrompt string      `json:"systemPrompt,omitempty"`
+	MaxTurns     int         `json:"maxTurns,omitempty"`
+	Compaction   *Compaction `json:"compaction,omitempty"`
+	Title        string      `json:"title,omitempty"`
+	// State is idle, running or compacting.
+	State string `json:"state"`
+	// TaskID is the Task holding the Session while State is not idle.
+	TaskID string `json:"taskId,omitempty"`
+	// LastStatus is the outcome of the last Task (completed, failed, aborted…).
+	LastStatus string `json:"lastStatus,omitempty"`
+	// Parent is the parent Session of a subagent.
+	Parent        string `json:"parent,omitempty"`
+	CreatedAt     string `json:"createdAt"`
+	CreatedUnixMs int64  `json:"createdUnixMs"`
+}
+
+// Compaction sets when and how a Session compacts.
+type Compaction struct {
+	MaxContextLength int64  `json:"maxContextLength,omitempty"`
+	MaxSessionTurns  int64  `json:"maxSessionTurns,omitempty"`
+	Mode             string `json:"mode,omitempty"` // summarize or discard
+}
+
+// CreateSession is the body of POST /api/sessions; every field is optional.
+type CreateSession struct {
+	// Model is provider:model_id (default: the gateway's default model).
+	Model string `json:"model,omitempty"`
+	// Workspace is an absolute directory, created if missing (default
+	// $FLOE_HOME/workspaces/<session id>).
+	Workspace string `json:"workspace,omitempty"`
+	// ApprovalMode is allow-all (default), deny-all, read-only or always-ask.
+	ApprovalMode string      `json:"approvalMode,omitempty"`
+	SystemPrompt string      `json:"systemPrompt,omitempty"`
+	MaxTurns     int         `json:"maxTurns,omitempty"`
+	Compaction   *Compaction `json:"compaction,omitempty"`
+	Title        string      `json:"title,omitempty"`
+}
+
+// SessionPatch is the body of PATCH /api/sessions/{id}: nil fields are left
+// as they are.
+type SessionPatch struct {
+	ApprovalMode *string `json:"approvalMode,omitempty"`
+	Title        *string `json:"title,omitempty"`
+}
+
+// SessionList is the answer of GET /api/sessions.
+type SessionList struct {
+	Sessions []Session `json:"sessions"`
+}
+
+// InputPart is one part of a Task's input: {type:"text", text} or
+// {type:"image_url", imageUrl}.
+type InputPart struct {
+	Type     string `json:"type"`
+	Text     string `json:"text,omitempty"`
+	ImageURL string `json:"imageUrl,omitempty"`
+}
+
+// Input part types.
+const (
+	InputText     = "text"
+	InputImageURL = "image_url"
+)
+
+// TaskRequest is the body of POST /api/sessions/{id}/tasks.
+type TaskRequest struct {
+	Input         []InputPart `json:"input"`
+	ThinkingLevel string      `json:"thinkingLevel,omitempty"`
+}
+
+// TaskAccepted answers an accepted Task or compaction (202).
+type TaskAccepted struct {
+	TaskID string `json:"taskId"`
+}
+
+// Messages is the answer of GET /api/sessions/{id}/messages.
+type Messages struct {
+	// Messages is the history: every Trace record, plus the complete messages
+	// the tracer has not written yet, as OmniMessage JSON.
+	Messages []json.RawMessage `json:"messages"`
+	// Live is set while a Task runs.
+	Live *Live `json:"live,omitempty"`
+}
+
+// Live is the in-progress part of a running Task.
+type Live struct {
+	// Cursor is the last stream sequence the answer reflects: an SSE event
+	// whose id has a sequence at or below it is already in Messages or
+	// Fragments (server events excepted, which are never in them).
+	Cursor uint64 `json:"cursor"`
+	// Fragments holds one synthetic partial start fragment per segment still
+	// open, carrying everything streamed so far (origin kept).
+	Fragments []json.RawMessage `json:"fragments"`
+}
+
+// Decision is the body of POST /api/sessions/{id}/approvals/{toolCallId}.
+type Decision struct {
+	Decision string `json:"decision"` // allow or deny
+}
+
+// Steer is the body of POST /api/sessions/{id}/steer.
+type Steer struct {
+	Text string `json:"text"`
+}
+
+// RetryNowResult answers POST /api/sessions/{id}/retry-now.
+type RetryNowResult struct {
+	Skipped bool `json:"skipped"`
+}
+
+// TraceFile describes one Trace file of a Session.
+type TraceFile struct {
+	Index int    `json:"index"`
+	Name  string `json:"name"`
+	Size  int64  `json:"size"`
+}
+
+// TraceList is the answer of GET /api/sessions/{id}/traces.
+type TraceList struct {
+	Traces []TraceFile `json:"traces"`
+}
+
+// ErrorBody is the shape of every error answer.
+type ErrorBody struct {
+	Error ErrorDetail `json:"error"`
+}
+
+// ErrorDetail is a machine code and a human message.
+type ErrorDetail struct {
+	Code    string `json:"code"`
+	Message string `json:"message"`
+}
+
+// Health answers GET /healthz.
+type Health struct {
+	Status string `json:"status"`
+}

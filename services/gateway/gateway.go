@@ -1,0 +1,239 @@
+// Package gateway is Floe's HTTP front door: the REST API of SPEC §3 and the
+// Server-Sent Events stream of SPEC §4, served from the bus.
+//
+// The gateway holds no state: Session records live in the floe_sessions KV
+// bucket, Tasks go to the FLOE_TASKS work queue, control requests (approve,
+// abort, steer, retry-now, pending) go to the engine that owns a Session,
+// and every message a client sees is read from FLOE_SESSIONS or the Trace
+// files. Any number of replicas can serve the same Sessions, and an SSE
+// client resumes on any of them with its Last-Event-ID.
+//
+// SSE fan-out: each SSE client has its own ordered JetStream consumer and a
+// bounded buffer (Config.ClientBuffer events). A client that stops reading
+// never slows the engine or other clients: when its buffer is full it is
+// disconnected, and it resumes with Last-Event-ID (the gap is replayed from
+// JetStream, or resync_required is sent when the gap left retention).
+//
+// Run serves on Config.Addr until its context ends; NewHandler returns the
+// same API as an http.Handler for tests and embedding.
+package gateway
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/rs/zerolog"
+
+	"floe.dev/services/gateway/internal/server"
+)
+
+// Config configures the gateway. Zero fields take the defaults listed.
+type Config struct {
+	// Addr is the listen address (default 127.0.0.1:7364).
+	Addr string
+	// Tokens maps bearer tokens to principals. Empty disables
+	// authentication, which is refused on a non-loopback Addr. With
+	// authentication on, a caller sees only the Sessions it created.
+	Tokens map[string]string
+	// MaxBody caps request bodies in bytes (default 8 MiB, the bus's
+	// maximum message size); larger bodies get 413.
+	MaxBody int64
+	// Home is $FLOE_HOME (required): Traces are read under Home/traces,
+	// the tracer's positions under Home/tracer, and default Workspaces are
+	// created under Home/workspaces/<session id>.
+	Home string
+	// DefaultModel is the model of Sessions created without one
+	// (default "scripted:demo").
+	DefaultModel string
+	// Heartbeat is the interval of SSE heartbeat comments (default 20s).
+	Heartbeat time.Duration
+	// ControlTimeout bounds one control request to an engine (default 5s).
+	ControlTimeout time.Duration
+	// QueueWait is how long abort and steer keep asking when the record says
+	// a Task holds the Session but no engine answers yet, e.g. the Task is
+	// still queued (default 3s).
+	QueueWait time.Duration
+	// ClientBuffer is each SSE client's buffer in events (default 1024); a
+	// client whose buffer fills is disconnected and resumes with
+	// Last-Event-ID.
+	ClientBuffer int
+	// WriteTimeout bounds one write to an SSE client (default 15s); a
+	// client that accepts nothing for that long is disconnected.
+	WriteTimeout time.Duration
+	// ShutdownTimeout bounds the graceful shutdown of Run (default 10s).
+	ShutdownTimeout time.Duration
+}
+
+// Default values.
+const (
+	DefaultAddr         = "127.0.0.1:7364"
+	DefaultMaxBody      = 8 << 20
+	DefaultModel        = "scripted:demo"
+	DefaultHeartbeat    = 20 * time.Second
+	DefaultClientBuffer = 1024
+)
+
+// Defaults fills the zero fields of c with their defaults.
+func (c *Config) Defaults() {
+	if c.Addr == "" {
+		c.Addr = DefaultAddr
+	}
+	if c.MaxBody == 0 {
+		c.MaxBody = DefaultMaxBody
+	}
+	if c.DefaultModel == "" {
+		c.DefaultModel = DefaultModel
+	}
+	if c.Heartbeat == 0 {
+		c.Heartbeat = DefaultHeartbeat
+	}
+	if c.ControlTimeout == 0 {
+		c.ControlTimeout = 5 * time.Second
+	}
+	if c.QueueWait == 0 {
+		c.QueueWait = 3 * time.Second
+	}
+	if c.ClientBuffer == 0 {
+		c.ClientBuffer = DefaultClientBuffer
+	}
+	if c.WriteTimeout == 0 {
+		c.WriteTimeout = 15 * time.Second
+	}
+	if c.ShutdownTimeout == 0 {
+		c.ShutdownTimeout = 10 * time.Second
+	}
+}
+
+// ErrOpenWithoutToken is returned by Validate for a non-loopback Addr
+// without any token.
+var ErrOpenWithoutToken = errors.New("gateway: refusing to listen on a non-loopback address without an API token (set FLOE_API_TOKEN, or bind 127.0.0.1)")
+
+// Validate checks c (after Defaults) and says what to fix.
+func (c *Config) Validate() error {
+	if c.Home == "" {
+		return errors.New("gateway: Home is required (FLOE_HOME)")
+	}
+	if c.MaxBody < 1024 {
+		return fmt.Errorf("gateway: MaxBody %d is below 1024 bytes", c.MaxBody)
+	}
+	if p, m, ok := strings.Cut(c.DefaultModel, ":"); !ok || p == "" || m == "" {
+		return fmt.Errorf("gateway: DefaultModel %q is not provider:model_id", c.DefaultModel)
+	}
+	if c.Heartbeat < 0 || c.ControlTimeout < 0 || c.QueueWait < 0 || c.WriteTimeout < 0 || c.ShutdownTimeout < 0 {
+		return errors.New("gateway: durations must not be negative")
+	}
+	if c.ClientBuffer < 1 {
+		return fmt.Errorf("gateway: ClientBuffer %d must be at least 1", c.ClientBuffer)
+	}
+	for tok := range c.Tokens {
+		if strings.TrimSpace(tok) == "" || strings.ContainsAny(tok, " \t\r\n") {
+			return errors.New("gateway: an API token is empty or holds whitespace")
+		}
+	}
+	host, _, err := net.SplitHostPort(c.Addr)
+	if err != nil {
+		return fmt.Errorf("gateway: Addr %q: %w", c.Addr, err)
+	}
+	if len(c.Tokens) == 0 && !isLoopback(host) {
+		return fmt.Errorf("%w: Addr %s", ErrOpenWithoutToken, c.Addr)
+	}
+	return nil
+}
+
+// isLoopback reports whether host names only the loopback interface; an
+// empty host (every interface) or any other name is not.
+func isLoopback(host string) bool {
+	if strings.EqualFold(host, "localhost") {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
+func (c *Config) options() server.Options {
+	return server.Options{
+		Tokens: c.Tokens, MaxBody: c.MaxBody, Home: c.Home, DefaultModel: c.DefaultModel,
+		Heartbeat: c.Heartbeat, ControlTimeout: c.ControlTimeout, QueueWait: c.QueueWait,
+		ClientBuffer: c.ClientBuffer, WriteTimeout: c.WriteTimeout,
+	}
+}
+
+// NewHandler returns the gateway's API on nc as an http.Handler, for tests
+// and embedding; the bus layout must exist (bus.Setup). ctx covers setup
+// only. release ends every open SSE stream and waits for their handlers; it
+// does not close nc.
+func NewHandler(ctx context.Context, nc *nats.Conn, cfg Config, log zerolog.Logger) (h http.Handler, release func(), err error) {
+	cfg.Defaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, nil, err
+	}
+	srv, err := server.New(ctx, nc, cfg.options(), log)
+	if err != nil {
+		return nil, nil, err
+	}
+	return srv, srv.Close, nil
+}
+
+// Run serves the gateway on cfg.Addr until ctx ends, then shuts down
+// gracefully: it stops accepting connections, ends SSE streams (clients
+// resume elsewhere with Last-Event-ID), waits up to cfg.ShutdownTimeout for
+// in-flight requests and returns after every goroutine it started has
+// exited. It does not close nc.
+func Run(ctx context.Context, nc *nats.Conn, cfg Config, log zerolog.Logger) error {
+	cfg.Defaults()
+	if err := cfg.Validate(); err != nil {
+		return err
+	}
+	log = log.With().Str("service", "gateway").Logger()
+	srv, err := server.New(ctx, nc, cfg.options(), log)
+	if err != nil {
+		return err
+	}
+	defer srv.Close()
+	ln, err := net.Listen("tcp", cfg.Addr)
+	if err != nil {
+		return fmt.Errorf("gateway: listen on %s: %w", cfg.Addr, err)
+	}
+	hs := &http.Server{
+		Handler:           srv,
+		ReadHeaderTimeout: 10 * time.Second,
+		IdleTimeout:       2 * time.Minute,
+		MaxHeaderBytes:    64 << 10,
+		ErrorLog:          nil,
+	}
+	served := make(chan error, 1)
+	go func() { served <- hs.Serve(ln) }()
+	log.Info().Str("addr", ln.Addr().String()).Bool("auth", len(cfg.Tokens) > 0).Msg("gateway listening")
+
+	select {
+	case err := <-served:
+		return fmt.Errorf("gateway: serve: %w", err)
+	case <-ctx.Done():
+	}
+	sctx, cancel := context.WithTimeout(context.Background(), cfg.ShutdownTimeout)
+	defer cancel()
+	// SSE streams never go idle by themselves: end them (new ones are
+	// refused) while Shutdown stops intake and waits for the rest.
+	streamsDone := make(chan struct{})
+	go func() {
+		srv.Close()
+		close(streamsDone)
+	}()
+	err = hs.Shutdown(sctx)
+	if err != nil {
+		hs.Close() // unblocks writes stuck on unresponsive clients
+	}
+	<-served
+	<-streamsDone
+	log.Info().Msg("gateway stopped")
+	if err != nil && !errors.Is(err, context.DeadlineExceeded) {
+		return fmt.Errorf("gateway: shutdown: %w", err)
+	}
+	return nil
+}

@@ -1,0 +1,144 @@
+// Package server implements the gateway's HTTP API (SPEC §3) and its SSE
+// stream (SPEC §4) over the bus: Session records in the floe_sessions KV
+// bucket, Tasks on FLOE_TASKS, control requests to the engine owning a
+// Session, and the Session's messages read back from FLOE_SESSIONS and the
+// Trace files.
+//
+// The gateway keeps no state of its own: every answer is computed from the
+// bus and the Trace files, so any number of gateway replicas can serve the
+// same Sessions and a restarted gateway resumes every SSE client from its
+// Last-Event-ID.
+package server
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/rs/zerolog"
+
+	"floe.dev/pkg/bus"
+	"floe.dev/pkg/omni"
+)
+
+// Options are the server's settings; the gateway's Config fills them with
+// defaults applied.
+type Options struct {
+	Tokens         map[string]string
+	MaxBody        int64
+	Home           string
+	DefaultModel   string
+	Heartbeat      time.Duration
+	ControlTimeout time.Duration
+	QueueWait      time.Duration
+	ClientBuffer   int
+	WriteTimeout   time.Duration
+}
+
+// Server serves the API. It is an http.Handler.
+type Server struct {
+	nc       *nats.Conn
+	js       jetstream.JetStream
+	stream   jetstream.Stream
+	sessions *bus.Sessions
+	opts     Options
+	log      zerolog.Logger
+	auth     *authenticator
+	mux      *http.ServeMux
+	metrics  *metrics
+
+	// ctx ends when the server closes: long-lived handlers (SSE) end with it.
+	ctx    context.Context
+	cancel context.CancelFunc
+
+	mu      sync.Mutex
+	closed  bool           // guarded by mu
+	streams sync.WaitGroup // Add only under mu while !closed
+}
+
+// New returns a server on an existing bus layout (bus.Setup must have run).
+// ctx covers the setup only; Close releases the server.
+func New(ctx context.Context, nc *nats.Conn, opts Options, log zerolog.Logger) (*Server, error) {
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return nil, fmt.Errorf("gateway: jetstream: %w", err)
+	}
+	sessions, err := bus.Open(ctx, js)
+	if err != nil {
+		return nil, fmt.Errorf("gateway: %w (is the bus layout set up?)", err)
+	}
+	stream, err := js.Stream(ctx, omni.SessionsStream)
+	if err != nil {
+		return nil, fmt.Errorf("gateway: open stream %s: %w (is the bus layout set up?)", omni.SessionsStream, err)
+	}
+	sctx, cancel := context.WithCancel(context.Background())
+	s := &Server{
+		nc: nc, js: js, stream: stream, sessions: sessions,
+		opts: opts, log: log, auth: newAuthenticator(opts.Tokens),
+		mux: http.NewServeMux(), metrics: newMetrics(),
+		ctx: sctx, cancel: cancel,
+	}
+	s.routes()
+	return s, nil
+}
+
+// Close ends every open SSE stream and waits for their handlers to return.
+func (s *Server) Close() {
+	s.mu.Lock()
+	s.closed = true
+	s.mu.Unlock()
+	s.cancel()
+	s.streams.Wait()
+}
+
+// track registers a long-lived handler; false once Close has begun.
+func (s *Server) track() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return false
+	}
+	s.streams.Add(1)
+	return true
+}
+
+// Closing returns a channel closed when Close has been called.
+func (s *Server) Closing() <-chan struct{} { return s.ctx.Done() }
+
+func (s *Server) routes() {
+	m := s.mux
+	m.HandleFunc("GET /healthz", s.handleHealth)
+	m.HandleFunc("GET /metrics", s.handleMetrics)
+	m.HandleFunc("POST /api/sessions", s.serve(s.handleCreate))
+	m.HandleFunc("GET /api/sessions", s.serve(s.handleList))
+	m.HandleFunc("GET /api/sessions/{id}", s.serve(s.handleGet))
+	m.HandleFunc("PATCH /api/sessions/{id}", s.serve(s.handlePatch))
+	m.HandleFunc("DELETE /api/sessions/{id}", s.serve(s.handleDelete))
+	m.HandleFunc("POST /api/sessions/{id}/tasks", s.serve(s.handleTask))
+	m.HandleFunc("POST /api/sessions/{id}/compact", s.serve(s.handleCompact))
+	m.HandleFunc("GET /api/sessions/{id}/stream", s.serve(s.handleStream))
+	m.HandleFunc("GET /api/sessions/{id}/messages", s.serve(s.handleMessages))
+	m.HandleFunc("POST /api/sessions/{id}/approvals/{toolCallId}", s.serve(s.handleApprove))
+	m.HandleFunc("POST /api/sessions/{id}/abort", s.serve(s.handleAbort))
+	m.HandleFunc("POST /api/sessions/{id}/steer", s.serve(s.handleSteer))
+	m.HandleFunc("POST /api/sessions/{id}/retry-now", s.serve(s.handleRetryNow))
+	m.HandleFunc("GET /api/sessions/{id}/traces", s.serve(s.handleTraces))
+	m.HandleFunc("GET /api/sessions/{id}/traces/{index}", s.serve(s.handleTrace))
+}
+
+func (s *Server) handleHealth(w http.ResponseWriter, r *http.Request) {
+	if s.nc.Status() != nats.CONNECTED {
+		writeError(w, errorf(http.StatusServiceUnavailable, omni.CodeUnavailable, "not connected to NATS (%s)", s.nc.Status()))
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+}
+
+func (s *Server) handleMetrics(w http.ResponseWriter, r *http.Request) {
+	w.Header().Set("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
+	s.metrics.write(w)
+}

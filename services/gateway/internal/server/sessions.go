@@ -1,0 +1,283 @@
+package server
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"net/http"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"floe.dev/pkg/bus"
+	"floe.dev/pkg/omni"
+	"floe.dev/services/gateway/client"
+)
+
+// visible reports whether the caller may see r: with authentication off
+// every Session is visible; with it on, only the caller's own.
+func (s *Server) visible(ctx context.Context, r *omni.SessionRecord) bool {
+	if r.Deleted {
+		return false
+	}
+	return !s.auth.enabled() || r.Principal == principal(ctx)
+}
+
+// load returns the Session named by the request's {id}; 404 when it does
+// not exist or the caller may not see it (never revealing which).
+func (s *Server) load(r *http.Request) (*omni.SessionRecord, *apiError) {
+	id := r.PathValue("id")
+	rec, _, err := s.sessions.Get(r.Context(), id)
+	if errors.Is(err, bus.ErrSessionNotFound) {
+		return nil, errNotFound
+	}
+	if err != nil {
+		return nil, unavailable("read session", err)
+	}
+	if !s.visible(r.Context(), rec) {
+		return nil, errNotFound
+	}
+	return rec, nil
+}
+
+func stateOf(r *omni.SessionRecord) string {
+	if r.State == "" {
+		return omni.StateIdle
+	}
+	return r.State
+}
+
+func view(r *omni.SessionRecord) client.Session {
+	v := client.Session{
+		ID: r.ID, Model: r.Model, Workspace: r.Workspace, ApprovalMode: r.ApprovalMode,
+		SystemPrompt: r.SystemPrompt, MaxTurns: r.MaxTurns, Title: r.Title,
+		State: stateOf(r), TaskID: r.TaskID, LastStatus: r.LastStatus, Parent: r.Parent,
+		CreatedAt:     time.UnixMilli(r.CreatedUnixMs).UTC().Format(omni.TimeLayout),
+		CreatedUnixMs: r.CreatedUnixMs,
+	}
+	if c := r.Compaction; c != (omni.CompactionConfig{}) {
+		v.Compaction = &client.Compaction{MaxContextLength: c.MaxContextLength, MaxSessionTurns: c.MaxSessionTurns, Mode: c.Mode}
+	}
+	if v.ApprovalMode == "" {
+		v.ApprovalMode = omni.ApproveAllowAll
+	}
+	return v
+}
+
+func badRequest(format string, args ...any) *apiError {
+	return errorf(http.StatusBadRequest, omni.CodeBadRequest, format, args...)
+}
+
+const maxTitle = 512
+
+func (s *Server) handleCreate(w http.ResponseWriter, r *http.Request) *apiError {
+	var req client.CreateSession
+	if e := s.decodeBody(w, r, &req, true); e != nil {
+		return e
+	}
+	rec := &omni.SessionRecord{
+		Model: req.Model, Workspace: req.Workspace, ApprovalMode: req.ApprovalMode,
+		SystemPrompt: req.SystemPrompt, MaxTurns: req.MaxTurns, Title: req.Title,
+		Principal: principal(r.Context()), State: omni.StateIdle,
+	}
+	if rec.Model == "" {
+		rec.Model = s.opts.DefaultModel
+	}
+	if p, m, ok := strings.Cut(rec.Model, ":"); !ok || p == "" || m == "" {
+		return badRequest("model %q is not provider:model_id", rec.Model)
+	}
+	if rec.ApprovalMode == "" {
+		rec.ApprovalMode = omni.ApproveAllowAll
+	}
+	if !omni.ValidApprovalMode(rec.ApprovalMode) {
+		return badRequest("approvalMode %q is not allow-all, deny-all, read-only or always-ask", rec.ApprovalMode)
+	}
+	if rec.MaxTurns < 0 {
+		return badRequest("maxTurns must not be negative")
+	}
+	if len(rec.Title) > maxTitle {
+		return badRequest("title is longer than %d bytes", maxTitle)
+	}
+	if c := req.Compaction; c != nil {
+		if c.MaxContextLength < 0 || c.MaxSessionTurns < 0 {
+			return badRequest("compaction limits must not be negative")
+		}
+		if c.Mode != "" && c.Mode != omni.ModeSummarize && c.Mode != omni.ModeDiscard {
+			return badRequest("compaction mode %q is not summarize or discard", c.Mode)
+		}
+		rec.Compaction = omni.CompactionConfig{MaxContextLength: c.MaxContextLength, MaxSessionTurns: c.MaxSessionTurns, Mode: c.Mode}
+	}
+	if rec.Workspace != "" && !filepath.IsAbs(rec.Workspace) {
+		return badRequest("workspace %q is not an absolute path", rec.Workspace)
+	}
+
+	now := time.Now()
+	rec.CreatedUnixMs = now.UnixMilli()
+	var err error
+	for range 3 {
+		rec.ID = omni.NewSessionID(now, randHex(4))
+		ws := rec.Workspace
+		if req.Workspace == "" {
+			ws = filepath.Join(s.opts.Home, "workspaces", rec.ID)
+		}
+		if err := os.MkdirAll(ws, 0o755); err != nil {
+			return internalError("create workspace", err)
+		}
+		rec.Workspace = filepath.Clean(ws)
+		err = s.sessions.Create(r.Context(), rec)
+		if !errors.Is(err, bus.ErrSessionExists) {
+			break
+		}
+		if req.Workspace == "" {
+			os.Remove(ws)
+			rec.Workspace = ""
+		}
+	}
+	if err != nil {
+		return unavailable("create session", err)
+	}
+	s.log.Info().Str("session_id", rec.ID).Str("model", rec.Model).Msg("session created")
+	w.Header().Set("Location", "/api/sessions/"+rec.ID)
+	writeJSON(w, http.StatusCreated, view(rec))
+	return nil
+}
+
+func randHex(n int) string {
+	b := make([]byte, n)
+	rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+func (s *Server) handleList(w http.ResponseWriter, r *http.Request) *apiError {
+	recs, err := s.sessions.List(r.Context())
+	if err != nil {
+		return unavailable("list sessions", err)
+	}
+	out := client.SessionList{Sessions: []client.Session{}}
+	for _, rec := range recs {
+		if s.visible(r.Context(), rec) {
+			out.Sessions = append(out.Sessions, view(rec))
+		}
+	}
+	sort.Slice(out.Sessions, func(i, j int) bool {
+		a, b := out.Sessions[i], out.Sessions[j]
+		if a.CreatedUnixMs != b.CreatedUnixMs {
+			return a.CreatedUnixMs < b.CreatedUnixMs
+		}
+		return a.ID < b.ID
+	})
+	writeJSON(w, http.StatusOK, out)
+	return nil
+}
+
+func (s *Server) handleGet(w http.ResponseWriter, r *http.Request) *apiError {
+	rec, e := s.load(r)
+	if e != nil {
+		return e
+	}
+	writeJSON(w, http.StatusOK, view(rec))
+	return nil
+}
+
+func (s *Server) handlePatch(w http.ResponseWriter, r *http.Request) *apiError {
+	if _, e := s.load(r); e != nil {
+		return e
+	}
+	var req client.SessionPatch
+	if e := s.decodeBody(w, r, &req, false); e != nil {
+		return e
+	}
+	if req.ApprovalMode != nil && !omni.ValidApprovalMode(*req.ApprovalMode) {
+		return badRequest("approvalMode %q is not allow-all, deny-all, read-only or always-ask", *req.ApprovalMode)
+	}
+	if req.Title != nil && len(*req.Title) > maxTitle {
+		return badRequest("title is longer than %d bytes", maxTitle)
+	}
+	ctx := r.Context()
+	rec, err := s.sessions.Update(ctx, r.PathValue("id"), func(rec *omni.SessionRecord) error {
+		if !s.visible(ctx, rec) {
+			return bus.ErrSessionNotFound
+		}
+		if req.ApprovalMode != nil {
+			rec.ApprovalMode = *req.ApprovalMode
+		}
+		if req.Title != nil {
+			rec.Title = *req.Title
+		}
+		return nil
+	})
+	if errors.Is(err, bus.ErrSessionNotFound) {
+		return errNotFound
+	}
+	if err != nil {
+		return unavailable("update session", err)
+	}
+	writeJSON(w, http.StatusOK, view(rec))
+	return nil
+}
+
+var errBusyDelete = errors.New("session busy")
+
+// handleDelete removes a Session: the record is first marked deleted (so no
+// Task can start), then its messages are purged from FLOE_SESSIONS, its
+// Trace files and tracer position removed, and the record dropped. A failed
+// step leaves the record marked, and a repeated DELETE resumes the cleanup.
+// The Workspace is the user's and is kept.
+func (s *Server) handleDelete(w http.ResponseWriter, r *http.Request) *apiError {
+	ctx := r.Context()
+	id := r.PathValue("id")
+	var busy string
+	rec, err := s.sessions.Update(ctx, id, func(rec *omni.SessionRecord) error {
+		if !s.auth.enabled() || rec.Principal == principal(ctx) {
+			if st := stateOf(rec); st != omni.StateIdle && !rec.Deleted {
+				busy = st
+				return errBusyDelete
+			}
+			rec.Deleted = true
+			return nil
+		}
+		return bus.ErrSessionNotFound
+	})
+	switch {
+	case errors.Is(err, bus.ErrSessionNotFound):
+		return errNotFound
+	case errors.Is(err, errBusyDelete):
+		return busyError(busy)
+	case err != nil:
+		return unavailable("delete session", err)
+	}
+	if err := s.stream.Purge(ctx, jetstream.WithPurgeSubject(omni.SessionWildcard(id))); err != nil && !errors.Is(err, jetstream.ErrStreamNotFound) {
+		return unavailable("purge session messages", err)
+	}
+	files, err := omni.TraceFiles(s.opts.Home, id)
+	if err != nil {
+		return internalError("list trace files", err)
+	}
+	for _, f := range files {
+		if err := os.Remove(f); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return internalError("remove trace file", err)
+		}
+	}
+	if err := os.Remove(omni.TracePosPath(s.opts.Home, id)); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return internalError("remove trace position", err)
+	}
+	if err := s.sessions.Delete(ctx, rec.ID); err != nil {
+		return unavailable("delete session record", err)
+	}
+	s.log.Info().Str("session_id", id).Int("trace_files", len(files)).Msg("session deleted")
+	w.WriteHeader(http.StatusNoContent)
+	return nil
+}
+
+// busyError is the 409 of a Session that runs a Task or compacts.
+func busyError(state string) *apiError {
+	if state == omni.StateCompacting {
+		return errorf(http.StatusConflict, omni.CodeCompacting, "the session is compacting")
+	}
+	return errorf(http.StatusConflict, omni.CodeTaskInProgress, "a task is in progress")
+}

@@ -1,0 +1,135 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"floe.dev/pkg/bus"
+	"floe.dev/pkg/omni"
+	"floe.dev/services/gateway/client"
+)
+
+const (
+	maxInputParts    = 256
+	maxThinkingLevel = 32
+	// submitTimeout bounds Begin → publish → (End on failure): it runs
+	// detached from the request so a client hanging up mid-way cannot leave a
+	// record held by a Task that was never queued.
+	submitTimeout = 15 * time.Second
+)
+
+func validateInput(req *client.TaskRequest) *apiError {
+	if len(req.Input) == 0 {
+		return badRequest("input is empty")
+	}
+	if len(req.Input) > maxInputParts {
+		return badRequest("input has more than %d parts", maxInputParts)
+	}
+	for i, p := range req.Input {
+		switch p.Type {
+		case client.InputText:
+			if p.Text == "" || p.ImageURL != "" {
+				return badRequest("input[%d]: a text part needs text and no imageUrl", i)
+			}
+		case client.InputImageURL:
+			if p.ImageURL == "" || p.Text != "" {
+				return badRequest("input[%d]: an image_url part needs imageUrl and no text", i)
+			}
+		default:
+			return badRequest("input[%d]: type %q is not text or image_url", i, p.Type)
+		}
+	}
+	if len(req.ThinkingLevel) > maxThinkingLevel {
+		return badRequest("thinkingLevel is longer than %d bytes", maxThinkingLevel)
+	}
+	for _, c := range req.ThinkingLevel {
+		if !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '-' || c == '_') {
+			return badRequest("thinkingLevel %q has characters other than a-z, 0-9, - and _", req.ThinkingLevel)
+		}
+	}
+	return nil
+}
+
+func (s *Server) handleTask(w http.ResponseWriter, r *http.Request) *apiError {
+	rec, e := s.load(r)
+	if e != nil {
+		return e
+	}
+	var req client.TaskRequest
+	if e := s.decodeBody(w, r, &req, false); e != nil {
+		return e
+	}
+	if e := validateInput(&req); e != nil {
+		return e
+	}
+	input := make([]omni.InputPart, len(req.Input))
+	for i, p := range req.Input {
+		input[i] = omni.InputPart{Type: p.Type, Text: p.Text, ImageURL: p.ImageURL}
+	}
+	task := omni.Task{Kind: omni.TaskRun, SessionID: rec.ID, Input: input, ThinkingLevel: req.ThinkingLevel}
+	return s.submit(w, r, rec, omni.StateRunning, task)
+}
+
+func (s *Server) handleCompact(w http.ResponseWriter, r *http.Request) *apiError {
+	rec, e := s.load(r)
+	if e != nil {
+		return e
+	}
+	var req struct{}
+	if e := s.decodeBody(w, r, &req, true); e != nil {
+		return e
+	}
+	if st := stateOf(rec); st != omni.StateIdle {
+		return busyError(st)
+	}
+	h, err := s.history(r.Context(), rec, false)
+	if err != nil {
+		return unavailable("read history", err)
+	}
+	if !h.hasModelAfterHead() {
+		return errorf(http.StatusConflict, omni.CodeNothingToCompact, "the session has no messages to compact")
+	}
+	task := omni.Task{Kind: omni.TaskCompact, SessionID: rec.ID}
+	return s.submit(w, r, rec, omni.StateCompacting, task)
+}
+
+// submit moves the record from idle to state with a compare-and-set (one
+// winner across every gateway replica), then queues the Task on FLOE_TASKS
+// and waits for the stream's ack. If queueing fails the record goes back to
+// idle and the caller gets 503.
+func (s *Server) submit(w http.ResponseWriter, r *http.Request, rec *omni.SessionRecord, state string, task omni.Task) *apiError {
+	if st := stateOf(rec); st != omni.StateIdle {
+		return busyError(st)
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), submitTimeout)
+	defer cancel()
+	task.ID = "task-" + randHex(8)
+	if _, err := s.sessions.Begin(ctx, rec.ID, state, task.ID); err != nil {
+		var busy *bus.ErrBusy
+		switch {
+		case errors.As(err, &busy):
+			return busyError(busy.State)
+		case errors.Is(err, bus.ErrSessionNotFound):
+			return errNotFound
+		}
+		return unavailable("begin task", err)
+	}
+	msg, err := bus.PackMsg(omni.TaskSubject(rec.ID), &task)
+	if err == nil {
+		msg.Header.Set(jetstream.MsgIDHeader, task.ID)
+		_, err = s.js.PublishMsg(ctx, msg)
+	}
+	if err != nil {
+		if endErr := s.sessions.End(ctx, rec.ID, task.ID, rec.LastStatus); endErr != nil {
+			s.log.Error().Err(endErr).Str("session_id", rec.ID).Str("task_id", task.ID).Msg("release session after failed submit")
+		}
+		return unavailable("queue task", err)
+	}
+	s.log.Info().Str("session_id", rec.ID).Str("task_id", task.ID).Str("kind", task.Kind).Msg("task queued")
+	writeJSON(w, http.StatusAccepted, client.TaskAccepted{TaskID: task.ID})
+	return nil
+}
