@@ -1,0 +1,19 @@
+package tools
+
+import (
+	"os"
+	"testing"
+)
+
+// TestMain gives exec_command's login shells an empty HOME: the machine's
+// shell profile (slow, stateful, chatty) must not reach the tests.
+func TestMain(m *testing.M) {
+	home, err := os.MkdirTemp("", "tools-home-")
+	if err != nil {
+		panic(err)
+	}
+	os.Setenv("HOME", home)
+	code := m.Run()
+	os.RemoveAll(home)
+	os.Exit(code)
+}
