@@ -7,7 +7,10 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"os"
+	"path/filepath"
 	"strconv"
+	"syscall"
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
@@ -34,7 +37,28 @@ type Options struct {
 
 // Server is a running embedded nats-server.
 type Server struct {
-	ns *server.Server
+	ns   *server.Server
+	lock *os.File
+}
+
+// ErrStoreInUse means another process runs a server on the same store.
+var ErrStoreInUse = errors.New("embed: the JetStream store is in use by another process")
+
+// lockStore takes an exclusive lock on the store directory: two servers on
+// one store would corrupt it (nats-server does not lock it itself).
+func lockStore(dir string) (*os.File, error) {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, fmt.Errorf("embed: store dir: %w", err)
+	}
+	f, err := os.OpenFile(filepath.Join(dir, "floe.lock"), os.O_CREATE|os.O_RDWR, 0o644)
+	if err != nil {
+		return nil, fmt.Errorf("embed: lock store: %w", err)
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("%w (%s): is `floe serve` running on this FLOE_HOME? Use it with FLOE_NATS_URL, or choose another --home", ErrStoreInUse, dir)
+	}
+	return f, nil
 }
 
 // Start starts the server and waits until it accepts connections.
@@ -72,8 +96,13 @@ func Start(o Options) (*Server, error) {
 		}
 		opts.Host, opts.Port = host, p
 	}
+	lock, err := lockStore(o.StoreDir)
+	if err != nil {
+		return nil, err
+	}
 	ns, err := server.NewServer(opts)
 	if err != nil {
+		lock.Close()
 		return nil, fmt.Errorf("embed: %w", err)
 	}
 	if o.Logs {
@@ -82,9 +111,10 @@ func Start(o Options) (*Server, error) {
 	ns.Start()
 	if !ns.ReadyForConnections(30 * time.Second) {
 		ns.Shutdown()
+		lock.Close()
 		return nil, errors.New("embed: nats-server not ready within 30s")
 	}
-	return &Server{ns: ns}, nil
+	return &Server{ns: ns, lock: lock}, nil
 }
 
 // ClientURL is the nats:// URL of the client listener ("" when not listening).
@@ -109,4 +139,8 @@ func (s *Server) Connect(opts ...nats.Option) (*nats.Conn, error) {
 func (s *Server) Shutdown() {
 	s.ns.Shutdown()
 	s.ns.WaitForShutdown()
+	if s.lock != nil {
+		s.lock.Close() // releases the flock
+		s.lock = nil
+	}
 }
