@@ -325,3 +325,50 @@ func (p *Payload) SetContent(s string) {
 		p.Output = s
 	}
 }
+
+// ImageURLs reads a tool output's images array leniently: each element is
+// a URL or data URL string, or an object with image_url (string or {url}),
+// url, or data + mime_type. Elements it cannot read are skipped.
+func (p *Payload) ImageURLs() []string {
+	raw := p.Images
+	if len(raw) == 0 {
+		return nil
+	}
+	var items []json.RawMessage
+	if json.Unmarshal(raw, &items) != nil {
+		return nil
+	}
+	var out []string
+	for _, it := range items {
+		var s string
+		if json.Unmarshal(it, &s) == nil {
+			if s != "" {
+				out = append(out, s)
+			}
+			continue
+		}
+		var o struct {
+			ImageURL json.RawMessage `json:"image_url"`
+			URL      string          `json:"url"`
+			Data     string          `json:"data"`
+			MimeType string          `json:"mime_type"`
+		}
+		if json.Unmarshal(it, &o) != nil {
+			continue
+		}
+		var nested struct {
+			URL string `json:"url"`
+		}
+		switch {
+		case json.Unmarshal(o.ImageURL, &s) == nil && s != "":
+			out = append(out, s)
+		case json.Unmarshal(o.ImageURL, &nested) == nil && nested.URL != "":
+			out = append(out, nested.URL)
+		case o.URL != "":
+			out = append(out, o.URL)
+		case o.Data != "" && o.MimeType != "":
+			out = append(out, "data:"+o.MimeType+";base64,"+o.Data)
+		}
+	}
+	return out
+}

@@ -69,6 +69,10 @@ var (
 	errStop           = errors.New("stream complete")
 )
 
+// finishToolCalls is the finish_reason of a turn that ends in tool calls:
+// every call's arguments are complete.
+const finishToolCalls = "tool_calls"
+
 // decode reads an SSE body to its terminal [DONE] and emits deltas. Read
 // errors from body are returned as they are (sse.Body has mapped them).
 func decode(body io.Reader, ids *model.IDAllocator, emit func(model.Delta) error) (model.Result, error) {
@@ -156,6 +160,14 @@ func (d *decoder) event(data []byte) error {
 		}
 		if ch.FinishReason != "" {
 			d.finish = ch.FinishReason
+			if ch.FinishReason == finishToolCalls {
+				// The calls are complete: end them now, so the engine can
+				// run them even if the stream breaks before [DONE] (the
+				// retry is then told they ran instead of asking again).
+				if err := d.endAll(); err != nil {
+					return err
+				}
+			}
 		}
 	}
 	return nil
@@ -226,6 +238,13 @@ func (d *decoder) toolCall(tc *toolCallDelta, batch int) error {
 		b = d.lastTool
 	}
 	first := b == nil
+	if !first && b.ended {
+		// A fragment of a call already ended by finish_reason "tool_calls".
+		if tc.Function.Arguments == "" {
+			return nil
+		}
+		return sse.Malformed("tool call %s continued after finish_reason %q", b.id, finishToolCalls)
+	}
 	if first {
 		b = d.start(omni.TypeToolCall)
 		if tc.Index != nil {
@@ -285,12 +304,20 @@ func (d *decoder) end(b *block) error {
 
 // done ends every open block at [DONE].
 func (d *decoder) done() error {
+	if err := d.endAll(); err != nil {
+		return err
+	}
+	return errStop
+}
+
+// endAll ends every open block, in block order.
+func (d *decoder) endAll() error {
 	for _, b := range d.blocks {
 		if err := d.end(b); err != nil {
 			return err
 		}
 	}
-	return errStop
+	return nil
 }
 
 func (d *decoder) setUsage(u *usage) {

@@ -9,8 +9,10 @@
 // DeepSeek requires the reasoning of tool-calling turns back in later
 // requests. Parallel tool calls are assembled from index-keyed fragments,
 // one block per call. Chat Completions has no per-block stop, so a block
-// ends when the output moves on (thinking → text → tool calls) or at
-// "data: [DONE]"; a stream without [DONE] is malformed.
+// ends when the output moves on (thinking → text → tool calls), at
+// finish_reason "tool_calls" (the calls are complete: the engine may run
+// them even if the stream then breaks), or at "data: [DONE]"; a stream
+// without [DONE] is malformed.
 //
 // The provider never retries; failures are *model.Error per SPEC §6.
 package openai

@@ -177,7 +177,7 @@ func (b *builder) add(p *omni.Payload) {
 			out = omni.NoOutput
 		}
 		b.msgs = append(b.msgs, chatMessage{Role: "tool", Content: out, ToolCallID: p.ToolCallID})
-		for _, u := range imageURLs(p.Images) {
+		for _, u := range p.ImageURLs() {
 			b.toolImages = append(b.toolImages, contentPart{Type: "image_url", ImageURL: &imageURL{URL: u}})
 		}
 	case omni.TypeText:
@@ -253,48 +253,3 @@ func (b *builder) flush() {
 	b.flushToolImages()
 }
 
-// imageURLs reads a tool output's images array leniently: each element is a
-// URL or data URL string, or an object with image_url (string or {url}),
-// url, or data + mime_type.
-func imageURLs(raw json.RawMessage) []string {
-	if len(raw) == 0 {
-		return nil
-	}
-	var items []json.RawMessage
-	if json.Unmarshal(raw, &items) != nil {
-		return nil
-	}
-	var out []string
-	for _, it := range items {
-		var s string
-		if json.Unmarshal(it, &s) == nil {
-			if s != "" {
-				out = append(out, s)
-			}
-			continue
-		}
-		var o struct {
-			ImageURL json.RawMessage `json:"image_url"`
-			URL      string          `json:"url"`
-			Data     string          `json:"data"`
-			MimeType string          `json:"mime_type"`
-		}
-		if json.Unmarshal(it, &o) != nil {
-			continue
-		}
-		var nested struct {
-			URL string `json:"url"`
-		}
-		switch {
-		case json.Unmarshal(o.ImageURL, &s) == nil && s != "":
-			out = append(out, s)
-		case json.Unmarshal(o.ImageURL, &nested) == nil && nested.URL != "":
-			out = append(out, nested.URL)
-		case o.URL != "":
-			out = append(out, o.URL)
-		case o.Data != "" && o.MimeType != "":
-			out = append(out, "data:"+o.MimeType+";base64,"+o.Data)
-		}
-	}
-	return out
-}
