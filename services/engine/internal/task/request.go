@@ -2,6 +2,7 @@ package task
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -60,8 +61,13 @@ func (r *Runner) request(ctx context.Context) (string, []string) {
 			return statusShutdown, nil
 		}
 		status, errMsg := omni.StatusCompleted, ""
+		if err == nil && res.StopReason != "" && res.StopReason != omni.StatusCompleted {
+			// The stream ended cleanly but the model refused (content
+			// filter, refusal): the turn is not a success.
+			err = &model.Error{Status: res.StopReason, Message: "the model stopped with " + res.StopReason}
+		}
 		if err != nil {
-			status, errMsg = model.StatusOf(err), err.Error()
+			status, errMsg = model.StatusOf(err), errorText(err)
 			if r.aborted() {
 				status = omni.StatusAborted
 			}
@@ -113,7 +119,7 @@ func (r *Runner) request(ctx context.Context) (string, []string) {
 			return status, nil
 		}
 		retried = omni.Block(omni.TagTurnRetried, fmt.Sprintf(
-			"The previous attempt failed (%s: %s). Its partial output is below; tool calls listed there were already executed and must not be repeated.\n%s",
+			"The previous attempt failed (%s: %s). Its partial output is below; tool calls marked executed already ran and must not be repeated, incomplete ones never ran.\n%s",
 			status, errMsg, describe(seg.Completed, r.outputsOf(calls))))
 		if !r.sleepBackoff(wait) {
 			return omni.StatusAborted, nil
@@ -222,9 +228,14 @@ func describe(msgs []omni.Message, outputs map[string]string) string {
 		case omni.TypeText:
 			fmt.Fprintf(&b, "%s\n", p.Text)
 		case omni.TypeToolCall:
-			fmt.Fprintf(&b, "(tool call %s %s %s)\n", p.ToolCallID, p.Name, p.Arguments)
+			if p.StopReason != "" {
+				fmt.Fprintf(&b, "(incomplete tool call %s %s %s: not executed)\n", p.ToolCallID, p.Name, p.Arguments)
+				continue
+			}
 			if out, ok := outputs[p.ToolCallID]; ok {
-				fmt.Fprintf(&b, "(tool output %s) %s\n", p.ToolCallID, out)
+				fmt.Fprintf(&b, "(tool call %s %s %s: executed)\n(tool output %s) %s\n", p.ToolCallID, p.Name, p.Arguments, p.ToolCallID, out)
+			} else {
+				fmt.Fprintf(&b, "(tool call %s %s %s)\n", p.ToolCallID, p.Name, p.Arguments)
 			}
 		}
 	}
@@ -253,9 +264,50 @@ func (r *Runner) deliverSteering() bool {
 	queued := r.steering
 	r.steering = nil
 	r.mu.Unlock()
+	return r.publishSteering(queued)
+}
+
+// deliverSteeringOrClose is deliverSteering for the end of a run: when
+// nothing is queued it closes steering intake in the same critical
+// section, so a steer arriving later is refused instead of accepted and
+// never delivered.
+func (r *Runner) deliverSteeringOrClose() bool {
+	r.mu.Lock()
+	queued := r.steering
+	r.steering = nil
+	if len(queued) == 0 {
+		r.steerClosed = true
+	}
+	r.mu.Unlock()
+	return r.publishSteering(queued)
+}
+
+// closeSteering stops taking steering and returns what is still queued.
+func (r *Runner) closeSteering() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	queued := r.steering
+	r.steering, r.steerClosed = nil, true
+	return queued
+}
+
+func (r *Runner) publishSteering(queued []string) bool {
 	for _, text := range queued {
 		m := omni.UserText(omni.Block(omni.TagUserSteering, text))
 		r.publish(&m, "")
 	}
 	return len(queued) > 0
+}
+
+// errorText is a failure's message without the status prefix the
+// request_end already carries.
+func errorText(err error) string {
+	var me *model.Error
+	if errors.As(err, &me) {
+		if me.HTTPStatus != 0 {
+			return fmt.Sprintf("HTTP %d: %s", me.HTTPStatus, me.Message)
+		}
+		return me.Message
+	}
+	return err.Error()
 }
