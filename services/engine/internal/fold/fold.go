@@ -62,6 +62,10 @@ type turn struct {
 	assistant []omni.Message
 	calls     []string
 	outputs   map[string]omni.Message
+	// interrupted marks calls still without output when the run was
+	// aborted: their runners were cancelled, so no output will come; the
+	// model gets the interrupted placeholder and nobody waits for them.
+	interrupted map[string]bool
 }
 
 // New returns an empty Context.
@@ -160,6 +164,19 @@ func (c *Context) applyEvent(m *omni.Message) {
 	case omni.TypeAbort:
 		c.open = nil
 		clear(c.openOutput)
+		for _, e := range c.entries {
+			if e.turn == nil {
+				continue
+			}
+			for _, id := range e.turn.calls {
+				if _, ok := e.turn.outputs[id]; !ok {
+					if e.turn.interrupted == nil {
+						e.turn.interrupted = make(map[string]bool)
+					}
+					e.turn.interrupted[id] = true
+				}
+			}
+		}
 	case omni.TypeCompactionBegin:
 		c.Compacting = true
 		c.compactionText.Reset()
@@ -207,8 +224,9 @@ func (c *Context) attachOutput(m omni.Message) {
 	// not part of the context.
 }
 
-// Unpaired returns the committed tool calls that have no output yet, in
-// call order.
+// Unpaired returns the committed tool calls that have no output yet and
+// were not interrupted by an abort (so an output may still come), in call
+// order.
 func (c *Context) Unpaired() []string {
 	var ids []string
 	for _, e := range c.entries {
@@ -216,7 +234,7 @@ func (c *Context) Unpaired() []string {
 			continue
 		}
 		for _, id := range e.turn.calls {
-			if _, ok := e.turn.outputs[id]; !ok {
+			if _, ok := e.turn.outputs[id]; !ok && !e.turn.interrupted[id] {
 				ids = append(ids, id)
 			}
 		}

@@ -6,6 +6,7 @@ import (
 
 	"floe.dev/pkg/bus"
 	"floe.dev/pkg/omni"
+	"floe.dev/services/engine/internal/fold"
 	"floe.dev/services/engine/internal/model"
 )
 
@@ -109,17 +110,20 @@ func (r *Runner) summarize(ctx context.Context) string {
 			}
 			return nil
 		})
+		// As in any request, the output comes before the request's
+		// token_usage, its last message.
 		r.usage = r.usage.Add(res.Usage)
 		tu := omni.TokenUsage(r.usage, res.Usage)
-		r.publish(&tu, "")
 		if err == nil {
-			if other.Len() > 0 {
-				r.log.Warn().Msg("compaction answered with a tool call")
-				return omni.StatusFailed
-			}
 			out := text.String()
-			if strings.TrimSpace(out) == "" {
+			switch {
+			case other.Len() > 0:
+				r.log.Warn().Msg("compaction answered with a tool call")
+				r.publish(&tu, "")
+				return omni.StatusFailed
+			case emptySummary(out):
 				r.log.Warn().Msg("compaction produced an empty summary")
+				r.publish(&tu, "")
 				return omni.StatusFailed
 			}
 			m := omni.Text(omni.RoleAssistant, out)
@@ -128,12 +132,14 @@ func (r *Runner) summarize(ctx context.Context) string {
 			if merr == nil {
 				_, merr = r.d.JS.PublishMsgAsync(nm)
 			}
+			r.publish(&tu, "")
 			if merr != nil {
 				r.log.Error().Err(merr).Msg("could not publish compaction output")
 				return omni.StatusFailed
 			}
 			return omni.StatusCompleted
 		}
+		r.publish(&tu, "")
 		if r.aborted() {
 			return omni.StatusAborted
 		}
@@ -146,4 +152,12 @@ func (r *Runner) summarize(ctx context.Context) string {
 			return omni.StatusAborted
 		}
 	}
+}
+
+// emptySummary reports a compaction output with nothing to keep: blank, or
+// only empty [summary][/summary] tags.
+func emptySummary(out string) bool {
+	s := fold.ExtractSummary(out)
+	s = strings.NewReplacer("["+omni.TagSummary+"]", "", "[/"+omni.TagSummary+"]", "").Replace(s)
+	return strings.TrimSpace(s) == ""
 }

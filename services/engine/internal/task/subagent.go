@@ -95,11 +95,33 @@ func (r *Runner) runSubagent(tc omni.Message) {
 		fail(fmt.Sprintf("run_subagent: could not start the child Task: %v", err))
 		return
 	}
-	answer, status, err := r.forwardChild(ctx, child, childTask.ID)
-	if err != nil {
-		if r.abortCtx.Err() != nil {
-			return // abort (the child is stopped too) or shutdown (the Task is resumed elsewhere)
+	// Forwarding outlives a user abort: the child is aborted and its
+	// stream forwarded to its end, so the parent's abort (published once
+	// this returns) comes after everything of the child's.
+	fctx, stopForwarding := context.WithCancel(r.runCtx)
+	defer stopForwarding()
+	stopWatch := context.AfterFunc(r.abortCtx, func() {
+		if !r.aborted() {
+			return // the engine is stopping: fctx ends too
 		}
+		bound := time.NewTimer(childAbortWait + r.d.Settings.CancelWait)
+		defer bound.Stop()
+		r.abortChild(fctx, child, childTask.ID)
+		select {
+		case <-bound.C:
+			r.log.Warn().Str("child", child).Msg("aborted child session did not end in time; no longer forwarded")
+			stopForwarding()
+		case <-fctx.Done():
+		}
+	})
+	defer stopWatch()
+	answer, status, err := r.forwardChild(fctx, child, childTask.ID)
+	if r.abortCtx.Err() != nil {
+		// Abort (the child was stopped too; the call counts as
+		// interrupted) or shutdown (the Task is resumed elsewhere).
+		return
+	}
+	if err != nil {
 		fail(fmt.Sprintf("run_subagent: lost the child Session %s: %v", child, err))
 		return
 	}
@@ -199,6 +221,31 @@ func (r *Runner) forwardApproval(c omni.Control) (omni.ControlReply, bool) {
 		return omni.ControlReply{Code: omni.CodeInternal, Message: err.Error()}, true
 	}
 	return rep, true
+}
+
+// childAbortWait bounds how long an aborted parent waits for a child's Task
+// to end (beyond the child's own CancelWait).
+const childAbortWait = 10 * time.Second
+
+// abortChild asks the engine running the child's Task to abort it. A child
+// Task not yet picked up has no responder: it is asked again until it
+// answers, its Task ended, or ctx ends.
+func (r *Runner) abortChild(ctx context.Context, child, childTask string) {
+	for ctx.Err() == nil {
+		rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		_, err := r.d.NC.RequestWithContext(rctx, omni.ControlSubject(child, omni.CtlAbort), nil)
+		cancel()
+		if err == nil {
+			return
+		}
+		if rec, _, gerr := r.d.Sessions.Get(ctx, child); gerr == nil && rec.TaskID != childTask {
+			return // the child's Task already ended
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
 }
 
 // abortChildren aborts every running child Session and waits (bounded)

@@ -94,17 +94,21 @@ type Runner struct {
 
 	abortCtx context.Context
 	abort    context.CancelCauseFunc
+	runCtx   context.Context // Run's ctx: ends only when the engine stops
 
-	mu        sync.Mutex
-	fc        *fold.Context
-	calls     map[string]*callState
-	changed   chan struct{} // 1-buffered: a call changed state
-	pending   map[string]*approval
-	steering  []string
-	backoff   chan struct{} // non-nil while waiting to reconnect
-	usage     omni.Usage
-	pubErr    error
-	retryNext bool
+	mu       sync.Mutex
+	fc       *fold.Context
+	calls    map[string]*callState
+	changed  chan struct{} // 1-buffered: a call changed state
+	pending  map[string]*approval
+	steering []string
+	// steerClosed: the run is ending and takes no more steering (a steer
+	// then is refused, never accepted and dropped).
+	steerClosed bool
+	backoff     chan struct{} // non-nil while waiting to reconnect
+	usage       omni.Usage
+	pubErr      error
+	retryNext   bool
 
 	children       map[string]string        // running child Session → its Task
 	childApprovals map[string]childApproval // a child's pending calls
@@ -148,6 +152,7 @@ func (r *Runner) Run(ctx context.Context) (status string, err error) {
 		r.log.Warn().Str("owner_task", rec.TaskID).Msg("task no longer owns the session; dropped")
 		return "", nil
 	}
+	r.runCtx = ctx
 	r.abortCtx, r.abort = context.WithCancelCause(ctx)
 	defer r.abort(nil)
 
@@ -188,6 +193,7 @@ func (r *Runner) Run(ctx context.Context) (status string, err error) {
 	defer outputs()
 
 	status = r.run(ctx)
+	leftover := r.closeSteering()
 	r.subagents.Wait()
 	if ctx.Err() != nil {
 		return "", fmt.Errorf("task: engine shutting down: %w", ctx.Err())
@@ -195,6 +201,15 @@ func (r *Runner) Run(ctx context.Context) (status string, err error) {
 	if status == Aborted {
 		r.finishAbort(ctx)
 	}
+	// Steering that never reached a request is unsubmitted input: the next
+	// run's model gets it as carry-over (the seed's max_turns case).
+	for _, text := range leftover {
+		r.saveCarryOver(ctx, omni.Block(omni.TagUserSteering, text))
+	}
+	// Stop serving control requests before the Session is released: a
+	// client that saw the Task end finds no responder, and a Task started
+	// next (on any engine) is the only one answering.
+	_ = ctl.Unsubscribe()
 	r.flush(ctx)
 	if err := r.d.Sessions.End(ctx, r.sid, r.task.ID, status); err != nil {
 		r.log.Error().Err(err).Msg("could not release the session")
@@ -257,6 +272,29 @@ func (r *Runner) run(ctx context.Context) string {
 		}
 	}
 
+	// A compaction due when the Task starts compacts what came before it:
+	// the Task's own input opens the new context instead of being
+	// summarized (or discarded) with the old one.
+	if reason := r.compactionReason(); reason != "" {
+		if r.compact(ctx, reason) == Aborted {
+			return Aborted
+		}
+	}
+	redelivered, err := r.publishInput(ctx)
+	if err != nil {
+		if r.aborted() {
+			return Aborted
+		}
+		r.log.Error().Err(err).Msg("task input could not be published")
+		return Failed
+	}
+	if !redelivered {
+		// The open request belonged to an earlier Task (its request_end
+		// was lost, e.g. with a torn Trace line): this Task's first
+		// request is not a retry of it.
+		r.retryNext = false
+	}
+
 	maxTurns := r.rec.MaxTurns
 	if maxTurns == 0 {
 		maxTurns = r.d.Settings.DefaultMaxTurns
@@ -271,7 +309,7 @@ func (r *Runner) run(ctx context.Context) string {
 			r.publish(&m, "")
 			return Failed
 		}
-		if reason := r.compactionReason(); reason != "" {
+		if reason := r.compactionReason(); turn > 0 && reason != "" {
 			if r.compact(ctx, reason) == Aborted {
 				return Aborted
 			}
@@ -287,7 +325,9 @@ func (r *Runner) run(ctx context.Context) string {
 			return Failed
 		}
 		if len(calls) == 0 {
-			if r.deliverSteering() {
+			// Steering that came during the answer is the next input;
+			// without any the run ends and takes no more.
+			if r.deliverSteeringOrClose() {
 				continue
 			}
 			return Completed
@@ -298,9 +338,9 @@ func (r *Runner) run(ctx context.Context) string {
 	}
 }
 
-// start publishes the Session head (first Task) and the user input. Every
+// start lists the tools and publishes the Session head (first Task). Every
 // publish carries a Msg-Id derived from the Task, so an engine that takes
-// over a redelivered Task does not publish them twice.
+// over a redelivered Task does not publish it twice.
 func (r *Runner) start(ctx context.Context) error {
 	tools, err := r.d.Tools(r.abortCtx)
 	if err != nil {
@@ -324,14 +364,22 @@ func (r *Runner) start(ctx context.Context) error {
 			Workspace:          r.rec.Workspace,
 			Source:             sourceOf(r.rec),
 		})
-		if err := r.publishOnce(ctx, &meta, r.task.ID+"/meta"); err != nil {
+		if _, err := r.publishOnce(ctx, &meta, r.task.ID+"/meta"); err != nil {
 			return err
 		}
 		tl := omni.ToolListReady(tools)
-		if err := r.publishOnce(ctx, &tl, r.task.ID+"/tools"); err != nil {
+		if _, err := r.publishOnce(ctx, &tl, r.task.ID+"/tools"); err != nil {
 			return err
 		}
 	}
+	return nil
+}
+
+// publishInput publishes the Task's user input, each part with a Msg-Id
+// derived from the Task (a redelivered Task does not publish it twice). It
+// reports whether the stream had the input already: the Task was
+// redelivered after its engine stopped.
+func (r *Runner) publishInput(ctx context.Context) (redelivered bool, err error) {
 	for i, in := range r.task.Input {
 		var m omni.Message
 		switch in.Type {
@@ -340,11 +388,13 @@ func (r *Runner) start(ctx context.Context) error {
 		default:
 			m = omni.UserText(in.Text)
 		}
-		if err := r.publishOnce(ctx, &m, fmt.Sprintf("%s/in/%d", r.task.ID, i)); err != nil {
-			return err
+		dup, err := r.publishOnce(ctx, &m, fmt.Sprintf("%s/in/%d", r.task.ID, i))
+		if err != nil {
+			return false, err
 		}
+		redelivered = redelivered || dup
 	}
-	return nil
+	return redelivered, nil
 }
 
 func sourceOf(rec *omni.SessionRecord) string {
@@ -369,20 +419,20 @@ func (r *Runner) systemPrompt() string {
 }
 
 // publishOnce publishes m synchronously with a Msg-Id and folds it unless
-// the stream already had it (a redelivered Task).
-func (r *Runner) publishOnce(ctx context.Context, m *omni.Message, msgID string) error {
+// the stream already had it (a redelivered Task), which it reports.
+func (r *Runner) publishOnce(ctx context.Context, m *omni.Message, msgID string) (dup bool, err error) {
 	nm, err := bus.SessionMsg(r.sid, m, msgID)
 	if err != nil {
-		return err
+		return false, err
 	}
 	ack, err := r.d.JS.PublishMsg(ctx, nm)
 	if err != nil {
-		return fmt.Errorf("publish %s: %w", m.Payload.Type, err)
+		return false, fmt.Errorf("publish %s: %w", m.Payload.Type, err)
 	}
 	if !ack.Duplicate {
 		r.apply(m)
 	}
-	return nil
+	return ack.Duplicate, nil
 }
 
 func (r *Runner) apply(m *omni.Message) {

@@ -281,8 +281,15 @@ func (r *Runner) onControl(m *nats.Msg) {
 		r.reply(m, omni.ControlReply{OK: true})
 	case omni.CtlSteer:
 		r.mu.Lock()
-		r.steering = append(r.steering, c.Text)
+		closed := r.steerClosed
+		if !closed {
+			r.steering = append(r.steering, c.Text)
+		}
 		r.mu.Unlock()
+		if closed {
+			r.reply(m, omni.ControlReply{Code: omni.CodeNotRunning, Message: "the run is ending; steering was not taken"})
+			return
+		}
 		r.reply(m, omni.ControlReply{OK: true})
 	case omni.CtlRetryNow:
 		r.reply(m, omni.ControlReply{OK: true, Skipped: r.retryNow()})
