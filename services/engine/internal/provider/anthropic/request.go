@@ -289,4 +289,3 @@ func toolResultsFirst(c []any) {
 	}
 	copy(c, out)
 }
-

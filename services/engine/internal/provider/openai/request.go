@@ -252,4 +252,3 @@ func (b *builder) flush() {
 	b.flushAssistant()
 	b.flushToolImages()
 }
-
