@@ -14,6 +14,7 @@ require floe.dev/services/tracer v0.0.0
 
 require (
 	floe.dev/services/gateway v0.0.0
+	github.com/mattn/go-isatty v0.0.20
 	github.com/nats-io/nats.go v1.55.0
 	github.com/rs/zerolog v1.35.1
 )
@@ -23,7 +24,6 @@ require (
 	github.com/google/go-tpm v0.9.8 // indirect
 	github.com/klauspost/compress v1.20.4 // indirect
 	github.com/mattn/go-colorable v0.1.14 // indirect
-	github.com/mattn/go-isatty v0.0.20 // indirect
 	github.com/minio/highwayhash v1.0.4 // indirect
 	github.com/nats-io/jwt/v2 v2.8.3 // indirect
 	github.com/nats-io/nats-server/v2 v2.15.3 // indirect

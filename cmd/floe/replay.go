@@ -67,8 +67,15 @@ func cmdReplay(ctx context.Context, args []string) error {
 
 func replayConn(c *common) (*nats.Conn, func(), error) {
 	if c.natsURL != "" {
-		nc, err := nats.Connect(c.natsURL)
-		return nc, func() { nc.Close() }, err
+		opts, err := c.auth.options()
+		if err != nil {
+			return nil, nil, err
+		}
+		nc, err := nats.Connect(c.natsURL, opts...)
+		if err != nil {
+			return nil, nil, err
+		}
+		return nc, func() { nc.Close() }, nil
 	}
 	if c.listen != "" && c.listen != "off" {
 		if nc, err := nats.Connect("nats://" + c.listen); err == nil {

@@ -16,6 +16,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/mattn/go-isatty"
+
 	"floe.dev/cmd/floe/internal/render"
 	"floe.dev/cmd/floe/internal/stack"
 	"floe.dev/pkg/bus"
@@ -28,9 +30,11 @@ func randHex(n int) string {
 	return hex.EncodeToString(b)
 }
 
+// isTTY reports whether f is a terminal. A character device is not enough:
+// /dev/null is one, and a prompt read from it gets EOF, which would deny
+// every approval of `floe attach` run with stdin from /dev/null.
 func isTTY(f *os.File) bool {
-	st, err := f.Stat()
-	return err == nil && st.Mode()&os.ModeCharDevice != 0
+	return isatty.IsTerminal(f.Fd()) || isatty.IsCygwinTerminal(f.Fd())
 }
 
 func cmdRun(ctx context.Context, stopSignals context.CancelFunc, args []string) (int, error) {

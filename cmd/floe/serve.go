@@ -28,9 +28,13 @@ func cmdServe(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
+	connect, err := c.auth.options()
+	if err != nil {
+		return err
+	}
 	log := c.logger("")
 	st, err := stack.Start(ctx, stack.Options{
-		Home: c.home, NatsURL: c.natsURL, Listen: c.listen, Bus: busCfg,
+		Home: c.home, NatsURL: c.natsURL, Listen: c.listen, Bus: busCfg, Connect: connect,
 		Engine: eng, Toolrunner: toolrunnerConfig(), Tracer: tracerConfig(&c), Gateway: gw,
 	}, log)
 	if err != nil {
@@ -41,7 +45,12 @@ func cmdServe(ctx context.Context, args []string) error {
 		nats = st.Server.ClientURL()
 	}
 	fmt.Fprintf(os.Stderr, "floe serve: http://%s  nats: %s  home: %s\n", c.httpAddr, orNone(nats), c.home)
-	<-ctx.Done()
+	// A service that stops on its own (the gateway cannot listen, say)
+	// ends the command with its error instead of serving a partial stack.
+	select {
+	case <-ctx.Done():
+	case <-st.Failed():
+	}
 	st.Stop()
 	return st.Err()
 }
@@ -57,8 +66,9 @@ func cmdService(ctx context.Context, name string, args []string) error {
 	fs := flag.NewFlagSet("floe "+name, flag.ContinueOnError)
 	var c common
 	c.register(fs, "off")
-	pool := fs.String("pool", "", "tool runner pool (engine and toolrunner)")
-	concurrency := fs.Int("concurrency", 0, "concurrent tool jobs (toolrunner)")
+	pool := fs.String("pool", os.Getenv("FLOE_POOL"), "tool runner pool (engine and toolrunner) (FLOE_POOL)")
+	concurrency := fs.Int("concurrency", int(envInt("FLOE_TOOL_CONCURRENCY", 0)), "concurrent tool jobs (toolrunner) (FLOE_TOOL_CONCURRENCY)")
+	setup := fs.Bool("setup", envBool("FLOE_SETUP", true), "create or update the JetStream layout at start; false waits for it (FLOE_SETUP)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -69,7 +79,14 @@ func cmdService(ctx context.Context, name string, args []string) error {
 	if err != nil {
 		return err
 	}
-	o := stack.Options{Home: c.home, NatsURL: c.natsURL, Bus: busCfg}
+	connect, err := c.auth.options()
+	if err != nil {
+		return err
+	}
+	// Each service gets replies on its own inbox prefix, so its NATS user
+	// can be allowed to subscribe to _INBOX.<service>.> only.
+	o := stack.Options{Home: c.home, NatsURL: c.natsURL, Bus: busCfg, Connect: connect,
+		InboxPrefix: "_INBOX." + name, NoSetup: !*setup}
 	switch name {
 	case "engine":
 		if o.Engine, err = engineConfig(&c); err != nil {
@@ -97,7 +114,12 @@ func cmdService(ctx context.Context, name string, args []string) error {
 	if err != nil {
 		return err
 	}
-	<-ctx.Done()
+	// A service that stops on its own (the gateway cannot listen, say)
+	// ends the command with its error instead of serving a partial stack.
+	select {
+	case <-ctx.Done():
+	case <-st.Failed():
+	}
 	st.Stop()
 	return st.Err()
 }

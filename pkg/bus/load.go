@@ -17,7 +17,8 @@ import (
 // completed compaction and everything after it, each up to what the tracer
 // recorded), then the stream after the tracer's position; from the stream
 // alone otherwise. Malformed Trace lines (a torn tail, a garbage line) are
-// skipped and counted in bad.
+// skipped and counted in bad; when there are any and the stream still holds
+// the whole Session, the stream is used instead.
 func LoadHistory(ctx context.Context, js jetstream.JetStream, home, sessionID string) (msgs []omni.Message, lastSeq uint64, bad int, err error) {
 	if home != "" {
 		pos, ok, perr := omni.ReadTracePos(home, sessionID)
@@ -45,6 +46,13 @@ func LoadHistory(ctx context.Context, js jetstream.JetStream, home, sessionID st
 					}
 					msgs = append(msgs, got...)
 					bad += skipped
+				}
+				if bad > 0 {
+					// A damaged Trace: prefer the stream when it still
+					// holds the Session from its head.
+					if all, last, sbad, serr := History(ctx, js, sessionID); serr == nil && len(all) > 0 && all[0].Type == omni.KindSessionMeta {
+						return all, last, sbad, nil
+					}
 				}
 				return historyFrom(ctx, js, sessionID, pos.Seq+1, msgs, pos.Seq, bad)
 			}

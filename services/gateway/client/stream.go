@@ -59,7 +59,10 @@ func (s *Stream) Err() error {
 	return s.err
 }
 
-// LastEventID returns the id of the last event received that had one.
+// LastEventID returns the id of the last event received that had one. It
+// moves when an event is put into C, which is buffered, so the caller may
+// not have read it yet: to resume elsewhere after the stream ended, first
+// read C until it is closed (the events it still holds are up to this id).
 func (s *Stream) LastEventID() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()

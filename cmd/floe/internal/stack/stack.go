@@ -18,6 +18,7 @@ import (
 
 	"floe.dev/pkg/bus"
 	"floe.dev/pkg/bus/embed"
+	"floe.dev/pkg/omni"
 	"floe.dev/services/engine"
 	"floe.dev/services/gateway"
 	"floe.dev/services/toolrunner"
@@ -30,6 +31,18 @@ type Options struct {
 	NatsURL string // external NATS; "" = embedded
 	Listen  string // embedded client listener ("off", host:port)
 	Bus     bus.Config
+
+	// Connect holds extra options for every connection to an external NATS
+	// (credentials).
+	Connect []nats.Option
+	// InboxPrefix, when set, is the reply-subject prefix of every
+	// connection (e.g. "_INBOX.engine"), so a per-service NATS user can be
+	// allowed to subscribe to its own replies only.
+	InboxPrefix string
+	// NoSetup waits for an existing layout (made by `floe setup` or another
+	// process) instead of creating or updating it: a least-privilege NATS
+	// user may not manage streams.
+	NoSetup bool
 
 	Engine     *engine.Config
 	Toolrunner *toolrunner.Config
@@ -48,20 +61,24 @@ type Stack struct {
 	wg     sync.WaitGroup
 	mu     sync.Mutex
 	errs   []error
+	failed chan struct{} // closed when the first service stops on its own
 	conns  []*nats.Conn
 }
 
 // Start brings the stack up. Services run until Stop.
 func Start(ctx context.Context, o Options, log zerolog.Logger) (*Stack, error) {
-	s := &Stack{}
+	s := &Stack{failed: make(chan struct{})}
 	connect := func(name string) (*nats.Conn, error) {
 		opts := []nats.Option{nats.Name("floe-" + name), nats.MaxReconnects(-1), nats.ReconnectWait(250 * time.Millisecond)}
 		var nc *nats.Conn
 		var err error
+		if o.InboxPrefix != "" {
+			opts = append(opts, nats.CustomInboxPrefix(o.InboxPrefix))
+		}
 		if s.Server != nil {
 			nc, err = s.Server.Connect(opts...)
 		} else {
-			nc, err = nats.Connect(o.NatsURL, opts...)
+			nc, err = nats.Connect(o.NatsURL, append(opts, o.Connect...)...)
 		}
 		if err == nil {
 			s.conns = append(s.conns, nc)
@@ -89,9 +106,14 @@ func Start(ctx context.Context, o Options, log zerolog.Logger) (*Stack, error) {
 		s.Stop()
 		return nil, err
 	}
-	setupCtx, cancelSetup := context.WithTimeout(ctx, 30*time.Second)
-	defer cancelSetup()
-	if s.Sessions, err = bus.Setup(setupCtx, s.JS, o.Bus); err != nil {
+	if o.NoSetup {
+		s.Sessions, err = waitLayout(ctx, s.JS, log)
+	} else {
+		setupCtx, cancelSetup := context.WithTimeout(ctx, 30*time.Second)
+		s.Sessions, err = bus.Setup(setupCtx, s.JS, keepReplicas(setupCtx, s.JS, o.Bus))
+		cancelSetup()
+	}
+	if err != nil {
 		s.Stop()
 		return nil, err
 	}
@@ -109,6 +131,9 @@ func Start(ctx context.Context, o Options, log zerolog.Logger) (*Stack, error) {
 				log.Error().Err(err).Str("service", name).Msg("service stopped")
 				s.mu.Lock()
 				s.errs = append(s.errs, fmt.Errorf("%s: %w", name, err))
+				if len(s.errs) == 1 {
+					close(s.failed)
+				}
 				s.mu.Unlock()
 			}
 		}()
@@ -133,6 +158,11 @@ func Start(ctx context.Context, o Options, log zerolog.Logger) (*Stack, error) {
 	}
 	return s, nil
 }
+
+// Failed is closed when a service stops on its own with an error (a
+// gateway that cannot listen, say): the stack is no longer whole, and a
+// command serving it should stop and report Err.
+func (s *Stack) Failed() <-chan struct{} { return s.failed }
 
 // Err returns the errors of services that stopped on their own.
 func (s *Stack) Err() error {
@@ -159,5 +189,39 @@ func (s *Stack) Stop() {
 	}
 	if s.Server != nil {
 		s.Server.Shutdown()
+	}
+}
+
+// keepReplicas returns c with the replicas of the existing FLOE_SESSIONS
+// stream when c leaves them unset, so a service started without
+// FLOE_REPLICAS on a cluster never scales an R3 layout down to one replica.
+func keepReplicas(ctx context.Context, js jetstream.JetStream, c bus.Config) bus.Config {
+	if c.Replicas > 0 {
+		return c
+	}
+	if st, err := js.Stream(ctx, omni.SessionsStream); err == nil {
+		c.Replicas = st.CachedInfo().Config.Replicas
+	}
+	return c
+}
+
+// waitLayout waits until the bus layout exists and opens it; it fails only
+// when ctx ends.
+func waitLayout(ctx context.Context, js jetstream.JetStream, log zerolog.Logger) (*bus.Sessions, error) {
+	for attempt := 0; ; attempt++ {
+		octx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		sessions, err := bus.Open(octx, js)
+		cancel()
+		if err == nil {
+			return sessions, nil
+		}
+		if attempt == 0 {
+			log.Warn().Err(err).Msg("waiting for the bus layout; run `floe setup` with a NATS user that may manage streams")
+		}
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("stack: waiting for the bus layout: %w", err)
+		case <-time.After(time.Second):
+		}
 	}
 }
