@@ -33,6 +33,10 @@ func ToolSubject(pool, sessionID string) string { return "floe.tool." + pool + "
 // HeartbeatSubject returns floe.hb.<sid>: tool runners report running jobs there.
 func HeartbeatSubject(sessionID string) string { return "floe.hb." + sessionID }
 
+// ToolListSubject returns floe.toollist.<pool>: a runner of the pool
+// answers with its tools (msgpack []ToolSpec).
+func ToolListSubject(pool string) string { return "floe.toollist." + pool }
+
 // CancelSubject returns floe.cancel.<sid>: the engine asks every runner to
 // stop the Session's jobs (request; each runner that stopped any replies).
 func CancelSubject(sessionID string) string { return "floe.cancel." + sessionID }

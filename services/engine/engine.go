@@ -268,7 +268,7 @@ func (e *engine) listTools(ctx context.Context) ([]omni.ToolSpec, error) {
 	deadline := time.Now().Add(e.deps.Settings.ToolListTimeout)
 	for {
 		rctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-		reply, err := e.nc.RequestWithContext(rctx, "floe.toollist."+e.cfg.Pool, nil)
+		reply, err := e.nc.RequestWithContext(rctx, omni.ToolListSubject(e.cfg.Pool), nil)
 		cancel()
 		if err == nil {
 			var specs []omni.ToolSpec

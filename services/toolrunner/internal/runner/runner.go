@@ -64,7 +64,7 @@ var errShutdown = errors.New("toolrunner shutting down")
 var errCancelled = errors.New("tool call cancelled")
 
 // ToolListSubject returns floe.toollist.<pool>.
-func ToolListSubject(pool string) string { return "floe.toollist." + pool }
+func ToolListSubject(pool string) string { return omni.ToolListSubject(pool) }
 
 // ConsumerName returns the durable consumer shared by a pool's runners.
 func ConsumerName(pool string) string { return "floe-toolrunner-" + pool }
