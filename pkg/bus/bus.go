@@ -25,6 +25,10 @@ type Config struct {
 	Memory bool
 	// Replicas for every stream and bucket (1 on a single server, 3 on a cluster).
 	Replicas int
+	// MaxConsumers bounds FLOE_SESSIONS consumers: one per SSE client,
+	// running Task and tracer (default 10000; nats-server's own default of
+	// 1000 per stream would cap a gateway at about 1000 SSE clients).
+	MaxConsumers int
 	// DuplicateWindow is how long Nats-Msg-Id de-duplication remembers ids
 	// (default 10 min: longer than any tool heartbeat timeout).
 	DuplicateWindow time.Duration
@@ -53,18 +57,23 @@ func SessionsStreamConfig(c Config) jetstream.StreamConfig {
 	if c.MaxAge > 0 && dup > c.MaxAge {
 		dup = c.MaxAge
 	}
+	maxc := c.MaxConsumers
+	if maxc <= 0 {
+		maxc = 10_000
+	}
 	return jetstream.StreamConfig{
-		Name:        omni.SessionsStream,
-		Description: "Floe Session messages; the sequence is the stream order",
-		Subjects:    []string{omni.SessionSubjects},
-		Retention:   jetstream.LimitsPolicy,
-		Storage:     c.storage(),
-		Replicas:    c.replicas(),
-		MaxAge:      c.MaxAge,
-		MaxBytes:    c.MaxBytes,
-		Duplicates:  dup,
-		AllowDirect: true,
-		Discard:     jetstream.DiscardOld,
+		Name:         omni.SessionsStream,
+		Description:  "Floe Session messages; the sequence is the stream order",
+		Subjects:     []string{omni.SessionSubjects},
+		Retention:    jetstream.LimitsPolicy,
+		Storage:      c.storage(),
+		Replicas:     c.replicas(),
+		MaxAge:       c.MaxAge,
+		MaxBytes:     c.MaxBytes,
+		Duplicates:   dup,
+		MaxConsumers: maxc,
+		AllowDirect:  true,
+		Discard:      jetstream.DiscardOld,
 	}
 }
 
