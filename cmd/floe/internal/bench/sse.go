@@ -1,0 +1,133 @@
+package bench
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strconv"
+	"time"
+)
+
+// sseConn is a minimal SSE client on a raw loopback TCP connection: an
+// HTTP/1.1 GET of the gateway's stream route, chunked body decoded by
+// net/http, events parsed in place without allocating per event. It is
+// lighter than the gateway's Go client (no channel, no reconnect), so the
+// figures are the gateway's, not a client library's.
+type sseConn struct {
+	addr, sid string
+	bufSize   int
+	lastID    []byte // the last event id seen, for Last-Event-ID
+	c         net.Conn
+	body      io.ReadCloser
+	r         *bufio.Reader
+	long      []byte // a line longer than r's buffer
+	data      []byte // the current event's data
+}
+
+// sseEvent is one event; its slices are valid until the next read.
+type sseEvent struct {
+	seq    uint64 // from the id <epoch>-<seq>; 0 without id
+	server bool   // event: server_event
+	data   []byte
+}
+
+// dialSSE opens the stream of Session sid and returns once the response
+// headers arrived.
+func dialSSE(ctx context.Context, addr, sid string, bufSize int) (*sseConn, error) {
+	s := &sseConn{addr: addr, sid: sid, bufSize: bufSize}
+	if err := s.dial(ctx); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// reconnect opens the stream again with Last-Event-ID, as an SSE client
+// does after the gateway disconnected it: the gap is replayed.
+func (s *sseConn) reconnect(ctx context.Context) error {
+	s.c.Close()
+	return s.dial(ctx)
+}
+
+func (s *sseConn) dial(ctx context.Context) error {
+	d := net.Dialer{Timeout: 10 * time.Second}
+	c, err := d.DialContext(ctx, "tcp", s.addr)
+	if err != nil {
+		return fmt.Errorf("bench: dial gateway: %w", err)
+	}
+	last := ""
+	if len(s.lastID) > 0 {
+		last = "Last-Event-ID: " + string(s.lastID) + "\r\n"
+	}
+	if _, err := fmt.Fprintf(c, "GET /api/sessions/%s/stream HTTP/1.1\r\nHost: %s\r\nAccept: text/event-stream\r\n%s\r\n", s.sid, s.addr, last); err != nil {
+		c.Close()
+		return fmt.Errorf("bench: stream request: %w", err)
+	}
+	c.SetReadDeadline(time.Now().Add(30 * time.Second))
+	resp, err := http.ReadResponse(bufio.NewReaderSize(c, 4096), nil)
+	if err != nil {
+		c.Close()
+		return fmt.Errorf("bench: stream response: %w", err)
+	}
+	if resp.StatusCode != http.StatusOK {
+		c.Close()
+		return fmt.Errorf("bench: stream of %s: HTTP %d", s.sid, resp.StatusCode)
+	}
+	c.SetReadDeadline(time.Time{})
+	s.c, s.body, s.r = c, resp.Body, bufio.NewReaderSize(resp.Body, s.bufSize)
+	return nil
+}
+
+func (s *sseConn) close() { s.c.Close() }
+
+// line returns the next line without its newline.
+func (s *sseConn) line() ([]byte, error) {
+	l, err := s.r.ReadSlice('\n')
+	if errors.Is(err, bufio.ErrBufferFull) {
+		s.long = append(s.long[:0], l...)
+		for errors.Is(err, bufio.ErrBufferFull) {
+			l, err = s.r.ReadSlice('\n')
+			s.long = append(s.long, l...)
+		}
+		l = s.long
+	}
+	if err != nil {
+		return nil, err
+	}
+	return bytes.TrimRight(l, "\r\n"), nil
+}
+
+// next reads the next event (comments and heartbeats skipped). Only the
+// last data line is kept: the bus carries single-line JSON.
+func (s *sseConn) next() (sseEvent, error) {
+	var ev sseEvent
+	var have bool
+	for {
+		l, err := s.line()
+		if err != nil {
+			return ev, err
+		}
+		switch {
+		case len(l) == 0:
+			if have {
+				return ev, nil
+			}
+		case l[0] == ':':
+		case bytes.HasPrefix(l, []byte("data: ")):
+			// Copied: the reader's buffer moves on the next read.
+			s.data = append(s.data[:0], l[len("data: "):]...)
+			ev.data, have = s.data, true
+		case bytes.HasPrefix(l, []byte("id: ")):
+			s.lastID = append(s.lastID[:0], l[len("id: "):]...)
+			if _, q, ok := bytes.Cut(l[len("id: "):], []byte{'-'}); ok {
+				ev.seq, _ = strconv.ParseUint(string(q), 10, 64)
+			}
+		case bytes.Equal(l, []byte("event: server_event")):
+			ev.server = true
+		}
+	}
+}

@@ -1,0 +1,138 @@
+package bench
+
+import (
+	"fmt"
+	"io"
+	"math"
+	"strings"
+	"time"
+)
+
+// Markdown writes the report as markdown tables; command is the command
+// line that produced it.
+func (r *Report) Markdown(w io.Writer, command string) {
+	c := r.Config
+	fmt.Fprintf(w, "`%s` — %s, %s, %s in total, load average %s at the start and %s at the end.\n\n", command, r.Started.UTC().Format("2006-01-02 15:04 UTC"), machine(), r.Elapsed.Round(time.Second), r.LoadBefore, r.LoadAfter)
+	fmt.Fprintf(w, "One process: embedded nats-server (file storage, in-process connections), engine, toolrunner, tracer, gateway (HTTP on 127.0.0.1) and the benchmark's own clients share the cores; each scenario has a fresh FLOE_HOME. Compare the ratios; the absolute figures move with the machine.\n\n")
+
+	if t := r.Throughput; t != nil {
+		fmt.Fprintf(w, "**Pipeline throughput**: %s text partials of %.0f B (%d blocks of %d deltas), one SSE client, median of %d run(s); rate from the first to the last arrival.\n\n",
+			num(t.Partials), t.AvgBytes, t.Blocks, chunksPerText, t.Runs)
+		fmt.Fprintf(w, "| path | partials/s (median) | lowest – highest run | × bare JetStream |\n|---|---:|---:|---:|\n")
+		row := func(name, key string, v float64) {
+			sp := t.Spread[key]
+			fmt.Fprintf(w, "| %s | %s | %s – %s | %.2f |\n", name, num(int(v+0.5)), num(int(sp[0]+0.5)), num(int(sp[1]+0.5)), v/t.Bare)
+		}
+		row("bare JetStream: async publish → ordered consumer, same bytes", "bare", t.Bare)
+		row("async publish → gateway → SSE client", "direct", t.DirectSSE)
+		row("engine (scripted model) → gateway → SSE client", "engineSSE", t.EngineSSE)
+		row("engine → Trace file (tracer position past the request_end)", "engineTrace", t.EngineTrace)
+		var rs []string
+		for _, r := range t.Ratios {
+			rs = append(rs, fmt.Sprintf("%.2f", r))
+		}
+		fmt.Fprintf(w, "\nEngine → SSE ÷ bare, run by run (each pair back to back): %s.", strings.Join(rs, ", "))
+		fmt.Fprintf(w, " POST …/tasks → first partial at the SSE client: %s. Slow-client disconnects resumed with Last-Event-ID (included in the rates), over all runs: %d on the direct path, %d on the engine path.\n\n", dur(t.FirstPartial), t.DirectReconnects, t.EngineReconnects)
+	}
+
+	if len(r.Latency) > 0 {
+		fmt.Fprintf(w, "**Publish → SSE latency**: partials published as the engine publishes them (omni.Partial, async, one connection) on every Session round-robin at a fixed total rate, one SSE client per Session, after one second of warm-up at the same rate; latency = arrival at the client − stamp taken before publishing.\n\n")
+		fmt.Fprintf(w, "| Sessions | rate per Session | total rate | partials | p50 | p99 | max | opening the streams |\n|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+		for _, l := range r.Latency {
+			fmt.Fprintf(w, "| %s | %s/s | %s/s | %s | %s | %s | %s | %s |\n", num(l.Sessions), rate(l.PerSession), num(int(l.Rate)), num(l.Messages),
+				dur(l.P50), dur(l.P99), dur(l.Max), dur(l.Connect))
+		}
+		fmt.Fprintln(w)
+		for _, l := range r.Latency {
+			if l.RaisedMaxConsumers {
+				fmt.Fprintf(w, "At %s Sessions the FLOE_SESSIONS stream's max_consumers was raised to 100 000 first: every SSE client is one consumer on it, and a stream without its own limit gets nats-server's default_max_consumers of %d, so as configured the gateway answers 503 (maximum consumers limit reached) near 1000 open streams (SSE clients + tracer + running Tasks).\n\n", num(l.Sessions), serverDefaultMaxConsumers)
+			}
+		}
+		for _, l := range r.Latency {
+			if d := l.IdleConnection; d != nil {
+				fmt.Fprintf(w, "**Per idle SSE connection** (%s streams open, snapshot read, nothing flowing; process delta after GC ÷ connections; heap split by allocating code from the heap profile, an estimate):\n\n", num(d.Units))
+				fmt.Fprintf(w, "| RSS | Go heap | gateway (Floe code) | nats.go (its ordered consumer) | nats-server (consumer) | net/http, runtime | benchmark client | goroutine stacks | goroutines |\n|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+				fmt.Fprintf(w, "| %s | %s | %s | %s | %s | %s | %s | %s | %.1f |\n\n", kib(d.RSS), kib(d.Heap),
+					kib(d.ByOwner[ownerFloe]), kib(d.ByOwner[ownerClient]), kib(d.ByOwner[ownerServer]), kib(d.ByOwner[ownerOther]), kib(d.ByOwner[ownerBench]),
+					kib(d.Stack), d.Goroutines)
+			}
+		}
+	}
+
+	if len(r.Resume) > 0 {
+		fmt.Fprintf(w, "**Resume**: bus.LoadHistory (Trace file up to the tracer's position + the last %d records from the stream) then engine.ModelContext (the fold), Trace in the page cache, median of %d runs. Records are a coding Session built with the omni builders: 20 per Task (prompt, thinking, text, two approved tool calls with 1.3 KB and 2 KB outputs, answer, token_usage and request_end per request).\n\n", tailRecords, c.ResumeRuns)
+		fmt.Fprintf(w, "| Trace records | Trace file | LoadHistory | fold | total | records/s | context messages | allocated: load / fold |\n|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+		for _, x := range r.Resume {
+			total := x.Load + x.Fold
+			fmt.Fprintf(w, "| %s | %s | %s | %s | %s | %s | %s | %s |\n", num(x.Records), mib(float64(x.TraceBytes)), dur(x.Load), dur(x.Fold), dur(total),
+				num(int(float64(x.Records)/total.Seconds())), num(x.ContextMsgs), mib(float64(x.LoadAlloc))+" / "+mib(float64(x.FoldAlloc)))
+		}
+		fmt.Fprintln(w)
+	}
+
+	if x := r.Idle; x != nil {
+		d := x.Mem
+		fmt.Fprintf(w, "**Idle Session**: %s Sessions created through the API (%s), each with a finished short Task in the stream (%d messages: 7 Trace records, 2 task_state events) and traced (%s); no client attached. An idle Session is its KV record, its stream messages and its Trace files: no service keeps anything for it in memory, so the process delta is nats-server's index of the new subjects and keys. Measured after GC, %v after the last write (past the file store's cache expiry); process delta ÷ Sessions:\n\n",
+			num(x.Sessions), dur(x.Create), x.MsgsPerSession, dur(x.Traced), cacheExpiry)
+		fmt.Fprintf(w, "| per idle Session | |\n|---|---:|\n")
+		fmt.Fprintf(w, "| process RSS | %s |\n| Go heap (live) | %s |\n", kib(d.RSS), kib(d.Heap))
+		fmt.Fprintf(w, "| … allocated by nats-server (heap-profile estimate) | %s |\n| … by nats.go | %s |\n| … by Floe services | %s |\n| … by net/http, runtime | %s |\n",
+			kib(d.ByOwner[ownerServer]), kib(d.ByOwner[ownerClient]), kib(d.ByOwner[ownerFloe]), kib(d.ByOwner[ownerOther]))
+		fmt.Fprintf(w, "| goroutines | %+.4f |\n", d.Goroutines)
+		fmt.Fprintf(w, "| FLOE_SESSIONS bytes | %s |\n| Session record (floe_sessions KV) bytes | %s |\n| Trace + position file bytes | %s |\n\n",
+			kib(x.StreamBytes), kib(x.KVBytes), kib(x.TraceBytes))
+	}
+
+	if len(r.Errors) > 0 {
+		fmt.Fprintf(w, "**Failed**: %s\n\n", strings.Join(r.Errors, "; "))
+	}
+}
+
+// num formats n with thin thousands separators.
+func num(n int) string {
+	s := fmt.Sprint(n)
+	neg := strings.HasPrefix(s, "-")
+	s = strings.TrimPrefix(s, "-")
+	var b strings.Builder
+	for i, ch := range s {
+		if i > 0 && (len(s)-i)%3 == 0 {
+			b.WriteString(" ")
+		}
+		b.WriteRune(ch)
+	}
+	if neg {
+		return "-" + b.String()
+	}
+	return b.String()
+}
+
+func rate(v float64) string {
+	if v >= 100 {
+		return num(int(v + 0.5))
+	}
+	return fmt.Sprintf("%.3g", v)
+}
+
+func dur(d time.Duration) string {
+	switch {
+	case d >= 10*time.Second:
+		return fmt.Sprintf("%.1f s", d.Seconds())
+	case d >= time.Second:
+		return fmt.Sprintf("%.2f s", d.Seconds())
+	case d >= 10*time.Millisecond:
+		return fmt.Sprintf("%.0f ms", float64(d)/float64(time.Millisecond))
+	case d >= time.Millisecond:
+		return fmt.Sprintf("%.2f ms", float64(d)/float64(time.Millisecond))
+	default:
+		return fmt.Sprintf("%.0f µs", float64(d)/float64(time.Microsecond))
+	}
+}
+
+func kib(b float64) string {
+	if math.Abs(b) < 1024 {
+		return fmt.Sprintf("%.0f B", b)
+	}
+	return fmt.Sprintf("%.1f KiB", b/1024)
+}
+
+func mib(b float64) string { return fmt.Sprintf("%.1f MiB", b/(1<<20)) }
