@@ -73,15 +73,7 @@ func (r *Runner) compact(ctx context.Context, reason string) string {
 			return nil
 		})
 	}
-	meta := omni.SessionMeta(omni.Meta{
-		SessionID:          r.sid,
-		Provider:           r.info.Provider,
-		ModelID:            r.info.ModelID,
-		ModelContextWindow: r.info.ContextWindow,
-		SystemPrompt:       r.systemPrompt(),
-		Workspace:          r.rec.Workspace,
-		Source:             sourceOf(r.rec),
-	})
+	meta := r.sessionMeta()
 	r.publish(&meta, "")
 	tl := omni.ToolListReady(r.tools)
 	r.publish(&tl, "")

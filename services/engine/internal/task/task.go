@@ -355,15 +355,7 @@ func (r *Runner) start(ctx context.Context) error {
 		r.toolPerms[t.Name] = t.Permission
 	}
 	if r.fc.Meta == nil {
-		meta := omni.SessionMeta(omni.Meta{
-			SessionID:          r.sid,
-			Provider:           r.info.Provider,
-			ModelID:            r.info.ModelID,
-			ModelContextWindow: r.info.ContextWindow,
-			SystemPrompt:       r.systemPrompt(),
-			Workspace:          r.rec.Workspace,
-			Source:             sourceOf(r.rec),
-		})
+		meta := r.sessionMeta()
 		if _, err := r.publishOnce(ctx, &meta, r.task.ID+"/meta"); err != nil {
 			return err
 		}
@@ -395,6 +387,20 @@ func (r *Runner) publishInput(ctx context.Context) (redelivered bool, err error)
 		redelivered = redelivered || dup
 	}
 	return redelivered, nil
+}
+
+// sessionMeta builds the head of a context: the first Task's and every
+// completed compaction's.
+func (r *Runner) sessionMeta() omni.Message {
+	return omni.SessionMeta(omni.Meta{
+		SessionID:          r.sid,
+		Provider:           r.info.Provider,
+		ModelID:            r.info.ModelID,
+		ModelContextWindow: r.info.ContextWindow,
+		SystemPrompt:       r.systemPrompt(),
+		Workspace:          r.rec.Workspace,
+		Source:             sourceOf(r.rec),
+	})
 }
 
 func sourceOf(rec *omni.SessionRecord) string {
