@@ -1,0 +1,131 @@
+package faults
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"floe.dev/pkg/omni"
+	"floe.dev/services/gateway/client"
+)
+
+// scripts/cluster up starts the compose topology as local processes, a
+// Task runs through it (submitted on one gateway, watched on the other),
+// status reports every process healthy, and down stops them all.
+func TestClusterScriptUpStatusDown(t *testing.T) {
+	state := t.TempDir()
+	bin := filepath.Join(state, "bin")
+	if err := os.MkdirAll(bin, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	// The nats-server TestMain built, so the test needs no download.
+	b, err := os.ReadFile(bins.natsServer)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(bin, "nats-server"), b, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	natsBase, httpBase := portBase(t, []int{0, 1, 2, 2000, 2001, 2002, 4000, 4001, 4002}), portBase(t, []int{0, 1})
+	env := append(baseEnv(), "HOME="+state, "FLOE_CLUSTER_DIR="+filepath.Join(state, "cluster"), "FLOE_BIN_DIR="+bin,
+		fmt.Sprintf("FLOE_CLUSTER_NATS_PORT=%d", natsBase), fmt.Sprintf("FLOE_CLUSTER_HTTP_PORT=%d", httpBase))
+	t.Cleanup(func() {
+		if _, err := runScript(t, 2*time.Minute, env, "scripts/cluster", "down"); err != nil {
+			t.Errorf("cleanup: %v", err)
+		}
+	})
+	if out, err := runScript(t, 5*time.Minute, env, "scripts/cluster", "up"); err != nil {
+		t.Fatalf("up: %v\n%s", err, out)
+	}
+	status, err := runScript(t, time.Minute, env, "scripts/cluster", "status")
+	if err != nil {
+		t.Fatalf("status: %v", err)
+	}
+	if n := strings.Count(string(status), " running "); n != 11 {
+		t.Errorf("status shows %d running processes, want 11:\n%s", n, status)
+	}
+	if n := strings.Count(string(status), "unhealthy"); n != 0 || strings.Count(string(status), "healthy") != 5 {
+		t.Errorf("status health:\n%s", status)
+	}
+
+	secrets := readEnvFile(t, filepath.Join(state, "cluster", "env"))
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	gw1 := client.New(fmt.Sprintf("http://127.0.0.1:%d", httpBase), client.WithToken(secrets["FLOE_API_TOKEN"]))
+	gw2 := client.New(fmt.Sprintf("http://127.0.0.1:%d", httpBase+1), client.WithToken(secrets["FLOE_API_TOKEN"]))
+	sess, err := gw1.CreateSession(ctx, client.CreateSession{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := gw1.SubmitTask(ctx, sess.ID, client.TaskRequest{Input: []client.InputPart{{Type: client.InputText, Text: "what is here?"}}}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 60*time.Second, "the demo Task to end", func() bool {
+		s, err := gw2.GetSession(ctx, sess.ID)
+		return err == nil && s.State == omni.StateIdle && s.LastStatus != ""
+	})
+	if s, _ := gw2.GetSession(ctx, sess.ID); s.LastStatus != omni.StatusCompleted {
+		t.Errorf("demo Task ended %q", s.LastStatus)
+	}
+
+	if out, err := runScript(t, 2*time.Minute, env, "scripts/cluster", "down"); err != nil {
+		t.Fatalf("down: %v\n%s", err, out)
+	}
+	status, err = runScript(t, time.Minute, env, "scripts/cluster", "status")
+	if err == nil || strings.Contains(string(status), " running ") {
+		t.Errorf("after down, status (%v):\n%s", err, status)
+	}
+	logs, _ := filepath.Glob(filepath.Join(state, "cluster", "log", "nats-*.log"))
+	for _, l := range logs {
+		b, _ := os.ReadFile(l)
+		if strings.Contains(string(b), "Violation") {
+			t.Errorf("%s logs a permission violation", l)
+		}
+	}
+}
+
+// portBase finds a base port p such that p+o is free for every offset o.
+func portBase(t *testing.T, offsets []int) int {
+	t.Helper()
+	for range 200 {
+		base := 20000 + rand.IntN(20000)
+		ok := true
+		for _, o := range offsets {
+			l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", base+o))
+			if err != nil {
+				ok = false
+				break
+			}
+			l.Close()
+		}
+		if ok {
+			return base
+		}
+	}
+	t.Fatal("no free port range")
+	return 0
+}
+
+func readEnvFile(t *testing.T, path string) map[string]string {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	out := map[string]string{}
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		if k, v, ok := strings.Cut(sc.Text(), "="); ok {
+			out[k] = v
+		}
+	}
+	return out
+}

@@ -1,0 +1,96 @@
+package faults
+
+import (
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"floe.dev/pkg/omni"
+)
+
+// A toolrunner killed (SIGKILL) in the middle of a tool: the engine gives
+// that call exactly one failed output, saying the outcome is unknown, once
+// its heartbeats have been missing for the heartbeat timeout; the tool is
+// not run again anywhere; the Task goes on (its next call runs on the
+// other runner) and completes; the Trace equals the stream.
+func TestToolrunnerKilledMidTool(t *testing.T) {
+	const hbTimeout = 3 * time.Second
+	c := newCluster(t, 1, 1)
+	c.service("tracer", "tracer")
+	runners := map[int]*proc{}
+	for _, name := range []string{"toolrunner-1", "toolrunner-2"} {
+		p := c.service("toolrunner", name)
+		runners[p.pid()] = p
+	}
+	c.service("engine", "engine", fmt.Sprintf("FLOE_HEARTBEAT_TIMEOUT_MS=%d", hbTimeout.Milliseconds()))
+
+	ref := c.script(map[string]any{"requests": []any{
+		map[string]any{"steps": []any{text("Starting the long job.", 2, 0), execCall("call_long", logCmd+"; sleep 20")}},
+		map[string]any{"steps": []any{text("It was lost; one more step.", 2, 0), execCall("call_next", logCmd+"; echo after")}},
+		map[string]any{"steps": []any{text("Done.", 1, 0)}},
+	}})
+	sid := c.session(ref)
+	hb := c.watchHeartbeats(sid)
+	task := c.submit(sid, "run the long job")
+
+	runner := waitBeat(t, hb, "call_long")
+	victim := runners[runnerPid(runner)]
+	if victim == nil {
+		t.Fatalf("heartbeat from unknown runner %q", runner)
+	}
+	// The command has logged its execution before it sleeps.
+	eventually(t, 20*time.Second, "call_long to start its command", func() bool { return c.executions(sid, "call_long") == 1 })
+	// Its tool runs in a process group of its own and outlives it (the
+	// outcome is unknown, not undone); end that group when the test ends.
+	for _, pid := range childPids(victim.pid()) {
+		t.Cleanup(func() { _ = syscall.Kill(-pid, syscall.SIGKILL) })
+	}
+	victim.kill(t)
+	killedAt := time.Now()
+
+	rs, status := c.wait(sid, task, 90*time.Second, nil)
+	if status != omni.StatusCompleted {
+		t.Fatalf("task ended %q, want completed; last: %v", status, lastLabels(rs, 10))
+	}
+	o := checkSession(t, rs, "run the long job")
+	lost := o.outputs["call_long"]
+	p := lost.msg.Payload
+	if p.StopReason != omni.StatusFailed || !strings.Contains(p.Output, "outcome is unknown") || !strings.Contains(p.Output, "not re-run") {
+		t.Errorf("lost call's output = %q (stop_reason %q), want a failed output saying the outcome is unknown", p.Output, p.StopReason)
+	}
+	t.Logf("lost-runner output %v after the kill (heartbeat timeout %v)", lost.msg.Time().Sub(killedAt).Round(10*time.Millisecond), hbTimeout)
+	if n := c.executions(sid, "call_long"); n != 1 {
+		t.Errorf("call_long ran %d times, want once (never re-run)", n)
+	}
+	if n := c.executions(sid, "call_next"); n != 1 {
+		t.Errorf("call_next ran %d times, want once", n)
+	}
+	if got := o.outputs["call_next"].msg.Payload; got.StopReason != "" || !strings.Contains(got.Output, "after") {
+		t.Errorf("call_next output %q (stop_reason %q)", got.Output, got.StopReason)
+	}
+	c.checkIdle(sid, omni.StatusCompleted)
+	c.traceEqualsStream(sid)
+	c.noViolations()
+}
+
+// childPids returns the children of a process (Linux /proc).
+func childPids(pid int) []int {
+	var out []int
+	tasks, _ := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
+	for _, task := range tasks {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%s/children", pid, task.Name()))
+		if err != nil {
+			continue
+		}
+		for _, f := range strings.Fields(string(b)) {
+			if n, err := strconv.Atoi(f); err == nil {
+				out = append(out, n)
+			}
+		}
+	}
+	return out
+}

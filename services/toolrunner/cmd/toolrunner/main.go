@@ -1,0 +1,170 @@
+// Command toolrunner runs one Floe tool runner alone against an external
+// NATS: the entry point of a toolrunner container image (run as many as you
+// like; they share each pool's work queue). It is `floe toolrunner` without
+// the rest of the binary. Flags beat FLOE_* variables, which beat defaults:
+//
+//	toolrunner --nats nats://n1:4222,nats://n2:4222 [--pool gpu] [--concurrency 8]
+//
+// Settings: --nats (FLOE_NATS_URL, required), --pool (FLOE_POOL),
+// --concurrency (FLOE_TOOL_CONCURRENCY), --log-level (FLOE_LOG_LEVEL).
+// Tools run `bash -lc` in the Session's Workspace, which must be the same
+// path on every runner (a shared volume).
+//
+// Credentials: --nats-creds FILE (FLOE_NATS_CREDS), or --nats-user NAME
+// (FLOE_NATS_USER) whose password comes from FLOE_NATS_PASSWORD or
+// --nats-password-file FILE (FLOE_NATS_PASSWORD_FILE), never from a flag.
+// Replies come on _INBOX.toolrunner.>, the prefix deploy/nats/auth.conf
+// grants the toolrunner user. It waits until the JetStream layout exists
+// (`floe setup`).
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/rs/zerolog"
+
+	"floe.dev/pkg/bus"
+	"floe.dev/services/toolrunner"
+)
+
+func main() {
+	if err := run(); err != nil {
+		fmt.Fprintln(os.Stderr, "toolrunner:", err)
+		os.Exit(1)
+	}
+}
+
+func run() error {
+	fs := flag.NewFlagSet("toolrunner", flag.ContinueOnError)
+	url := fs.String("nats", os.Getenv("FLOE_NATS_URL"), "NATS URL(s), comma-separated (FLOE_NATS_URL)")
+	creds := fs.String("nats-creds", os.Getenv("FLOE_NATS_CREDS"), "NATS credentials file (FLOE_NATS_CREDS)")
+	user := fs.String("nats-user", os.Getenv("FLOE_NATS_USER"), "NATS user (FLOE_NATS_USER); password from FLOE_NATS_PASSWORD or --nats-password-file")
+	passwordFile := fs.String("nats-password-file", os.Getenv("FLOE_NATS_PASSWORD_FILE"), "file holding the NATS password (FLOE_NATS_PASSWORD_FILE)")
+	level := fs.String("log-level", envOr("FLOE_LOG_LEVEL", "info"), "debug, info, warn or error (FLOE_LOG_LEVEL)")
+	pool := fs.String("pool", os.Getenv("FLOE_POOL"), "runner pool whose jobs to run (FLOE_POOL, default \"default\")")
+	concurrency := fs.Int("concurrency", envInt("FLOE_TOOL_CONCURRENCY"), "tool jobs run at once (FLOE_TOOL_CONCURRENCY, default 8)")
+	if err := fs.Parse(os.Args[1:]); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return nil
+		}
+		return err
+	}
+	if *url == "" {
+		return errors.New("--nats (or FLOE_NATS_URL) is required")
+	}
+	cfg := toolrunner.Config{Pool: *pool, Concurrency: *concurrency}
+	cfg.Defaults()
+	if err := cfg.Validate(); err != nil {
+		return err
+	}
+	lvl, err := zerolog.ParseLevel(*level)
+	if err != nil {
+		return fmt.Errorf("--log-level %q: %w", *level, err)
+	}
+	log := zerolog.New(os.Stderr).Level(lvl).With().Timestamp().Str("service", "toolrunner").Logger()
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	opts, err := authOptions(*creds, *user, *passwordFile)
+	if err != nil {
+		return err
+	}
+	nc, err := nats.Connect(*url, append(opts, nats.Name("floe-toolrunner"), nats.CustomInboxPrefix("_INBOX.toolrunner"),
+		nats.MaxReconnects(-1), nats.ReconnectWait(250*time.Millisecond))...)
+	if err != nil {
+		return fmt.Errorf("connect to %s: %w", *url, err)
+	}
+	defer closeConn(nc)
+	waitLayout(ctx, nc, log)
+	if ctx.Err() != nil {
+		return nil
+	}
+	if err := toolrunner.Run(ctx, nc, cfg, log); err != nil && !errors.Is(err, context.Canceled) {
+		return err
+	}
+	return nil
+}
+
+func envInt(name string) int {
+	n, _ := strconv.Atoi(os.Getenv(name))
+	return n
+}
+
+func envOr(name, def string) string {
+	if v := os.Getenv(name); v != "" {
+		return v
+	}
+	return def
+}
+
+// authOptions turns the credentials settings into connect options; a
+// password is read from FLOE_NATS_PASSWORD or a file, never a flag.
+func authOptions(creds, user, passwordFile string) ([]nats.Option, error) {
+	var opts []nats.Option
+	if creds != "" {
+		opts = append(opts, nats.UserCredentials(creds))
+	}
+	password := os.Getenv("FLOE_NATS_PASSWORD")
+	if passwordFile != "" {
+		b, err := os.ReadFile(passwordFile)
+		if err != nil {
+			return nil, fmt.Errorf("nats password file: %w", err)
+		}
+		password = strings.TrimRight(string(b), "\r\n")
+	}
+	switch {
+	case user != "" && creds != "":
+		return nil, errors.New("give either --nats-creds or --nats-user, not both")
+	case user != "" && password == "":
+		return nil, fmt.Errorf("nats user %q has no password: set FLOE_NATS_PASSWORD or --nats-password-file", user)
+	case user == "" && password != "":
+		return nil, errors.New("a NATS password is set but no user: set FLOE_NATS_USER or --nats-user")
+	case user != "":
+		opts = append(opts, nats.UserInfo(user, password))
+	}
+	return opts, nil
+}
+
+// waitLayout waits until the JetStream layout exists or ctx ends.
+func waitLayout(ctx context.Context, nc *nats.Conn, log zerolog.Logger) {
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return // only fails on invalid options; Run reports the same
+	}
+	for attempt := 0; ; attempt++ {
+		octx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		_, err := bus.Open(octx, js)
+		cancel()
+		if err == nil {
+			return
+		}
+		if attempt == 0 {
+			log.Warn().Err(err).Msg("waiting for the bus layout; run `floe setup`")
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(time.Second):
+		}
+	}
+}
+
+// closeConn flushes what is still buffered (bounded) and closes nc.
+func closeConn(nc *nats.Conn) {
+	_ = nc.Drain()
+	deadline := time.Now().Add(10 * time.Second)
+	for nc.IsDraining() && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	nc.Close()
+}

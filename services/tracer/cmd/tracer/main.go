@@ -1,0 +1,162 @@
+// Command tracer runs Floe's tracer alone against an external NATS: the
+// entry point of a tracer container image. It is `floe tracer` without the
+// rest of the binary. It writes every Session's Trace under
+// $FLOE_HOME/traces (share that volume with the gateways, which serve
+// history from it). One tracer writes a home at a time; a second one on the
+// same home waits as a hot standby. Flags beat FLOE_* variables:
+//
+//	tracer --nats nats://n1:4222,nats://n2:4222 --home /data
+//
+// Settings: --nats (FLOE_NATS_URL, required), --home (FLOE_HOME, required),
+// --log-level (FLOE_LOG_LEVEL).
+//
+// Credentials: --nats-creds FILE (FLOE_NATS_CREDS), or --nats-user NAME
+// (FLOE_NATS_USER) whose password comes from FLOE_NATS_PASSWORD or
+// --nats-password-file FILE (FLOE_NATS_PASSWORD_FILE), never from a flag.
+// Replies come on _INBOX.tracer.>, the prefix deploy/nats/auth.conf grants
+// the tracer user. It waits until the JetStream layout exists (`floe
+// setup`).
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/rs/zerolog"
+
+	"floe.dev/pkg/bus"
+	"floe.dev/services/tracer"
+)
+
+func main() {
+	if err := run(); err != nil {
+		fmt.Fprintln(os.Stderr, "tracer:", err)
+		os.Exit(1)
+	}
+}
+
+func run() error {
+	fs := flag.NewFlagSet("tracer", flag.ContinueOnError)
+	url := fs.String("nats", os.Getenv("FLOE_NATS_URL"), "NATS URL(s), comma-separated (FLOE_NATS_URL)")
+	creds := fs.String("nats-creds", os.Getenv("FLOE_NATS_CREDS"), "NATS credentials file (FLOE_NATS_CREDS)")
+	user := fs.String("nats-user", os.Getenv("FLOE_NATS_USER"), "NATS user (FLOE_NATS_USER); password from FLOE_NATS_PASSWORD or --nats-password-file")
+	passwordFile := fs.String("nats-password-file", os.Getenv("FLOE_NATS_PASSWORD_FILE"), "file holding the NATS password (FLOE_NATS_PASSWORD_FILE)")
+	level := fs.String("log-level", envOr("FLOE_LOG_LEVEL", "info"), "debug, info, warn or error (FLOE_LOG_LEVEL)")
+	home := fs.String("home", os.Getenv("FLOE_HOME"), "data root: Traces go to <home>/traces (FLOE_HOME, required)")
+	if err := fs.Parse(os.Args[1:]); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return nil
+		}
+		return err
+	}
+	if *url == "" {
+		return errors.New("--nats (or FLOE_NATS_URL) is required")
+	}
+	cfg := tracer.Config{Home: *home}
+	if err := cfg.Validate(); err != nil {
+		return err
+	}
+	lvl, err := zerolog.ParseLevel(*level)
+	if err != nil {
+		return fmt.Errorf("--log-level %q: %w", *level, err)
+	}
+	log := zerolog.New(os.Stderr).Level(lvl).With().Timestamp().Str("service", "tracer").Logger()
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	opts, err := authOptions(*creds, *user, *passwordFile)
+	if err != nil {
+		return err
+	}
+	nc, err := nats.Connect(*url, append(opts, nats.Name("floe-tracer"), nats.CustomInboxPrefix("_INBOX.tracer"),
+		nats.MaxReconnects(-1), nats.ReconnectWait(250*time.Millisecond))...)
+	if err != nil {
+		return fmt.Errorf("connect to %s: %w", *url, err)
+	}
+	defer closeConn(nc)
+	waitLayout(ctx, nc, log)
+	if ctx.Err() != nil {
+		return nil
+	}
+	if err := tracer.Run(ctx, nc, cfg, log); err != nil && !errors.Is(err, context.Canceled) {
+		return err
+	}
+	return nil
+}
+
+func envOr(name, def string) string {
+	if v := os.Getenv(name); v != "" {
+		return v
+	}
+	return def
+}
+
+// authOptions turns the credentials settings into connect options; a
+// password is read from FLOE_NATS_PASSWORD or a file, never a flag.
+func authOptions(creds, user, passwordFile string) ([]nats.Option, error) {
+	var opts []nats.Option
+	if creds != "" {
+		opts = append(opts, nats.UserCredentials(creds))
+	}
+	password := os.Getenv("FLOE_NATS_PASSWORD")
+	if passwordFile != "" {
+		b, err := os.ReadFile(passwordFile)
+		if err != nil {
+			return nil, fmt.Errorf("nats password file: %w", err)
+		}
+		password = strings.TrimRight(string(b), "\r\n")
+	}
+	switch {
+	case user != "" && creds != "":
+		return nil, errors.New("give either --nats-creds or --nats-user, not both")
+	case user != "" && password == "":
+		return nil, fmt.Errorf("nats user %q has no password: set FLOE_NATS_PASSWORD or --nats-password-file", user)
+	case user == "" && password != "":
+		return nil, errors.New("a NATS password is set but no user: set FLOE_NATS_USER or --nats-user")
+	case user != "":
+		opts = append(opts, nats.UserInfo(user, password))
+	}
+	return opts, nil
+}
+
+// waitLayout waits until the JetStream layout exists or ctx ends.
+func waitLayout(ctx context.Context, nc *nats.Conn, log zerolog.Logger) {
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return // only fails on invalid options; Run reports the same
+	}
+	for attempt := 0; ; attempt++ {
+		octx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		_, err := bus.Open(octx, js)
+		cancel()
+		if err == nil {
+			return
+		}
+		if attempt == 0 {
+			log.Warn().Err(err).Msg("waiting for the bus layout; run `floe setup`")
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(time.Second):
+		}
+	}
+}
+
+// closeConn flushes what is still buffered (bounded) and closes nc.
+func closeConn(nc *nats.Conn) {
+	_ = nc.Drain()
+	deadline := time.Now().Add(10 * time.Second)
+	for nc.IsDraining() && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	nc.Close()
+}
