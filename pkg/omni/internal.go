@@ -184,6 +184,10 @@ type SessionRecord struct {
 	// State is idle, running or compacting; TaskID the Task that holds it.
 	State  string `msgpack:"state"`
 	TaskID string `msgpack:"task_id,omitempty"`
+	// Lease names the engine delivery running TaskID; an engine that finds
+	// another lease there has lost the Task (it stalled past its ack wait
+	// and the Task was redelivered) and must stop publishing.
+	Lease string `msgpack:"lease,omitempty"`
 	// LastStatus is the outcome of the last Task (completed, failed, aborted).
 	LastStatus string `msgpack:"last_status,omitempty"`
 	// Parent is the parent Session of a subagent; Depth its nesting depth.

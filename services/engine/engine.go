@@ -123,10 +123,13 @@ func Run(ctx context.Context, nc *nats.Conn, cfg Config, log zerolog.Logger) err
 		return err
 	}
 	log = log.With().Str("service", "engine").Logger()
-	js, err := jetstream.New(nc, jetstream.WithPublishAsyncMaxPending(4096))
+	e := &engine{cfg: cfg, nc: nc, log: log}
+	js, err := jetstream.New(nc, jetstream.WithPublishAsyncMaxPending(4096),
+		jetstream.WithPublishAsyncErrHandler(e.onPublishError))
 	if err != nil {
 		return fmt.Errorf("engine: jetstream: %w", err)
 	}
+	e.js = js
 	sessions, err := bus.Open(ctx, js)
 	if err != nil {
 		return fmt.Errorf("engine: %w", err)
@@ -143,7 +146,6 @@ func Run(ctx context.Context, nc *nats.Conn, cfg Config, log zerolog.Logger) err
 		return fmt.Errorf("engine: task consumer: %w", err)
 	}
 	reg := provider.NewRegistry(cfg.Providers)
-	e := &engine{cfg: cfg, nc: nc, js: js, log: log}
 	e.deps = &task.Deps{
 		NC:       nc,
 		JS:       js,
@@ -162,6 +164,7 @@ func Run(ctx context.Context, nc *nats.Conn, cfg Config, log zerolog.Logger) err
 			DefaultMaxTurns:  cfg.DefaultMaxTurns,
 			MaxSubagentDepth: max(cfg.MaxSubagentDepth, 0),
 			Home:             cfg.Home,
+			AckWait:          cfg.AckWait,
 		},
 	}
 	log.Info().Int("max_tasks", cfg.MaxTasks).Msg("engine started")
@@ -174,6 +177,10 @@ type engine struct {
 	js   jetstream.JetStream
 	log  zerolog.Logger
 	deps *task.Deps
+
+	// runners maps a Session id to its running Task, for routing
+	// asynchronous publish failures.
+	runners sync.Map
 
 	toolsMu   sync.Mutex
 	tools     []omni.ToolSpec
@@ -242,9 +249,14 @@ func (e *engine) handle(ctx context.Context, msg jetstream.Msg) {
 		}
 	}()
 	runner := task.New(e.deps, t)
+	e.runners.Store(t.SessionID, runner)
 	status, err := runner.Run(ctx)
+	e.runners.CompareAndDelete(t.SessionID, runner)
 	stopProgress()
 	switch {
+	case errors.Is(err, task.ErrLeaseLost):
+		// Another engine runs the Task now; its delivery is the live one.
+		e.log.Warn().Str("session_id", t.SessionID).Str("task_id", t.ID).Msg("task taken over by another engine")
 	case ctx.Err() != nil:
 		// Shutting down: hand the Task to another engine at once.
 		_ = msg.Nak()
@@ -255,6 +267,21 @@ func (e *engine) handle(ctx context.Context, msg jetstream.Msg) {
 		e.log.Info().Str("session_id", t.SessionID).Str("task_id", t.ID).Str("status", status).Msg("task finished")
 		_ = msg.Ack()
 	}
+}
+
+// onPublishError hands a failed asynchronous publish to the Task of its
+// Session, which fails the request it belonged to.
+func (e *engine) onPublishError(_ jetstream.JetStream, m *nats.Msg, err error) {
+	sid, _, ok := omni.ParseSessionSubject(m.Subject)
+	if !ok {
+		e.log.Error().Err(err).Str("subject", m.Subject).Msg("async publish failed")
+		return
+	}
+	if r, ok := e.runners.Load(sid); ok {
+		r.(*task.Runner).NotePublishFailure(err)
+		return
+	}
+	e.log.Error().Err(err).Str("session_id", sid).Msg("async publish failed after its Task ended")
 }
 
 // listTools asks the pool's runners for their tools, caching the answer for

@@ -23,6 +23,7 @@ func (r *Runner) request(ctx context.Context) (string, []string) {
 			attempt = 2
 			retried = omni.Block(omni.TagTurnRetried, "The previous attempt was interrupted before it completed.")
 		}
+		_ = r.settlePublishes() // a failure before this attempt is not its own
 		begin := omni.RequestBegin()
 		r.publish(&begin, "")
 
@@ -78,10 +79,19 @@ func (r *Runner) request(ctx context.Context) (string, []string) {
 		}
 		_ = seg.Finish(stopReason)
 		close(queue)
+		if perr := r.settlePublishes(); perr != nil && status == omni.StatusCompleted {
+			// Part of the attempt never reached the stream (no leader
+			// during an election): fail it, so its retry restores it.
+			status, errMsg = omni.StatusTimeout, "the stream did not store part of this request: "+perr.Error()
+		}
 
 		r.usage = r.usage.Add(res.Usage)
 		tu := omni.TokenUsage(r.usage, res.Usage)
-		r.publish(&tu, "")
+		if status == omni.StatusCompleted {
+			r.publish(&tu, "")
+		} else if err := r.publishSync(ctx, &tu, ""); err != nil {
+			r.log.Error().Err(err).Msg("could not publish token_usage")
+		}
 
 		if status == omni.StatusCompleted {
 			reportAttempt := int64(0)
@@ -106,7 +116,9 @@ func (r *Runner) request(ctx context.Context) (string, []string) {
 			wait = r.backoffFor(attempt)
 		}
 		end := omni.RequestEnd(status, errMsg, int64(attempt), wait.Milliseconds())
-		r.publish(&end, "")
+		if err := r.publishSync(ctx, &end, ""); err != nil {
+			r.log.Error().Err(err).Msg("could not publish request_end")
+		}
 		r.log.Warn().Str("status", status).Int("attempt", attempt).Str("error", errMsg).Msg("model request failed")
 
 		// Calls of the failed attempt already ran or run now: wait for them,

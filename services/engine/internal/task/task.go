@@ -13,11 +13,14 @@ package task
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -43,6 +46,7 @@ type Settings struct {
 	SystemPrompt     string        // default system prompt; %s gets the Workspace
 	MaxSubagentDepth int           // how deep run_subagent may nest (0 = no subagents)
 	Home             string        // $FLOE_HOME: resume from its Traces when present
+	AckWait          time.Duration // the task consumer's ack wait: a stall this long loses the Task
 }
 
 // Deps are the connections a Task uses.
@@ -108,7 +112,13 @@ type Runner struct {
 	backoff     chan struct{} // non-nil while waiting to reconnect
 	usage       omni.Usage
 	pubErr      error
-	retryNext   bool
+	lastPub     jetstream.PubAckFuture
+
+	// lease fencing (see watchLease, leaseValid)
+	lease      string
+	loseLease  context.CancelCauseFunc
+	leaseCheck atomic.Int64 // unix nanos of the last confirmation
+	retryNext  bool
 
 	children       map[string]string        // running child Session → its Task
 	childApprovals map[string]childApproval // a child's pending calls
@@ -152,6 +162,39 @@ func (r *Runner) Run(ctx context.Context) (status string, err error) {
 		r.log.Warn().Str("owner_task", rec.TaskID).Msg("task no longer owns the session; dropped")
 		return "", nil
 	}
+	// Take the lease: a stalled engine that lost this Task to a
+	// redelivery finds another lease and stops (see watchLease).
+	lease := randomHex(8)
+	if _, err := r.d.Sessions.Update(ctx, r.sid, func(rec *omni.SessionRecord) error {
+		if rec.TaskID != r.task.ID {
+			return ErrLeaseLost
+		}
+		rec.Lease = lease
+		return nil
+	}); err != nil {
+		if errors.Is(err, ErrLeaseLost) {
+			return "", nil
+		}
+		return "", fmt.Errorf("task: take lease: %w", err)
+	}
+	ctx, loseLease := context.WithCancelCause(ctx)
+	defer loseLease(nil)
+	r.lease, r.loseLease = lease, loseLease
+	r.leaseCheck.Store(time.Now().UnixNano())
+	stopWatch := make(chan struct{})
+	watchDone := make(chan struct{})
+	go func() {
+		defer close(watchDone)
+		r.watchLease(ctx, lease, loseLease, stopWatch)
+	}()
+	defer func() {
+		select {
+		case <-stopWatch:
+		default:
+			close(stopWatch)
+		}
+		<-watchDone
+	}()
 	r.runCtx = ctx
 	r.abortCtx, r.abort = context.WithCancelCause(ctx)
 	defer r.abort(nil)
@@ -196,6 +239,10 @@ func (r *Runner) Run(ctx context.Context) (status string, err error) {
 	leftover := r.closeSteering()
 	r.subagents.Wait()
 	if ctx.Err() != nil {
+		if errors.Is(context.Cause(ctx), ErrLeaseLost) {
+			r.log.Warn().Msg("lost the Task to another engine; stopped")
+			return "", ErrLeaseLost
+		}
 		return "", fmt.Errorf("task: engine shutting down: %w", ctx.Err())
 	}
 	if status == Aborted {
@@ -211,6 +258,11 @@ func (r *Runner) Run(ctx context.Context) (status string, err error) {
 	// next (on any engine) is the only one answering.
 	_ = ctl.Unsubscribe()
 	r.flush(ctx)
+	close(stopWatch)
+	<-watchDone
+	if errors.Is(context.Cause(ctx), ErrLeaseLost) {
+		return "", ErrLeaseLost
+	}
 	if err := r.d.Sessions.End(ctx, r.sid, r.task.ID, status); err != nil {
 		r.log.Error().Err(err).Msg("could not release the session")
 	}
@@ -218,6 +270,77 @@ func (r *Runner) Run(ctx context.Context) (status string, err error) {
 		r.log.Error().Err(err).Msg("could not publish task_state idle")
 	}
 	return status, nil
+}
+
+// ErrLeaseLost means another engine took the Task over (this one stalled
+// past its ack wait): the Runner stopped without publishing more, and its
+// task message must be neither acked nor naked.
+var ErrLeaseLost = errors.New("task: lease lost to another engine")
+
+// watchLease checks every second that the Session record still names this
+// Task and lease; when it does not, it cancels the run with ErrLeaseLost.
+func (r *Runner) watchLease(ctx context.Context, lease string, lose context.CancelCauseFunc, stop <-chan struct{}) {
+	tick := time.NewTicker(min(time.Second, r.leaseStale()/2))
+	defer tick.Stop()
+	for {
+		select {
+		case <-tick.C:
+		case <-stop:
+			return
+		case <-ctx.Done():
+			return
+		}
+		rec, _, err := r.d.Sessions.Get(ctx, r.sid)
+		if err != nil {
+			continue // the bus is briefly unavailable; the ack wait covers it
+		}
+		if rec.TaskID != r.task.ID || rec.Lease != lease {
+			lose(ErrLeaseLost)
+			return
+		}
+		r.leaseCheck.Store(time.Now().UnixNano())
+	}
+}
+
+// leaseStale is how old a lease confirmation may be before a publish
+// re-checks it: a third of the ack wait, so after a stall long enough to
+// lose the Task (SIGSTOP, a frozen VM) the first publish verifies
+// ownership before anything reaches the stream.
+func (r *Runner) leaseStale() time.Duration {
+	if w := r.d.Settings.AckWait; w > 0 {
+		return w / 3
+	}
+	return 10 * time.Second
+}
+
+// leaseValid reports whether this Runner still owns the Task. Cheap while
+// the watcher confirms it every second; after a stall it asks the Session
+// record itself and, on loss, cancels the run.
+func (r *Runner) leaseValid() bool {
+	if r.loseLease == nil {
+		return true // not started through Run (benchmarks)
+	}
+	if time.Since(time.Unix(0, r.leaseCheck.Load())) < r.leaseStale() {
+		return r.runCtx == nil || r.runCtx.Err() == nil || !errors.Is(context.Cause(r.runCtx), ErrLeaseLost)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	rec, _, err := r.d.Sessions.Get(ctx, r.sid)
+	if err != nil {
+		return true // cannot tell; the watcher keeps checking
+	}
+	if rec.TaskID != r.task.ID || rec.Lease != r.lease {
+		r.loseLease(ErrLeaseLost)
+		return false
+	}
+	r.leaseCheck.Store(time.Now().UnixNano())
+	return true
+}
+
+func randomHex(n int) string {
+	b := make([]byte, n)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
 }
 
 func stateOf(t omni.Task) string {
@@ -448,45 +571,101 @@ func (r *Runner) apply(m *omni.Message) {
 }
 
 // publish sends m asynchronously (the connection keeps the order) and folds
-// it. msgID, when set, is its Nats-Msg-Id.
+// it. msgID, when set, is its Nats-Msg-Id. The library's own retry of an
+// unanswered publish is off: a retried message would land after later ones.
+// A failed publish is recorded (pubFailed) and fails the request it belongs
+// to, whose retry then restores what was lost.
 func (r *Runner) publish(m *omni.Message, msgID string) {
+	if !r.leaseValid() {
+		return
+	}
 	r.apply(m)
 	nm, err := bus.SessionMsg(r.sid, m, msgID)
+	var f jetstream.PubAckFuture
 	if err == nil {
-		_, err = r.d.JS.PublishMsgAsync(nm)
+		f, err = r.d.JS.PublishMsgAsync(nm, jetstream.WithRetryAttempts(0))
 	}
 	if err != nil {
-		r.mu.Lock()
-		if r.pubErr == nil {
-			r.pubErr = err
-		}
-		r.mu.Unlock()
-		r.log.Error().Err(err).Str("type", m.Payload.Type).Msg("publish failed")
+		r.notePublishFailure(err)
+		return
 	}
+	r.mu.Lock()
+	r.lastPub = f
+	r.mu.Unlock()
 }
 
-// publishSync publishes m and waits until the stream stored it (and, since
-// one connection keeps order, everything published before it).
+// NotePublishFailure records an asynchronous publish that the stream did
+// not store (the engine routes the JetStream error handler here).
+func (r *Runner) NotePublishFailure(err error) { r.notePublishFailure(err) }
+
+func (r *Runner) notePublishFailure(err error) {
+	r.mu.Lock()
+	if r.pubErr == nil {
+		r.pubErr = err
+	}
+	r.mu.Unlock()
+	r.log.Error().Err(err).Msg("publish to FLOE_SESSIONS failed")
+}
+
+// settlePublishes waits (bounded) until the last async publish is answered;
+// since one connection keeps the order, every earlier one is then answered
+// too. It returns and clears the first failure recorded.
+func (r *Runner) settlePublishes() error {
+	r.mu.Lock()
+	f := r.lastPub
+	r.lastPub = nil // a future answers once: never wait on it twice
+	r.mu.Unlock()
+	if f != nil {
+		select {
+		case <-f.Ok():
+		case err := <-f.Err():
+			r.notePublishFailure(err)
+		case <-time.After(30 * time.Second):
+			r.notePublishFailure(errors.New("no acknowledgement from the stream within 30s"))
+		}
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	err := r.pubErr
+	r.pubErr = nil
+	return err
+}
+
+// publishSync publishes m, waiting until the stream stored it (and, since
+// one connection keeps order, everything published before it). It retries
+// for up to a minute while the stream has no leader. m is folded only when
+// the stream took it: a duplicate Msg-Id (another publisher's output for the
+// same call got there first) never reaches the context.
 func (r *Runner) publishSync(ctx context.Context, m *omni.Message, msgID string) error {
-	r.apply(m)
 	nm, err := bus.SessionMsg(r.sid, m, msgID)
 	if err != nil {
 		return err
 	}
-	var lastErr error
-	for attempt := 0; attempt < 5; attempt++ {
-		if _, lastErr = r.d.JS.PublishMsg(ctx, nm); lastErr == nil {
+	deadline := time.Now().Add(time.Minute)
+	wait := 100 * time.Millisecond
+	for {
+		if !r.leaseValid() {
+			return ErrLeaseLost
+		}
+		ack, err := r.d.JS.PublishMsg(ctx, nm)
+		if err == nil {
+			if !ack.Duplicate {
+				r.apply(m)
+			}
 			return nil
 		}
-		if ctx.Err() != nil {
-			break
+		if ctx.Err() != nil || time.Now().After(deadline) {
+			return fmt.Errorf("publish %s: %w", m.Payload.Type, err)
 		}
-		time.Sleep(time.Duration(attempt+1) * 100 * time.Millisecond)
+		time.Sleep(wait)
+		wait = min(2*wait, 2*time.Second)
 	}
-	return fmt.Errorf("publish %s: %w", m.Payload.Type, lastErr)
 }
 
 func (r *Runner) server(ctx context.Context, ev omni.ServerEvent, msgID string) (uint64, error) {
+	if !r.leaseValid() {
+		return 0, ErrLeaseLost
+	}
 	b, err := json.Marshal(ev)
 	if err != nil {
 		return 0, err
