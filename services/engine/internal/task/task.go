@@ -381,6 +381,7 @@ func (r *Runner) run(ctx context.Context) string {
 	// A request left open by an engine that died is closed as failed and
 	// retried; committed calls still without output are awaited.
 	if r.fc.OpenRequest() {
+		r.closeDeadSegments(ctx)
 		end := omni.RequestEnd(omni.StatusFailed, "the engine running this request stopped", 1, 0)
 		r.publish(&end, "")
 		r.retryNext = true
@@ -510,6 +511,44 @@ func (r *Runner) publishInput(ctx context.Context) (redelivered bool, err error)
 		redelivered = redelivered || dup
 	}
 	return redelivered, nil
+}
+
+// closeDeadSegments ends the model segment a dead engine left open (a
+// start, maybe deltas, no stop): stop, then its complete message with what
+// was streamed and stop_reason failed, so the streaming discipline holds
+// across a takeover. Tool-output segments belong to runners and are left.
+func (r *Runner) closeDeadSegments(ctx context.Context) {
+	var agg omni.Aggregator
+	err := bus.Follow(ctx, r.d.JS, r.sid, []string{omni.ClassPartial, omni.ClassModel}, 0, true, func(sm bus.StreamMsg) error {
+		if m, err := omni.Decode(sm.Data); err == nil && len(m.Origin) == 0 {
+			agg.Add(&m)
+		}
+		return nil
+	})
+	if err != nil {
+		r.log.Warn().Err(err).Msg("could not read the dead request's partials")
+		return
+	}
+	for _, open := range agg.Open() {
+		p := open.Payload
+		typ := omni.CompleteType(p.Type)
+		if typ == omni.TypeToolCallOutput {
+			continue
+		}
+		stop := omni.Partial(typ, omni.EventStop, "", p.Name, p.ToolCallID)
+		r.publish(&stop, "")
+		var m omni.Message
+		switch typ {
+		case omni.TypeToolCall:
+			m = omni.ToolCall(p.Name, p.Content(), p.ToolCallID)
+		case omni.TypeThinking:
+			m = omni.Thinking(p.Content())
+		default:
+			m = omni.Text(omni.RoleAssistant, p.Content())
+		}
+		m.Payload.StopReason = omni.StatusFailed
+		r.publish(&m, "")
+	}
 }
 
 // sessionMeta builds the head of a context: the first Task's and every
