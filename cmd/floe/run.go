@@ -84,9 +84,13 @@ func cmdRun(ctx context.Context, stopSignals context.CancelFunc, args []string) 
 	if err != nil {
 		return 2, err
 	}
+	connect, err := c.auth.options()
+	if err != nil {
+		return 2, err
+	}
 	log := c.logger("")
 	st, err := stack.Start(ctx, stack.Options{
-		Home: c.home, NatsURL: c.natsURL, Listen: c.listen, Bus: busCfg,
+		Home: c.home, NatsURL: c.natsURL, Listen: c.listen, Bus: busCfg, Connect: connect,
 		Engine: eng, Toolrunner: toolrunnerConfig(), Tracer: tracerConfig(&c),
 	}, log)
 	if err != nil {
