@@ -1,7 +1,8 @@
 package main
 
 import (
-	"errors"
+	"floe.dev/pkg/bus/svc"
+
 	"flag"
 	"fmt"
 	"os"
@@ -32,32 +33,7 @@ func (a *natsAuth) register(fs *flag.FlagSet) {
 
 // options returns the connect options of the configured credentials.
 func (a *natsAuth) options() ([]nats.Option, error) {
-	var opts []nats.Option
-	if a.creds != "" {
-		if _, err := os.Stat(a.creds); err != nil {
-			return nil, fmt.Errorf("nats credentials: %w", err)
-		}
-		opts = append(opts, nats.UserCredentials(a.creds))
-	}
-	password := os.Getenv("FLOE_NATS_PASSWORD")
-	if a.passwordFile != "" {
-		b, err := os.ReadFile(a.passwordFile)
-		if err != nil {
-			return nil, fmt.Errorf("nats password file: %w", err)
-		}
-		password = strings.TrimRight(string(b), "\r\n")
-	}
-	switch {
-	case a.user != "" && password == "":
-		return nil, fmt.Errorf("nats user %q has no password: set FLOE_NATS_PASSWORD or --nats-password-file", a.user)
-	case a.user == "" && password != "":
-		return nil, errors.New("a NATS password is set but no user: set FLOE_NATS_USER or --nats-user")
-	case a.user != "" && a.creds != "":
-		return nil, errors.New("give either --nats-creds or --nats-user, not both")
-	case a.user != "":
-		opts = append(opts, nats.UserInfo(a.user, password))
-	}
-	return opts, nil
+	return svc.AuthOptions(a.creds, a.user, a.passwordFile)
 }
 
 // engineKnobs applies the engine settings that only deployments and fault

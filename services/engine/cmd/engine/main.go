@@ -28,15 +28,13 @@ import (
 	"os"
 	"os/signal"
 	"strconv"
-	"strings"
 	"syscall"
 	"time"
 
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 
-	"floe.dev/pkg/bus"
+	"floe.dev/pkg/bus/svc"
 	"floe.dev/services/engine"
 )
 
@@ -55,7 +53,7 @@ func run() error {
 	passwordFile := fs.String("nats-password-file", os.Getenv("FLOE_NATS_PASSWORD_FILE"), "file holding the NATS password (FLOE_NATS_PASSWORD_FILE)")
 	home := fs.String("home", os.Getenv("FLOE_HOME"), "data root whose Traces the engine resumes from when shared with the tracer (FLOE_HOME)")
 	pool := fs.String("pool", os.Getenv("FLOE_POOL"), "tool runner pool the Sessions' tool jobs go to (FLOE_POOL, default \"default\")")
-	level := fs.String("log-level", envOr("FLOE_LOG_LEVEL", "info"), "debug, info, warn or error (FLOE_LOG_LEVEL)")
+	level := fs.String("log-level", svc.EnvOr("FLOE_LOG_LEVEL", "info"), "debug, info, warn or error (FLOE_LOG_LEVEL)")
 	if err := fs.Parse(os.Args[1:]); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return nil
@@ -87,7 +85,7 @@ func run() error {
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	opts, err := authOptions(*creds, *user, *passwordFile)
+	opts, err := svc.AuthOptions(*creds, *user, *passwordFile)
 	if err != nil {
 		return err
 	}
@@ -96,8 +94,10 @@ func run() error {
 	if err != nil {
 		return fmt.Errorf("connect to %s: %w", *url, err)
 	}
-	defer closeConn(nc)
-	waitLayout(ctx, nc, log)
+	defer svc.Close(nc)
+	svc.WaitLayout(ctx, nc, func(err error) {
+		log.Warn().Err(err).Msg("waiting for the bus layout; run `floe setup`")
+	})
 	if ctx.Err() != nil {
 		return nil
 	}
@@ -105,13 +105,6 @@ func run() error {
 		return err
 	}
 	return nil
-}
-
-func envOr(name, def string) string {
-	if v := os.Getenv(name); v != "" {
-		return v
-	}
-	return def
 }
 
 func envMillis(name string, dst *time.Duration) error {
@@ -125,66 +118,4 @@ func envMillis(name string, dst *time.Duration) error {
 	}
 	*dst = time.Duration(n) * time.Millisecond
 	return nil
-}
-
-// authOptions turns the credentials settings into connect options; a
-// password is read from FLOE_NATS_PASSWORD or a file, never a flag.
-func authOptions(creds, user, passwordFile string) ([]nats.Option, error) {
-	var opts []nats.Option
-	if creds != "" {
-		opts = append(opts, nats.UserCredentials(creds))
-	}
-	password := os.Getenv("FLOE_NATS_PASSWORD")
-	if passwordFile != "" {
-		b, err := os.ReadFile(passwordFile)
-		if err != nil {
-			return nil, fmt.Errorf("nats password file: %w", err)
-		}
-		password = strings.TrimRight(string(b), "\r\n")
-	}
-	switch {
-	case user != "" && creds != "":
-		return nil, errors.New("give either --nats-creds or --nats-user, not both")
-	case user != "" && password == "":
-		return nil, fmt.Errorf("nats user %q has no password: set FLOE_NATS_PASSWORD or --nats-password-file", user)
-	case user == "" && password != "":
-		return nil, errors.New("a NATS password is set but no user: set FLOE_NATS_USER or --nats-user")
-	case user != "":
-		opts = append(opts, nats.UserInfo(user, password))
-	}
-	return opts, nil
-}
-
-// waitLayout waits until the JetStream layout exists or ctx ends.
-func waitLayout(ctx context.Context, nc *nats.Conn, log zerolog.Logger) {
-	js, err := jetstream.New(nc)
-	if err != nil {
-		return // only fails on invalid options; Run reports the same
-	}
-	for attempt := 0; ; attempt++ {
-		octx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		_, err := bus.Open(octx, js)
-		cancel()
-		if err == nil {
-			return
-		}
-		if attempt == 0 {
-			log.Warn().Err(err).Msg("waiting for the bus layout; run `floe setup`")
-		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-time.After(time.Second):
-		}
-	}
-}
-
-// closeConn flushes what is still buffered (bounded) and closes nc.
-func closeConn(nc *nats.Conn) {
-	_ = nc.Drain()
-	deadline := time.Now().Add(10 * time.Second)
-	for nc.IsDraining() && time.Now().Before(deadline) {
-		time.Sleep(10 * time.Millisecond)
-	}
-	nc.Close()
 }
