@@ -274,10 +274,8 @@ func TestStreamSendsRequestShape(t *testing.T) {
 	  "thinking": {"type": "enabled", "budget_tokens": 8192},
 	  "stream": true
 	}`
-	assertJSONEqual(t, srv.lastBody(), want)
-	srv.mu.Lock()
-	h := srv.headers
-	srv.mu.Unlock()
+	assertJSONEqual(t, srv.LastBody(), want)
+	h := srv.Headers()
 	if h.Get("X-Api-Key") != "sk-ant-test" || h.Get("Anthropic-Version") != APIVersion {
 		t.Errorf("headers = %v", h)
 	}
@@ -299,7 +297,7 @@ func TestStreamMergesUserTextBeforeToolResults(t *testing.T) {
 	  {"role":"user","content":[
 	    {"type":"tool_result","tool_use_id":"t1","content":"a b"},
 	    {"type":"text","text":"steer: hurry","cache_control":{"type":"ephemeral"}}]}]}`
-	assertJSONEqual(t, srv.lastBody(), want)
+	assertJSONEqual(t, srv.LastBody(), want)
 }
 
 func assertJSONEqual(t *testing.T, got []byte, want string) {
@@ -326,12 +324,12 @@ func TestStreamAbortReturnsContextError(t *testing.T) {
 	})
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	rec := recorder{onDelta: func(model.Delta) error { cancel(); return nil }}
-	_, err := New(Config{BaseURL: srv.URL}).Stream(ctx, simpleRequest(), rec.emit)
+	rec := recorder{OnDelta: func(model.Delta) error { cancel(); return nil }}
+	_, err := New(Config{BaseURL: srv.URL}).Stream(ctx, simpleRequest(), rec.Emit)
 	if !errors.Is(err, context.Canceled) || model.StatusOf(err) != omni.StatusAborted {
 		t.Fatalf("Stream after cancel = %v, want context.Canceled", err)
 	}
-	if ds := rec.all(); len(ds) != 1 || ds[0].End {
+	if ds := rec.All(); len(ds) != 1 || ds[0].End {
 		t.Fatalf("deltas = %+v, want the one text delta and no End", ds)
 	}
 }
@@ -339,12 +337,12 @@ func TestStreamAbortReturnsContextError(t *testing.T) {
 func TestStreamReturnsEmitError(t *testing.T) {
 	srv := newSSEServer(t, msgStart, textStart0, textDelta(0, "a"), textDelta(0, "b"), blockStop(0), msgStop)
 	stop := errors.New("engine full")
-	rec := recorder{onDelta: func(model.Delta) error { return stop }}
-	_, err := New(Config{BaseURL: srv.URL}).Stream(context.Background(), simpleRequest(), rec.emit)
+	rec := recorder{OnDelta: func(model.Delta) error { return stop }}
+	_, err := New(Config{BaseURL: srv.URL}).Stream(context.Background(), simpleRequest(), rec.Emit)
 	if err != stop {
 		t.Fatalf("Stream = %v, want the emit error itself", err)
 	}
-	if n := len(rec.all()); n != 1 {
+	if n := len(rec.All()); n != 1 {
 		t.Fatalf("emitted %d deltas after emit failed, want 1", n)
 	}
 }

@@ -251,10 +251,8 @@ func TestStreamSendsRequestShape(t *testing.T) {
 	  "stream": true,
 	  "stream_options": {"include_usage": true}
 	}`
-	assertJSONEqual(t, srv.lastBody(), want)
-	srv.mu.Lock()
-	h := srv.headers
-	srv.mu.Unlock()
+	assertJSONEqual(t, srv.LastBody(), want)
+	h := srv.Headers()
 	if got := h.Get("Authorization"); got != "Bearer sk-test" {
 		t.Errorf("Authorization = %q", got)
 	}
@@ -270,7 +268,7 @@ func TestStreamAssistantOnlyToolCallsSendsNullContent(t *testing.T) {
 	var body struct {
 		Messages []map[string]json.RawMessage `json:"messages"`
 	}
-	if err := json.Unmarshal(srv.lastBody(), &body); err != nil {
+	if err := json.Unmarshal(srv.LastBody(), &body); err != nil {
 		t.Fatal(err)
 	}
 	if got := string(body.Messages[1]["content"]); got != "null" {
@@ -305,15 +303,15 @@ func TestStreamAbortReturnsContextError(t *testing.T) {
 	})
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	rec := recorder{onDelta: func(model.Delta) error { cancel(); return nil }}
-	_, err := New(Config{BaseURL: srv.URL}).Stream(ctx, simpleRequest(), rec.emit)
+	rec := recorder{OnDelta: func(model.Delta) error { cancel(); return nil }}
+	_, err := New(Config{BaseURL: srv.URL}).Stream(ctx, simpleRequest(), rec.Emit)
 	if !errors.Is(err, context.Canceled) {
 		t.Fatalf("Stream after cancel = %v, want context.Canceled", err)
 	}
 	if got := model.StatusOf(err); got != omni.StatusAborted {
 		t.Fatalf("StatusOf = %s, want aborted", got)
 	}
-	if ds := rec.all(); len(ds) != 1 || ds[0].End {
+	if ds := rec.All(); len(ds) != 1 || ds[0].End {
 		t.Fatalf("deltas = %+v, want the one text delta and no End", ds)
 	}
 }
@@ -321,12 +319,12 @@ func TestStreamAbortReturnsContextError(t *testing.T) {
 func TestStreamReturnsEmitError(t *testing.T) {
 	srv := newSSEServer(t, chunkJSON(`{"content":"a"}`), chunkJSON(`{"content":"b"}`), "[DONE]")
 	stop := errors.New("engine full")
-	rec := recorder{onDelta: func(model.Delta) error { return stop }}
-	_, err := New(Config{BaseURL: srv.URL}).Stream(context.Background(), simpleRequest(), rec.emit)
+	rec := recorder{OnDelta: func(model.Delta) error { return stop }}
+	_, err := New(Config{BaseURL: srv.URL}).Stream(context.Background(), simpleRequest(), rec.Emit)
 	if err != stop {
 		t.Fatalf("Stream = %v, want the emit error itself", err)
 	}
-	if n := len(rec.all()); n != 1 {
+	if n := len(rec.All()); n != 1 {
 		t.Fatalf("emitted %d deltas after emit failed, want 1", n)
 	}
 }
