@@ -172,16 +172,12 @@ func (c *common) busConfig() (bus.Config, error) {
 	return b, nil
 }
 
-func (c *common) logger(service string) zerolog.Logger {
+func (c *common) logger() zerolog.Logger {
 	lvl, err := zerolog.ParseLevel(c.logLevel)
 	if err != nil {
 		lvl = zerolog.InfoLevel
 	}
-	l := zerolog.New(os.Stderr).Level(lvl).With().Timestamp()
-	if service != "" {
-		l = l.Str("service", service)
-	}
-	return l.Logger()
+	return zerolog.New(os.Stderr).Level(lvl).With().Timestamp().Logger()
 }
 
 func engineConfig(c *common) (*engine.Config, error) {

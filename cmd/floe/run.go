@@ -88,7 +88,7 @@ func cmdRun(ctx context.Context, stopSignals context.CancelFunc, args []string) 
 	if err != nil {
 		return 2, err
 	}
-	log := c.logger("")
+	log := c.logger()
 	st, err := stack.Start(ctx, stack.Options{
 		Home: c.home, NatsURL: c.natsURL, Listen: c.listen, Bus: busCfg, Connect: connect,
 		Engine: eng, Toolrunner: toolrunnerConfig(), Tracer: tracerConfig(&c),

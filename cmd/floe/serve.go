@@ -32,7 +32,7 @@ func cmdServe(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	log := c.logger("")
+	log := c.logger()
 	st, err := stack.Start(ctx, stack.Options{
 		Home: c.home, NatsURL: c.natsURL, Listen: c.listen, Bus: busCfg, Connect: connect,
 		Engine: eng, Toolrunner: toolrunnerConfig(), Tracer: tracerConfig(&c), Gateway: gw,
@@ -110,7 +110,7 @@ func cmdService(ctx context.Context, name string, args []string) error {
 			return err
 		}
 	}
-	st, err := stack.Start(ctx, o, c.logger(name))
+	st, err := stack.Start(ctx, o, c.logger()) // each service names itself in its log lines
 	if err != nil {
 		return err
 	}

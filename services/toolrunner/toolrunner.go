@@ -137,6 +137,7 @@ func (c *Config) Validate() error {
 // has exited. It returns nil after a clean shutdown, an error if cfg is
 // invalid or nc closes under it. Run never closes nc.
 func Run(ctx context.Context, nc *nats.Conn, cfg Config, log zerolog.Logger) error {
+	log = log.With().Str("service", "toolrunner").Logger()
 	cfg.Defaults()
 	if err := cfg.Validate(); err != nil {
 		return err

@@ -149,6 +149,7 @@ func fill[T comparable](v *T, def T) {
 // home's lock, Run waits for it. The stream must exist (bus.Setup) for
 // tracing to start; until it does, Run retries.
 func Run(ctx context.Context, nc *nats.Conn, cfg Config, log zerolog.Logger) error {
+	log = log.With().Str("service", "tracer").Logger()
 	if err := cfg.Validate(); err != nil {
 		return err
 	}

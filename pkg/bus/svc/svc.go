@@ -1,18 +1,22 @@
-// Package svc holds what every service main shares: NATS credentials from
-// flags and environment (a password never from a flag), waiting for the
-// JetStream layout an admin creates, and a bounded drain on exit.
+// Package svc holds what every service main shares: the NATS and logging
+// flags, credentials (a password never from a flag), connecting, waiting
+// for the JetStream layout an admin creates, and a bounded drain on exit.
 package svc
 
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"os"
+	"os/signal"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/rs/zerolog"
 
 	"floe.dev/pkg/bus"
 )
@@ -89,4 +93,59 @@ func Close(nc *nats.Conn) {
 		time.Sleep(10 * time.Millisecond)
 	}
 	nc.Close()
+}
+
+// Main is what every service main shares: the NATS and logging flags, the
+// signal context, the connection (named floe-<service>, replies on
+// _INBOX.<service>), and waiting for the layout before the service runs.
+type Main struct {
+	service                        string
+	url, creds, user, passwordFile string
+	level                          string
+}
+
+// NewMain registers the shared flags of service on fs.
+func NewMain(service string, fs *flag.FlagSet) *Main {
+	m := &Main{service: service}
+	fs.StringVar(&m.url, "nats", os.Getenv("FLOE_NATS_URL"), "NATS URL(s), comma-separated (FLOE_NATS_URL)")
+	fs.StringVar(&m.creds, "nats-creds", os.Getenv("FLOE_NATS_CREDS"), "NATS credentials file (FLOE_NATS_CREDS)")
+	fs.StringVar(&m.user, "nats-user", os.Getenv("FLOE_NATS_USER"), "NATS user (FLOE_NATS_USER); password from FLOE_NATS_PASSWORD or --nats-password-file")
+	fs.StringVar(&m.passwordFile, "nats-password-file", os.Getenv("FLOE_NATS_PASSWORD_FILE"), "file holding the NATS password (FLOE_NATS_PASSWORD_FILE)")
+	fs.StringVar(&m.level, "log-level", EnvOr("FLOE_LOG_LEVEL", "info"), "debug, info, warn or error (FLOE_LOG_LEVEL)")
+	return m
+}
+
+// Run connects and runs the service until SIGINT or SIGTERM. Call it after
+// the flags are parsed and the service's Config is built and valid.
+func (m *Main) Run(run func(ctx context.Context, nc *nats.Conn, log zerolog.Logger) error) error {
+	if m.url == "" {
+		return errors.New("--nats (or FLOE_NATS_URL) is required")
+	}
+	lvl, err := zerolog.ParseLevel(m.level)
+	if err != nil {
+		return fmt.Errorf("--log-level %q: %w", m.level, err)
+	}
+	log := zerolog.New(os.Stderr).Level(lvl).With().Timestamp().Logger()
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	opts, err := AuthOptions(m.creds, m.user, m.passwordFile)
+	if err != nil {
+		return err
+	}
+	nc, err := nats.Connect(m.url, append(opts, nats.Name("floe-"+m.service), nats.CustomInboxPrefix("_INBOX."+m.service),
+		nats.MaxReconnects(-1), nats.ReconnectWait(250*time.Millisecond))...)
+	if err != nil {
+		return fmt.Errorf("connect to %s: %w", m.url, err)
+	}
+	defer Close(nc)
+	WaitLayout(ctx, nc, func(err error) {
+		log.Warn().Err(err).Str("service", m.service).Msg("waiting for the bus layout; run `floe setup`")
+	})
+	if ctx.Err() != nil {
+		return nil
+	}
+	if err := run(ctx, nc, log); err != nil && !errors.Is(err, context.Canceled) {
+		return err
+	}
+	return nil
 }

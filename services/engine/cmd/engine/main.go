@@ -26,9 +26,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
-	"os/signal"
 	"strconv"
-	"syscall"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -47,21 +45,14 @@ func main() {
 
 func run() error {
 	fs := flag.NewFlagSet("engine", flag.ContinueOnError)
-	url := fs.String("nats", os.Getenv("FLOE_NATS_URL"), "NATS URL(s), comma-separated (FLOE_NATS_URL)")
-	creds := fs.String("nats-creds", os.Getenv("FLOE_NATS_CREDS"), "NATS credentials file (FLOE_NATS_CREDS)")
-	user := fs.String("nats-user", os.Getenv("FLOE_NATS_USER"), "NATS user (FLOE_NATS_USER); password from FLOE_NATS_PASSWORD or --nats-password-file")
-	passwordFile := fs.String("nats-password-file", os.Getenv("FLOE_NATS_PASSWORD_FILE"), "file holding the NATS password (FLOE_NATS_PASSWORD_FILE)")
+	m := svc.NewMain("engine", fs)
 	home := fs.String("home", os.Getenv("FLOE_HOME"), "data root whose Traces the engine resumes from when shared with the tracer (FLOE_HOME)")
 	pool := fs.String("pool", os.Getenv("FLOE_POOL"), "tool runner pool the Sessions' tool jobs go to (FLOE_POOL, default \"default\")")
-	level := fs.String("log-level", svc.EnvOr("FLOE_LOG_LEVEL", "info"), "debug, info, warn or error (FLOE_LOG_LEVEL)")
 	if err := fs.Parse(os.Args[1:]); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return nil
 		}
 		return err
-	}
-	if *url == "" {
-		return errors.New("--nats (or FLOE_NATS_URL) is required")
 	}
 	cfg := engine.Config{RetryMax: 5, Home: *home, Pool: *pool}
 	if err := engine.EnvConfig(&cfg); err != nil {
@@ -77,34 +68,9 @@ func run() error {
 	if err := cfg.Validate(); err != nil {
 		return err
 	}
-	lvl, err := zerolog.ParseLevel(*level)
-	if err != nil {
-		return fmt.Errorf("--log-level %q: %w", *level, err)
-	}
-	log := zerolog.New(os.Stderr).Level(lvl).With().Timestamp().Logger()
-
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	opts, err := svc.AuthOptions(*creds, *user, *passwordFile)
-	if err != nil {
-		return err
-	}
-	nc, err := nats.Connect(*url, append(opts, nats.Name("floe-engine"), nats.CustomInboxPrefix("_INBOX.engine"),
-		nats.MaxReconnects(-1), nats.ReconnectWait(250*time.Millisecond))...)
-	if err != nil {
-		return fmt.Errorf("connect to %s: %w", *url, err)
-	}
-	defer svc.Close(nc)
-	svc.WaitLayout(ctx, nc, func(err error) {
-		log.Warn().Err(err).Msg("waiting for the bus layout; run `floe setup`")
+	return m.Run(func(ctx context.Context, nc *nats.Conn, log zerolog.Logger) error {
+		return engine.Run(ctx, nc, cfg, log)
 	})
-	if ctx.Err() != nil {
-		return nil
-	}
-	if err := engine.Run(ctx, nc, cfg, log); err != nil && !errors.Is(err, context.Canceled) {
-		return err
-	}
-	return nil
 }
 
 func envMillis(name string, dst *time.Duration) error {

@@ -24,10 +24,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
-	"os/signal"
 	"strconv"
-	"syscall"
-	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/rs/zerolog"
@@ -45,11 +42,7 @@ func main() {
 
 func run() error {
 	fs := flag.NewFlagSet("toolrunner", flag.ContinueOnError)
-	url := fs.String("nats", os.Getenv("FLOE_NATS_URL"), "NATS URL(s), comma-separated (FLOE_NATS_URL)")
-	creds := fs.String("nats-creds", os.Getenv("FLOE_NATS_CREDS"), "NATS credentials file (FLOE_NATS_CREDS)")
-	user := fs.String("nats-user", os.Getenv("FLOE_NATS_USER"), "NATS user (FLOE_NATS_USER); password from FLOE_NATS_PASSWORD or --nats-password-file")
-	passwordFile := fs.String("nats-password-file", os.Getenv("FLOE_NATS_PASSWORD_FILE"), "file holding the NATS password (FLOE_NATS_PASSWORD_FILE)")
-	level := fs.String("log-level", svc.EnvOr("FLOE_LOG_LEVEL", "info"), "debug, info, warn or error (FLOE_LOG_LEVEL)")
+	m := svc.NewMain("toolrunner", fs)
 	pool := fs.String("pool", os.Getenv("FLOE_POOL"), "runner pool whose jobs to run (FLOE_POOL, default \"default\")")
 	concurrency := fs.Int("concurrency", envInt("FLOE_TOOL_CONCURRENCY"), "tool jobs run at once (FLOE_TOOL_CONCURRENCY, default 8)")
 	if err := fs.Parse(os.Args[1:]); err != nil {
@@ -58,41 +51,14 @@ func run() error {
 		}
 		return err
 	}
-	if *url == "" {
-		return errors.New("--nats (or FLOE_NATS_URL) is required")
-	}
 	cfg := toolrunner.Config{Pool: *pool, Concurrency: *concurrency}
 	cfg.Defaults()
 	if err := cfg.Validate(); err != nil {
 		return err
 	}
-	lvl, err := zerolog.ParseLevel(*level)
-	if err != nil {
-		return fmt.Errorf("--log-level %q: %w", *level, err)
-	}
-	log := zerolog.New(os.Stderr).Level(lvl).With().Timestamp().Str("service", "toolrunner").Logger()
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	opts, err := svc.AuthOptions(*creds, *user, *passwordFile)
-	if err != nil {
-		return err
-	}
-	nc, err := nats.Connect(*url, append(opts, nats.Name("floe-toolrunner"), nats.CustomInboxPrefix("_INBOX.toolrunner"),
-		nats.MaxReconnects(-1), nats.ReconnectWait(250*time.Millisecond))...)
-	if err != nil {
-		return fmt.Errorf("connect to %s: %w", *url, err)
-	}
-	defer svc.Close(nc)
-	svc.WaitLayout(ctx, nc, func(err error) {
-		log.Warn().Err(err).Msg("waiting for the bus layout; run `floe setup`")
+	return m.Run(func(ctx context.Context, nc *nats.Conn, log zerolog.Logger) error {
+		return toolrunner.Run(ctx, nc, cfg, log)
 	})
-	if ctx.Err() != nil {
-		return nil
-	}
-	if err := toolrunner.Run(ctx, nc, cfg, log); err != nil && !errors.Is(err, context.Canceled) {
-		return err
-	}
-	return nil
 }
 
 func envInt(name string) int {
