@@ -13,7 +13,6 @@ import (
 	"os/signal"
 	"path/filepath"
 	"strconv"
-	"strings"
 	"syscall"
 	"time"
 
@@ -204,13 +203,6 @@ func tracerConfig(c *common) *tracer.Config {
 
 func gatewayConfig(c *common) (*gateway.Config, error) {
 	cfg := gateway.Config{Addr: c.httpAddr, Home: c.home, DefaultModel: c.model}
-	if tok := os.Getenv("FLOE_API_TOKEN"); tok != "" {
-		cfg.Tokens = map[string]string{}
-		for i, t := range strings.Split(tok, ",") {
-			if t = strings.TrimSpace(t); t != "" {
-				cfg.Tokens[t] = "user" + strconv.Itoa(i+1)
-			}
-		}
-	}
+	cfg.Tokens = gateway.TokensFromList(os.Getenv("FLOE_API_TOKEN"))
 	return &cfg, nil
 }

@@ -24,6 +24,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"strconv"
 	"strings"
 	"time"
 
@@ -236,4 +237,19 @@ func Run(ctx context.Context, nc *nats.Conn, cfg Config, log zerolog.Logger) err
 		return fmt.Errorf("gateway: shutdown: %w", err)
 	}
 	return nil
+}
+
+// TokensFromList turns FLOE_API_TOKEN's comma-separated tokens into
+// Config.Tokens: each token is its own principal, user1, user2, … in order.
+func TokensFromList(list string) map[string]string {
+	var tokens map[string]string
+	for i, t := range strings.Split(list, ",") {
+		if t = strings.TrimSpace(t); t != "" {
+			if tokens == nil {
+				tokens = map[string]string{}
+			}
+			tokens[t] = "user" + strconv.Itoa(i+1)
+		}
+	}
+	return tokens
 }

@@ -27,8 +27,6 @@ import (
 	"flag"
 	"fmt"
 	"os"
-	"strconv"
-	"strings"
 
 	"github.com/nats-io/nats.go"
 	"github.com/rs/zerolog"
@@ -57,14 +55,7 @@ func run() error {
 		return err
 	}
 	cfg := gateway.Config{Addr: *addr, Home: *home, DefaultModel: *model}
-	if tok := os.Getenv("FLOE_API_TOKEN"); tok != "" {
-		cfg.Tokens = map[string]string{}
-		for i, t := range strings.Split(tok, ",") {
-			if t = strings.TrimSpace(t); t != "" {
-				cfg.Tokens[t] = "user" + strconv.Itoa(i+1)
-			}
-		}
-	}
+	cfg.Tokens = gateway.TokensFromList(os.Getenv("FLOE_API_TOKEN"))
 	cfg.Defaults()
 	if err := cfg.Validate(); err != nil {
 		return err
