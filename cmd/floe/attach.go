@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"os"
 	"strconv"
@@ -20,12 +19,12 @@ import (
 // it connects SSE first, fetches the history, renders it, then the live
 // events the history did not cover; it ends when the running Task ends
 // (with --follow, when interrupted).
-func cmdAttach(ctx context.Context, args []string) (int, error) {
-	fs := flag.NewFlagSet("floe attach", flag.ContinueOnError)
+func cmdAttach(ctx context.Context, _ context.CancelFunc, name string, args []string) (int, error) {
+	fs := newFlags(name)
 	url := fs.String("url", "", "gateway URL (default http://$FLOE_HTTP_ADDR)")
 	follow := fs.Bool("follow", false, "keep rendering after the running Task ends")
 	history := fs.Bool("history", true, "render the Session's history first")
-	if err := fs.Parse(interspersed(fs, args)); err != nil {
+	if err := parse(fs, args); err != nil {
 		return 2, err
 	}
 	if fs.NArg() != 1 {

@@ -9,10 +9,14 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"os"
 	"os/signal"
 	"path/filepath"
+	"runtime"
+	"runtime/debug"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -25,63 +29,97 @@ import (
 	"floe.dev/services/tracer"
 )
 
-const usage = `floe — an agent harness on NATS JetStream
+// command is one `floe` subcommand. run returns the exit status; an error
+// is printed as one line "floe <name>: <err>".
+type command struct {
+	name    string
+	args    string // synopsis after the name
+	summary string
+	run     func(ctx context.Context, stop context.CancelFunc, name string, args []string) (int, error)
+}
 
-Usage:
-  floe run [flags] "prompt"        run one Task in-process (embedded NATS) and render it
-  floe serve [flags]               all-in-one server: embedded JetStream + every service + HTTP gateway
-  floe engine|toolrunner|tracer|gateway --nats URL [flags]
-                                   one service against an external NATS
-  floe setup --nats URL [--replicas N]
-                                   create or update the JetStream layout on an external NATS
-  floe replay <session-id> [--from-seq N]
-                                   print a Session's stream from JetStream
-  floe attach <session-id> [--url URL] [--follow]
-                                   render a Session live from a gateway
+// commands is the dispatch table, in the order `floe --help` lists them
+// (filled by init: the commands' own usage looks it up).
+var commands []command
 
-Run 'floe <command> -h' for a command's flags. Environment: FLOE_HOME, FLOE_NATS_URL,
+func init() {
+	commands = []command{
+		{"run", "[flags] \"prompt\"", "run one Task in-process (embedded NATS) and render it", cmdRun},
+		{"serve", "[flags]", "all-in-one server: embedded JetStream + every service + HTTP gateway", errOnly(cmdServe)},
+		{"attach", "<session-id> [flags]", "render a Session live from a gateway", cmdAttach},
+		{"replay", "<session-id> [flags]", "print a Session's stream from JetStream", errOnly(cmdReplay)},
+		{"setup", "--nats URL [flags]", "create or update the JetStream layout on an external NATS", errOnly(cmdSetup)},
+		{"engine", "--nats URL [flags]", "the engine alone, against an external NATS", cmdService},
+		{"toolrunner", "--nats URL [flags]", "the tool runner alone, against an external NATS", cmdService},
+		{"tracer", "--nats URL [flags]", "the tracer alone, against an external NATS", cmdService},
+		{"gateway", "--nats URL [flags]", "the HTTP gateway alone, against an external NATS", cmdService},
+	}
+}
+
+func errOnly(f func(context.Context, []string) error) func(context.Context, context.CancelFunc, string, []string) (int, error) {
+	return func(ctx context.Context, _ context.CancelFunc, _ string, args []string) (int, error) {
+		return 0, f(ctx, args)
+	}
+}
+
+func usage() string {
+	var b strings.Builder
+	b.WriteString("floe — an agent harness on NATS JetStream\n\nUsage:\n")
+	for _, c := range commands {
+		fmt.Fprintf(&b, "  floe %s %s\n      %s\n", c.name, c.args, c.summary)
+	}
+	b.WriteString(`  floe --version
+
+Run 'floe <command> --help' for a command's flags. Environment: FLOE_HOME, FLOE_NATS_URL,
 FLOE_NATS_LISTEN, FLOE_HTTP_ADDR, FLOE_MODEL, FLOE_API_TOKEN, FLOE_RETRY_BASE_MS,
 FLOE_RETRY_CAP_MS, FLOE_RETRY_MAX, FLOE_REQUEST_TIMEOUT_MS, OPENAI_BASE_URL,
 OPENAI_API_KEY, ANTHROPIC_BASE_URL, ANTHROPIC_API_KEY; external NATS:
 FLOE_NATS_CREDS, FLOE_NATS_USER, FLOE_NATS_PASSWORD, FLOE_NATS_PASSWORD_FILE,
 FLOE_REPLICAS, FLOE_SETUP.
-`
+`)
+	return b.String()
+}
+
+func lookup(name string) *command {
+	for i := range commands {
+		if commands[i].name == name {
+			return &commands[i]
+		}
+	}
+	return nil
+}
 
 func main() {
 	if len(os.Args) < 2 {
-		fmt.Fprint(os.Stderr, usage)
+		fmt.Fprint(os.Stderr, usage())
+		os.Exit(2)
+	}
+	name, args := os.Args[1], os.Args[2:]
+	switch name {
+	case "-h", "--help", "help":
+		if len(args) > 0 && lookup(args[0]) != nil {
+			name, args = args[0], []string{"--help"}
+			break
+		}
+		fmt.Print(usage())
+		return
+	case "--version", "-version", "version":
+		fmt.Println(versionLine())
+		return
+	}
+	cmd := lookup(name)
+	if cmd == nil {
+		fmt.Fprintf(os.Stderr, "floe: unknown command %q\n\n%s", name, usage())
 		os.Exit(2)
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	cmd, args := os.Args[1], os.Args[2:]
-	var code int
-	var err error
-	switch cmd {
-	case "run":
-		code, err = cmdRun(ctx, stop, args)
-	case "serve":
-		err = cmdServe(ctx, args)
-	case "engine", "toolrunner", "tracer", "gateway":
-		err = cmdService(ctx, cmd, args)
-	case "replay":
-		err = cmdReplay(ctx, args)
-	case "attach":
-		code, err = cmdAttach(ctx, args)
-	case "setup":
-		err = cmdSetup(ctx, args)
-	case "-h", "--help", "help":
-		fmt.Print(usage)
-		return
-	default:
-		fmt.Fprintf(os.Stderr, "floe: unknown command %q\n\n%s", cmd, usage)
-		os.Exit(2)
-	}
+	code, err := cmd.run(ctx, stop, name, args)
 	if err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			os.Exit(0)
 		}
-		fmt.Fprintf(os.Stderr, "floe %s: %v\n", cmd, err)
+		fmt.Fprintf(os.Stderr, "floe %s: %v\n", name, err)
 		if code == 0 {
 			code = 1
 		}
@@ -89,8 +127,75 @@ func main() {
 	os.Exit(code)
 }
 
-// common holds the settings every command shares: flag beats variable
-// beats default.
+// newFlags returns the FlagSet of one command: its usage lists the
+// command's own flags only.
+func newFlags(name string) *flag.FlagSet {
+	fs := flag.NewFlagSet("floe "+name, flag.ContinueOnError)
+	fs.Usage = func() {
+		w := fs.Output()
+		if c := lookup(name); c != nil {
+			fmt.Fprintf(w, "Usage: floe %s %s\n\n%s.\n\nFlags:\n", c.name, c.args, upperFirst(c.summary))
+		}
+		fs.PrintDefaults()
+	}
+	return fs
+}
+
+// parse parses args (flags may follow positional arguments). -h prints
+// the command's usage on stdout and returns flag.ErrHelp; a bad flag is
+// one line pointing at --help.
+func parse(fs *flag.FlagSet, args []string) error {
+	fs.SetOutput(io.Discard)
+	err := fs.Parse(interspersed(fs, args))
+	fs.SetOutput(os.Stderr)
+	if errors.Is(err, flag.ErrHelp) {
+		fs.SetOutput(os.Stdout)
+		fs.Usage()
+		return err
+	}
+	if err != nil {
+		return fmt.Errorf("%v (see '%s --help')", err, fs.Name())
+	}
+	return nil
+}
+
+func upperFirst(s string) string {
+	if s == "" {
+		return s
+	}
+	return strings.ToUpper(s[:1]) + s[1:]
+}
+
+// version is set at build time with -ldflags "-X main.version=v1.2.3".
+var version = ""
+
+func versionLine() string {
+	v, rev := version, ""
+	if bi, ok := debug.ReadBuildInfo(); ok {
+		if v == "" && bi.Main.Version != "" {
+			v = bi.Main.Version
+		}
+		for _, s := range bi.Settings {
+			if s.Key == "vcs.revision" && len(s.Value) >= 12 {
+				rev = s.Value[:12]
+			}
+			if s.Key == "vcs.modified" && s.Value == "true" && rev != "" {
+				rev += "+dirty"
+			}
+		}
+	}
+	if v == "" {
+		v = "(devel)"
+	}
+	line := "floe " + v
+	if rev != "" {
+		line += " " + rev
+	}
+	return line + " " + runtime.Version()
+}
+
+// common holds the settings commands share: flag beats variable beats
+// default. Each command registers only the groups it uses.
 type common struct {
 	home      string
 	natsURL   string
@@ -98,10 +203,61 @@ type common struct {
 	httpAddr  string
 	model     string
 	logLevel  string
+	verbose   bool
 	retention string
 	maxBytes  int64
 	auth      natsAuth // credentials for an external NATS (natsauth.go)
 	replicas  int
+}
+
+// newCommon reads the environment; flags registered later override it.
+func newCommon(listenDefault string) *common {
+	return &common{
+		home:      defaultHome(),
+		natsURL:   os.Getenv("FLOE_NATS_URL"),
+		listen:    env("FLOE_NATS_LISTEN", listenDefault),
+		httpAddr:  env("FLOE_HTTP_ADDR", "127.0.0.1:7364"),
+		model:     defaultModel(),
+		logLevel:  env("FLOE_LOG_LEVEL", "info"),
+		retention: env("FLOE_RETENTION", ""),
+		maxBytes:  envInt("FLOE_RETENTION_BYTES", 0),
+		replicas:  int(envInt("FLOE_REPLICAS", 0)),
+		auth: natsAuth{creds: os.Getenv("FLOE_NATS_CREDS"), user: os.Getenv("FLOE_NATS_USER"),
+			passwordFile: os.Getenv("FLOE_NATS_PASSWORD_FILE")},
+	}
+}
+
+func (c *common) flagHome(fs *flag.FlagSet) {
+	fs.StringVar(&c.home, "home", c.home, "data root: Traces, JetStream store, Workspaces, logs (FLOE_HOME)")
+}
+
+// flagNATS registers the external NATS URL and its credentials; with
+// listen, also the embedded server's listener.
+func (c *common) flagNATS(fs *flag.FlagSet, listen bool) {
+	fs.StringVar(&c.natsURL, "nats", c.natsURL, "external NATS URL instead of the embedded server (FLOE_NATS_URL)")
+	if listen {
+		fs.StringVar(&c.listen, "nats-listen", c.listen, "embedded server's client listener, host:port or off (FLOE_NATS_LISTEN)")
+	}
+	c.auth.register(fs)
+}
+
+func (c *common) flagHTTP(fs *flag.FlagSet) {
+	fs.StringVar(&c.httpAddr, "http", c.httpAddr, "gateway bind address (FLOE_HTTP_ADDR)")
+}
+
+func (c *common) flagModel(fs *flag.FlagSet, what string) {
+	fs.StringVar(&c.model, "model", c.model, what+" provider:model_id, e.g. openai:gpt-4o-mini (FLOE_MODEL)")
+}
+
+func (c *common) flagLog(fs *flag.FlagSet) {
+	fs.StringVar(&c.logLevel, "log-level", c.logLevel, "log level: debug, info, warn, error (FLOE_LOG_LEVEL)")
+}
+
+// flagLayout registers the JetStream layout settings.
+func (c *common) flagLayout(fs *flag.FlagSet) {
+	fs.StringVar(&c.retention, "retention", c.retention, "FLOE_SESSIONS max age, e.g. 720h (default unlimited) (FLOE_RETENTION)")
+	fs.Int64Var(&c.maxBytes, "retention-bytes", c.maxBytes, "FLOE_SESSIONS max bytes (default unlimited) (FLOE_RETENTION_BYTES)")
+	fs.IntVar(&c.replicas, "replicas", c.replicas, "replicas of every stream and bucket: 1 on one server, 3 on a cluster (FLOE_REPLICAS; default: keep the existing layout's, else 1)")
 }
 
 func env(name, def string) string {
@@ -133,19 +289,6 @@ func defaultModel() string {
 		return "anthropic:claude-sonnet-4-5"
 	}
 	return "scripted:demo"
-}
-
-func (c *common) register(fs *flag.FlagSet, listenDefault string) {
-	fs.StringVar(&c.home, "home", defaultHome(), "data root: Traces, JetStream store, Workspaces (FLOE_HOME)")
-	fs.StringVar(&c.natsURL, "nats", os.Getenv("FLOE_NATS_URL"), "external NATS URL instead of the embedded server (FLOE_NATS_URL)")
-	fs.StringVar(&c.listen, "nats-listen", env("FLOE_NATS_LISTEN", listenDefault), "embedded server's client listener, host:port or off (FLOE_NATS_LISTEN)")
-	fs.StringVar(&c.httpAddr, "http", env("FLOE_HTTP_ADDR", "127.0.0.1:7364"), "gateway bind address (FLOE_HTTP_ADDR)")
-	fs.StringVar(&c.model, "model", defaultModel(), "model reference provider:model_id (FLOE_MODEL)")
-	fs.StringVar(&c.logLevel, "log-level", env("FLOE_LOG_LEVEL", "info"), "log level: debug, info, warn, error")
-	fs.StringVar(&c.retention, "retention", env("FLOE_RETENTION", ""), "FLOE_SESSIONS max age, e.g. 720h (default unlimited)")
-	fs.Int64Var(&c.maxBytes, "retention-bytes", envInt("FLOE_RETENTION_BYTES", 0), "FLOE_SESSIONS max bytes (default unlimited)")
-	fs.IntVar(&c.replicas, "replicas", int(envInt("FLOE_REPLICAS", 0)), "replicas of every stream and bucket: 1 on one server, 3 on a cluster (FLOE_REPLICAS; default: keep the existing layout's, else 1)")
-	c.auth.register(fs)
 }
 
 func envInt(name string, def int64) int64 {

@@ -26,9 +26,9 @@ type natsAuth struct {
 }
 
 func (a *natsAuth) register(fs *flag.FlagSet) {
-	fs.StringVar(&a.creds, "nats-creds", os.Getenv("FLOE_NATS_CREDS"), "NATS credentials file, JWT and NKey seed (FLOE_NATS_CREDS)")
-	fs.StringVar(&a.user, "nats-user", os.Getenv("FLOE_NATS_USER"), "NATS user; its password comes from FLOE_NATS_PASSWORD or --nats-password-file (FLOE_NATS_USER)")
-	fs.StringVar(&a.passwordFile, "nats-password-file", os.Getenv("FLOE_NATS_PASSWORD_FILE"), "file holding the NATS user's password (FLOE_NATS_PASSWORD_FILE)")
+	fs.StringVar(&a.creds, "nats-creds", a.creds, "NATS credentials file, JWT and NKey seed (FLOE_NATS_CREDS)")
+	fs.StringVar(&a.user, "nats-user", a.user, "NATS user; its password comes from FLOE_NATS_PASSWORD or --nats-password-file (FLOE_NATS_USER)")
+	fs.StringVar(&a.passwordFile, "nats-password-file", a.passwordFile, "file holding the NATS user's password (FLOE_NATS_PASSWORD_FILE)")
 }
 
 // options returns the connect options of the configured credentials.

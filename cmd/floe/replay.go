@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -21,13 +20,14 @@ import (
 // (with -v: seq and subject first). It connects to FLOE_NATS_URL, else to a
 // running `floe serve` on FLOE_NATS_LISTEN, else opens the store itself.
 func cmdReplay(ctx context.Context, args []string) error {
-	fs := flag.NewFlagSet("floe replay", flag.ContinueOnError)
-	var c common
-	c.register(fs, "127.0.0.1:4222")
+	fs := newFlags("replay")
+	c := newCommon("127.0.0.1:4222")
+	c.flagHome(fs)
+	c.flagNATS(fs, true)
 	from := fs.Uint64("from-seq", 0, "first stream sequence to print")
 	verbose := fs.Bool("v", false, "prefix each line with its sequence and subject")
 	follow := fs.Bool("follow", false, "keep printing new messages")
-	if err := fs.Parse(interspersed(fs, args)); err != nil {
+	if err := parse(fs, args); err != nil {
 		return err
 	}
 	if fs.NArg() != 1 {
@@ -37,7 +37,7 @@ func cmdReplay(ctx context.Context, args []string) error {
 	if !omni.ValidSessionID(sid) {
 		return fmt.Errorf("invalid session id %q", sid)
 	}
-	nc, cleanup, err := replayConn(&c)
+	nc, cleanup, err := replayConn(c)
 	if err != nil {
 		return err
 	}

@@ -37,20 +37,19 @@ func isTTY(f *os.File) bool {
 	return isatty.IsTerminal(f.Fd()) || isatty.IsCygwinTerminal(f.Fd())
 }
 
-func cmdRun(ctx context.Context, stopSignals context.CancelFunc, args []string) (int, error) {
-	fs := flag.NewFlagSet("floe run", flag.ContinueOnError)
-	var c common
-	c.register(fs, "off")
+func cmdRun(ctx context.Context, stopSignals context.CancelFunc, name string, args []string) (int, error) {
+	fs := newFlags(name)
+	c := newCommon("off")
+	c.flagHome(fs)
+	c.flagNATS(fs, true)
+	c.flagModel(fs, "model reference")
+	c.flagLog(fs)
 	cwd, _ := os.Getwd()
 	workspace := fs.String("workspace", cwd, "the Workspace the tools work in")
 	approve := fs.String("approve", omni.ApproveAllowAll, "approval mode: allow-all, deny-all, read-only, always-ask")
 	maxTurns := fs.Int("max-turns", 0, "stop after this many model requests (0 = unlimited)")
 	thinking := fs.String("thinking", "", "thinking level: low, medium, high")
-	fs.Usage = func() {
-		fmt.Fprintln(fs.Output(), "Usage: floe run [flags] \"prompt\"")
-		fs.PrintDefaults()
-	}
-	if err := fs.Parse(interspersed(fs, args)); err != nil {
+	if err := parse(fs, args); err != nil {
 		return 2, err
 	}
 	prompt := strings.TrimSpace(strings.Join(fs.Args(), " "))
@@ -80,7 +79,7 @@ func cmdRun(ctx context.Context, stopSignals context.CancelFunc, args []string) 
 	if err != nil {
 		return 2, err
 	}
-	eng, err := engineConfig(&c)
+	eng, err := engineConfig(c)
 	if err != nil {
 		return 2, err
 	}
@@ -91,7 +90,7 @@ func cmdRun(ctx context.Context, stopSignals context.CancelFunc, args []string) 
 	log := c.logger()
 	st, err := stack.Start(ctx, stack.Options{
 		Home: c.home, NatsURL: c.natsURL, Listen: c.listen, Bus: busCfg, Connect: connect,
-		Engine: eng, Toolrunner: toolrunnerConfig(), Tracer: tracerConfig(&c),
+		Engine: eng, Toolrunner: toolrunnerConfig(), Tracer: tracerConfig(c),
 	}, log)
 	if err != nil {
 		return 1, err

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"flag"
 	"fmt"
 	"os"
 
@@ -10,21 +9,26 @@ import (
 )
 
 func cmdServe(ctx context.Context, args []string) error {
-	fs := flag.NewFlagSet("floe serve", flag.ContinueOnError)
-	var c common
-	c.register(fs, "127.0.0.1:4222")
-	if err := fs.Parse(args); err != nil {
+	fs := newFlags("serve")
+	c := newCommon("127.0.0.1:4222")
+	c.flagHome(fs)
+	c.flagHTTP(fs)
+	c.flagNATS(fs, true)
+	c.flagModel(fs, "default model of Sessions created without one:")
+	c.flagLayout(fs)
+	c.flagLog(fs)
+	if err := parse(fs, args); err != nil {
 		return err
 	}
 	busCfg, err := c.busConfig()
 	if err != nil {
 		return err
 	}
-	eng, err := engineConfig(&c)
+	eng, err := engineConfig(c)
 	if err != nil {
 		return err
 	}
-	gw, err := gatewayConfig(&c)
+	gw, err := gatewayConfig(c)
 	if err != nil {
 		return err
 	}
@@ -35,7 +39,7 @@ func cmdServe(ctx context.Context, args []string) error {
 	log := c.logger()
 	st, err := stack.Start(ctx, stack.Options{
 		Home: c.home, NatsURL: c.natsURL, Listen: c.listen, Bus: busCfg, Connect: connect,
-		Engine: eng, Toolrunner: toolrunnerConfig(), Tracer: tracerConfig(&c), Gateway: gw,
+		Engine: eng, Toolrunner: toolrunnerConfig(), Tracer: tracerConfig(c), Gateway: gw,
 	}, log)
 	if err != nil {
 		return err
@@ -62,14 +66,32 @@ func orNone(s string) string {
 	return s
 }
 
-func cmdService(ctx context.Context, name string, args []string) error {
-	fs := flag.NewFlagSet("floe "+name, flag.ContinueOnError)
-	var c common
-	c.register(fs, "off")
-	pool := fs.String("pool", os.Getenv("FLOE_POOL"), "tool runner pool (engine and toolrunner) (FLOE_POOL)")
-	concurrency := fs.Int("concurrency", int(envInt("FLOE_TOOL_CONCURRENCY", 0)), "concurrent tool jobs (toolrunner) (FLOE_TOOL_CONCURRENCY)")
+func cmdService(ctx context.Context, _ context.CancelFunc, name string, args []string) (int, error) {
+	return 0, service(ctx, name, args)
+}
+
+func service(ctx context.Context, name string, args []string) error {
+	fs := newFlags(name)
+	c := newCommon("off")
+	if name != "toolrunner" {
+		c.flagHome(fs)
+	}
+	c.flagNATS(fs, false)
+	c.flagLayout(fs)
+	c.flagLog(fs)
+	pool, concurrency := new(string), new(int)
+	switch name {
+	case "engine", "toolrunner":
+		fs.StringVar(pool, "pool", os.Getenv("FLOE_POOL"), "tool runner pool (FLOE_POOL)")
+	case "gateway":
+		c.flagHTTP(fs)
+		c.flagModel(fs, "default model of Sessions created without one:")
+	}
+	if name == "toolrunner" {
+		fs.IntVar(concurrency, "concurrency", int(envInt("FLOE_TOOL_CONCURRENCY", 0)), "concurrent tool jobs (FLOE_TOOL_CONCURRENCY)")
+	}
 	setup := fs.Bool("setup", envBool("FLOE_SETUP", true), "create or update the JetStream layout at start; false waits for it (FLOE_SETUP)")
-	if err := fs.Parse(args); err != nil {
+	if err := parse(fs, args); err != nil {
 		return err
 	}
 	if c.natsURL == "" {
@@ -89,7 +111,7 @@ func cmdService(ctx context.Context, name string, args []string) error {
 		InboxPrefix: "_INBOX." + name, NoSetup: !*setup}
 	switch name {
 	case "engine":
-		if o.Engine, err = engineConfig(&c); err != nil {
+		if o.Engine, err = engineConfig(c); err != nil {
 			return err
 		}
 		if *pool != "" {
@@ -104,9 +126,9 @@ func cmdService(ctx context.Context, name string, args []string) error {
 			o.Toolrunner.Concurrency = *concurrency
 		}
 	case "tracer":
-		o.Tracer = tracerConfig(&c)
+		o.Tracer = tracerConfig(c)
 	case "gateway":
-		if o.Gateway, err = gatewayConfig(&c); err != nil {
+		if o.Gateway, err = gatewayConfig(c); err != nil {
 			return err
 		}
 	}

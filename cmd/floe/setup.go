@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"os"
 	"time"
@@ -20,11 +19,12 @@ import (
 // leader yet. Deployments whose service users may not manage streams run it
 // once with an admin user and start the services with FLOE_SETUP=false.
 func cmdSetup(ctx context.Context, args []string) error {
-	fs := flag.NewFlagSet("floe setup", flag.ContinueOnError)
-	var c common
-	c.register(fs, "off")
+	fs := newFlags("setup")
+	c := newCommon("off")
+	c.flagNATS(fs, false)
+	c.flagLayout(fs)
 	wait := fs.Duration("wait", time.Minute, "how long to retry while JetStream is not available yet")
-	if err := fs.Parse(args); err != nil {
+	if err := parse(fs, args); err != nil {
 		return err
 	}
 	if c.natsURL == "" {
