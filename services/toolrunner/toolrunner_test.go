@@ -504,3 +504,36 @@ func TestConfigDefaultsAndValidate(t *testing.T) {
 		t.Errorf("Run with a bad config = %v, want ErrInvalidConfig", err)
 	}
 }
+
+func TestToolEnvironmentHoldsNoSecrets(t *testing.T) {
+	// The attack: a tool runs `env` and reads Floe's credentials out of the
+	// toolrunner's environment. Tests in this package do not run in
+	// parallel with t.Setenv, so this test is not parallel.
+	secrets := map[string]string{
+		"FLOE_API_TOKEN":     "alice:tok-secret-1",
+		"OPENAI_API_KEY":     "sk-openai-secret-2",
+		"ANTHROPIC_API_KEY":  "sk-ant-secret-3",
+		"FLOE_NATS_PASSWORD": "nats-secret-4",
+		"FLOE_NATS_CREDS":    "/secret/path/creds-5",
+		"FLOE_NATS_URL":      "nats://engine:secret-6@127.0.0.1:4222",
+	}
+	for k, v := range secrets {
+		t.Setenv(k, v)
+	}
+	t.Setenv("FLOE_TOOL_ENV", "FLOE_TEST_EXTRA")
+	t.Setenv("FLOE_TEST_EXTRA", "extra-visible")
+	h := newHarness(t)
+	h.start(toolrunner.Config{})
+	h.enqueue(h.execJob("s-env", "c-env", "env"))
+	p := h.checkSegment("s-env", h.waitOutput("s-env", "c-env"))
+	for k, v := range secrets {
+		if strings.Contains(p.Output, k+"=") || strings.Contains(p.Output, v) {
+			t.Errorf("env output shows %s:\n%s", k, p.Output)
+		}
+	}
+	for _, want := range []string{"PATH=", "FLOE_SESSION_ID=s-env", "FLOE_TOOL_CALL_ID=c-env", "FLOE_TEST_EXTRA=extra-visible"} {
+		if !strings.Contains(p.Output, want) {
+			t.Errorf("env output lacks %s:\n%s", want, p.Output)
+		}
+	}
+}

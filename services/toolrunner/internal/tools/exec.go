@@ -9,6 +9,8 @@ import (
 	"os/exec"
 	"syscall"
 	"time"
+
+	"floe.dev/services/toolrunner/internal/toolenv"
 )
 
 // waitDelay is how long exec_command keeps reading after the command exits
@@ -82,7 +84,7 @@ func (execCommand) Run(ctx context.Context, call Call, args json.RawMessage, emi
 
 	cmd := exec.CommandContext(ctx, "bash", "-lc", a.Cmd)
 	cmd.Dir = dir
-	cmd.Env = append(os.Environ(), call.Env...)
+	cmd.Env = toolenv.Environ(call.Env...)
 	// Stdout and Stderr are the same comparable writer, so the command gets
 	// one pipe for both and its output keeps the order it was written in.
 	w := &emitWriter{emit: emit}

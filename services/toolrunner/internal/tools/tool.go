@@ -32,8 +32,8 @@ type Call struct {
 	// not reach outside it.
 	Workspace string
 	// Env is extra environment for commands, such as FLOE_SESSION_ID=…
-	// and FLOE_TOOL_CALL_ID=…; it is added after the process environment
-	// and wins over it.
+	// and FLOE_TOOL_CALL_ID=…; it is added after the allow-listed part of
+	// the process environment (toolenv.Environ) and wins over it.
 	Env []string
 }
 
