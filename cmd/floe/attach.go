@@ -12,6 +12,7 @@ import (
 
 	"floe.dev/cmd/floe/internal/render"
 	"floe.dev/pkg/omni"
+	"floe.dev/services/gateway"
 	"floe.dev/services/gateway/client"
 )
 
@@ -36,8 +37,8 @@ func cmdAttach(ctx context.Context, _ context.CancelFunc, name string, args []st
 		base = "http://" + env("FLOE_HTTP_ADDR", "127.0.0.1:7364")
 	}
 	var opts []client.Option
-	if tok := os.Getenv("FLOE_API_TOKEN"); tok != "" {
-		opts = append(opts, client.WithToken(strings.Split(tok, ",")[0]))
+	if tok := gateway.ClientToken(os.Getenv("FLOE_API_TOKEN")); tok != "" {
+		opts = append(opts, client.WithToken(tok))
 	}
 	c := client.New(base, opts...)
 	stream, err := c.Stream(ctx, sid, "")

@@ -20,11 +20,12 @@ package gateway
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"net"
 	"net/http"
-	"strconv"
 	"strings"
 	"time"
 
@@ -239,17 +240,70 @@ func Run(ctx context.Context, nc *nats.Conn, cfg Config, log zerolog.Logger) err
 	return nil
 }
 
-// TokensFromList turns FLOE_API_TOKEN's comma-separated tokens into
-// Config.Tokens: each token is its own principal, user1, user2, … in order.
+// TokensFromList turns FLOE_API_TOKEN's comma-separated list into
+// Config.Tokens. An entry "name:token" gives the token the principal name
+// (a name is letters, digits and ._@-; several tokens may share one name);
+// a bare token's principal is "token-" and the first 12 hex digits of its
+// SHA-256, so the principal never depends on the token's position and
+// reordering the list keeps every user's Sessions theirs. A token that
+// itself holds a colon is written with a name.
 func TokensFromList(list string) map[string]string {
 	var tokens map[string]string
-	for i, t := range strings.Split(list, ",") {
-		if t = strings.TrimSpace(t); t != "" {
-			if tokens == nil {
-				tokens = map[string]string{}
-			}
-			tokens[t] = "user" + strconv.Itoa(i+1)
+	for _, e := range strings.Split(list, ",") {
+		name, tok := tokenEntry(e)
+		if tok == "" {
+			continue
 		}
+		if tokens == nil {
+			tokens = map[string]string{}
+		}
+		tokens[tok] = name
 	}
 	return tokens
+}
+
+// ClientToken returns the bearer token a client on this machine should send
+// for FLOE_API_TOKEN's list: the token of its first entry, without its name
+// ("" for an empty list).
+func ClientToken(list string) string {
+	for _, e := range strings.Split(list, ",") {
+		if _, tok := tokenEntry(e); tok != "" {
+			return tok
+		}
+	}
+	return ""
+}
+
+// tokenEntry parses one entry of FLOE_API_TOKEN's list into its principal
+// and token; tok is "" for an empty entry.
+func tokenEntry(e string) (principal, tok string) {
+	e = strings.TrimSpace(e)
+	name, tok, ok := strings.Cut(e, ":")
+	name = strings.TrimSpace(name)
+	if !ok || !validPrincipal(name) {
+		name, tok = "", e
+	}
+	if tok = strings.TrimSpace(tok); tok == "" {
+		return "", ""
+	}
+	if name == "" {
+		sum := sha256.Sum256([]byte(tok))
+		name = "token-" + hex.EncodeToString(sum[:6])
+	}
+	return name, tok
+}
+
+// validPrincipal reports whether name may name a token's principal.
+func validPrincipal(name string) bool {
+	if name == "" || len(name) > 64 {
+		return false
+	}
+	for _, r := range name {
+		switch {
+		case r >= 'a' && r <= 'z', r >= 'A' && r <= 'Z', r >= '0' && r <= '9', r == '.', r == '_', r == '@', r == '-':
+		default:
+			return false
+		}
+	}
+	return true
 }
