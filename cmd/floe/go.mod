@@ -47,3 +47,7 @@ replace floe.dev/services/toolrunner => ../../services/toolrunner
 replace floe.dev/services/tracer => ../../services/tracer
 
 replace floe.dev/services/gateway => ../../services/gateway
+
+require floe.dev/pkg/trace v0.0.0
+
+replace floe.dev/pkg/trace => ../../pkg/trace

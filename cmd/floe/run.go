@@ -22,6 +22,7 @@ import (
 	"floe.dev/cmd/floe/internal/stack"
 	"floe.dev/pkg/bus"
 	"floe.dev/pkg/omni"
+	"floe.dev/pkg/trace"
 )
 
 func randHex(n int) string {
@@ -197,7 +198,7 @@ func cmdRun(ctx context.Context, stopSignals context.CancelFunc, name string, ar
 func waitTrace(home, sid string, seq uint64) string {
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		pos, ok, err := omni.ReadTracePos(home, sid)
+		pos, ok, err := trace.ReadPos(home, sid)
 		if err == nil && ok && pos.Seq >= seq {
 			return pos.File
 		}

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"floe.dev/pkg/omni"
+	"floe.dev/pkg/trace"
 )
 
 // buildFloe builds this binary once per test run (TestMain removes it).
@@ -107,7 +108,7 @@ func TestRunWithDemoModel(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer f.Close()
-	msgs, skipped, err := omni.ReadTrace(f)
+	msgs, skipped, err := trace.Read(f)
 	if err != nil || len(skipped) > 0 || len(msgs) < 10 {
 		t.Fatalf("trace %s: %d records, skipped %v, err %v", m[1], len(msgs), skipped, err)
 	}

@@ -4,9 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
-	"os"
 	"testing"
-	"testing/iotest"
 )
 
 func FuzzDecode(f *testing.F) {
@@ -63,74 +61,6 @@ func FuzzDecode(f *testing.F) {
 			if err := Unmarshal(e1[:i], &p); !errors.Is(err, ErrSyntax) {
 				t.Fatalf("Unmarshal(%q) (a strict prefix) error = %v, want ErrSyntax", e1[:i], err)
 			}
-		}
-	})
-}
-
-func FuzzReadTrace(f *testing.F) {
-	// Small traces keep minimization fast; the whole golden file runs as a
-	// seed too.
-	golden, err := os.ReadFile(goldenPath)
-	if err != nil {
-		f.Fatal(err)
-	}
-	lines := goldenLines(f)
-	small := []byte(joinLines([][]byte{lines[2], lines[3], lines[7], lines[14]}))
-	f.Add(golden, uint16(0))
-	f.Add(small, uint16(0))
-	f.Add(small, uint16(len(small)-40))
-	f.Add(append([]byte("garbage\n\n{}\r\n"), small...), uint16(0))
-	f.Add([]byte("\n\n\n"), uint16(2))
-	f.Fuzz(func(t *testing.T, data []byte, cut uint16) {
-		// A nonzero cut inside the data tears it there, as a crash mid-write would.
-		if cut > 0 && int(cut) < len(data) {
-			data = data[:cut]
-		}
-		lines := bytes.Count(data, []byte("\n"))
-		if len(data) > 0 && data[len(data)-1] != '\n' {
-			lines++
-		}
-		msgs, skipped, err := ReadTrace(bytes.NewReader(data))
-		if err != nil {
-			t.Fatalf("ReadTrace error: %v", err)
-		}
-		if len(msgs)+len(skipped) > lines {
-			t.Fatalf("ReadTrace returned %d records and %d skipped lines for %d lines", len(msgs), len(skipped), lines)
-		}
-		prev := 0
-		for _, s := range skipped {
-			if s.Line <= prev || s.Line > lines {
-				t.Fatalf("skipped line %d after %d, of %d lines", s.Line, prev, lines)
-			}
-			prev = s.Line
-			if s.Torn && (s.Line != lines || data[len(data)-1] == '\n') {
-				t.Fatalf("line %d reported torn; only an unterminated last line (%d) can be", s.Line, lines)
-			}
-		}
-		// Oracle: the lines split by hand and decoded one by one.
-		var want [][]byte
-		for i, line := range bytes.Split(data, []byte("\n")) {
-			if i >= lines {
-				break
-			}
-			if line = bytes.TrimSpace(line); len(line) == 0 {
-				continue
-			}
-			if m, err := Decode(line); err == nil {
-				want = append(want, MustMarshal(&m))
-			}
-		}
-		if len(msgs) != len(want) {
-			t.Fatalf("ReadTrace returned %d records, decoding line by line gives %d", len(msgs), len(want))
-		}
-		for i := range msgs {
-			if got := MustMarshal(&msgs[i]); !bytes.Equal(got, want[i]) {
-				t.Fatalf("record %d = %q, want %q", i, got, want[i])
-			}
-		}
-		again, skipped2, err := ReadTrace(iotest.OneByteReader(bytes.NewReader(data)))
-		if err != nil || len(again) != len(msgs) || len(skipped2) != len(skipped) {
-			t.Fatalf("ReadTrace(one byte at a time) = %d records, %d skipped, %v; want %d, %d, nil", len(again), len(skipped2), err, len(msgs), len(skipped))
 		}
 	})
 }

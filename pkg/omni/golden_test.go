@@ -44,27 +44,6 @@ func TestGoldenLinesRoundTripByteForByte(t *testing.T) {
 	}
 }
 
-func TestReadTraceReturnsEveryGoldenRecord(t *testing.T) {
-	f, err := os.Open(goldenPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	msgs, skipped, err := ReadTrace(f)
-	if err != nil || len(skipped) != 0 {
-		t.Fatalf("ReadTrace(%s) = skipped %v, err %v; want none", goldenPath, skipped, err)
-	}
-	lines := goldenLines(t)
-	if len(msgs) != len(lines) {
-		t.Fatalf("ReadTrace(%s) returned %d records, want %d", goldenPath, len(msgs), len(lines))
-	}
-	for i := range msgs {
-		if got := MustMarshal(&msgs[i]); !bytes.Equal(got, lines[i]) {
-			t.Errorf("record %d = %s, want %s", i+1, got, lines[i])
-		}
-	}
-}
-
 func TestGoldenRecordsDecodeToTheirMeaning(t *testing.T) {
 	var msgs []Message
 	for _, line := range goldenLines(t) {

@@ -16,6 +16,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"floe.dev/pkg/omni"
+	"floe.dev/pkg/trace"
 	"floe.dev/services/gateway"
 	"floe.dev/services/gateway/client"
 )
@@ -171,10 +172,10 @@ func TestSessionLifecycle(t *testing.T) {
 	submit(t, g.Alice, s.ID, "hello")
 	waitIdle(t, env, s.ID)
 	created, _ := omni.SessionCreated(s.ID)
-	trace := omni.TraceFile(g.Home, created, s.ID, 1)
-	os.MkdirAll(filepath.Dir(trace), 0o755)
-	os.WriteFile(trace, []byte("{}\n"), 0o644)
-	if err := omni.WriteTracePos(g.Home, s.ID, omni.TracePos{File: trace, Size: 3, Index: 1, Seq: 1}); err != nil {
+	tracePath := trace.File(g.Home, created, s.ID, 1)
+	os.MkdirAll(filepath.Dir(tracePath), 0o755)
+	os.WriteFile(tracePath, []byte("{}\n"), 0o644)
+	if err := trace.WritePos(g.Home, s.ID, trace.Pos{File: tracePath, Size: 3, Index: 1, Seq: 1}); err != nil {
 		t.Fatal(err)
 	}
 	if n := len(busStream(t, env, s.ID)); n == 0 {
@@ -187,10 +188,10 @@ func TestSessionLifecycle(t *testing.T) {
 	if _, err := g.Alice.GetSession(ctx, s.ID); !client.IsCode(err, omni.CodeNotFound) {
 		t.Fatalf("get after delete: %v, want 404", err)
 	}
-	if _, err := os.Stat(trace); !os.IsNotExist(err) {
+	if _, err := os.Stat(tracePath); !os.IsNotExist(err) {
 		t.Fatalf("trace file still there: %v", err)
 	}
-	if _, err := os.Stat(omni.TracePosPath(g.Home, s.ID)); !os.IsNotExist(err) {
+	if _, err := os.Stat(trace.PosPath(g.Home, s.ID)); !os.IsNotExist(err) {
 		t.Fatalf("trace position still there: %v", err)
 	}
 	stream, _ := env.JS.Stream(ctx, omni.SessionsStream)
@@ -376,7 +377,7 @@ func TestTracesRoutes(t *testing.T) {
 	meta := omni.SessionMeta(omni.Meta{SessionID: s.ID, Provider: "scripted", ModelID: "demo"})
 	line1 := string(omni.MustMarshal(&meta)) + "\n"
 	for i, content := range []string{line1, line1 + line1} {
-		p := omni.TraceFile(g.Home, created, s.ID, i+1)
+		p := trace.File(g.Home, created, s.ID, i+1)
 		os.MkdirAll(filepath.Dir(p), 0o755)
 		if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
 			t.Fatal(err)

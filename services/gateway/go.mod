@@ -31,3 +31,7 @@ require (
 replace floe.dev/pkg/omni => ../../pkg/omni
 
 replace floe.dev/pkg/bus => ../../pkg/bus
+
+require floe.dev/pkg/trace v0.0.0
+
+replace floe.dev/pkg/trace => ../../pkg/trace

@@ -19,6 +19,7 @@ import (
 	"floe.dev/pkg/bus"
 	"floe.dev/pkg/bus/bustest"
 	"floe.dev/pkg/omni"
+	"floe.dev/pkg/trace"
 	"floe.dev/services/gateway"
 	"floe.dev/services/gateway/client"
 )
@@ -43,7 +44,7 @@ func completeOnBus(t *testing.T, env *bustest.Env, sid string) []streamed {
 func writeTrace(t *testing.T, home, sid string, recs []streamed, n int) {
 	t.Helper()
 	created, _ := omni.SessionCreated(sid)
-	path := omni.TraceFile(home, created, sid, 1)
+	path := trace.File(home, created, sid, 1)
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		t.Fatal(err)
 	}
@@ -57,7 +58,7 @@ func writeTrace(t *testing.T, home, sid string, recs []streamed, n int) {
 	if err := os.WriteFile(path, []byte(b.String()), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if err := omni.WriteTracePos(home, sid, omni.TracePos{Seq: recs[n-1].Seq, File: path, Size: int64(size), Index: 1}); err != nil {
+	if err := trace.WritePos(home, sid, trace.Pos{Seq: recs[n-1].Seq, File: path, Size: int64(size), Index: 1}); err != nil {
 		t.Fatal(err)
 	}
 }

@@ -12,7 +12,7 @@
 // messages are skipped with a log line and acknowledged.
 //
 // Records are written exactly once across restarts and crashes: per Session
-// a position file, $Home/tracer/<sid>.pos (omni.TracePos: the stream
+// a position file, $Home/tracer/<sid>.pos (trace.Pos: the stream
 // sequence of the last record written, its file and that file's size), is
 // rewritten after the records and before they are acknowledged. On resume
 // the file is truncated back to the recorded size and redelivered records

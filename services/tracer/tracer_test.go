@@ -18,6 +18,7 @@ import (
 	"floe.dev/pkg/bus"
 	"floe.dev/pkg/bus/bustest"
 	"floe.dev/pkg/omni"
+	"floe.dev/pkg/trace"
 	"floe.dev/services/tracer"
 	tt "floe.dev/services/tracer/internal/tracertest"
 )
@@ -92,7 +93,7 @@ func TestTraceEqualsStreamByteForByte(t *testing.T) {
 	tt.Publish(t, env.JS, tt.Session(t, sid)...)
 	got := tt.WaitTrace(t, env.JS, home, sid)
 
-	files, err := omni.TraceFiles(home, sid)
+	files, err := trace.Files(home, sid)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -100,7 +101,7 @@ func TestTraceEqualsStreamByteForByte(t *testing.T) {
 	if len(files) != 1 || files[0] != want {
 		t.Fatalf("TraceFiles = %v, want [%s]", files, want)
 	}
-	msgs, skipped, err := omni.ReadTrace(bytes.NewReader(got))
+	msgs, skipped, err := trace.Read(bytes.NewReader(got))
 	if err != nil || len(skipped) != 0 {
 		t.Fatalf("ReadTrace: skipped %v, err %v", skipped, err)
 	}
@@ -150,7 +151,7 @@ func TestSecondSessionMetaRotatesToNextFile(t *testing.T) {
 	tt.Publish(t, env.JS, items...)
 	tt.WaitTrace(t, env.JS, home, sid)
 
-	files, err := omni.TraceFiles(home, sid)
+	files, err := trace.Files(home, sid)
 	if err != nil || len(files) != 2 {
 		t.Fatalf("TraceFiles = %v, %v; want 2 files", files, err)
 	}
@@ -177,7 +178,7 @@ func readTrace(t testing.TB, path string) []omni.Message {
 		t.Fatal(err)
 	}
 	defer f.Close()
-	msgs, skipped, err := omni.ReadTrace(f)
+	msgs, skipped, err := trace.Read(f)
 	if err != nil || len(skipped) > 0 {
 		t.Fatalf("ReadTrace(%s): skipped %v, err %v", path, skipped, err)
 	}
@@ -248,7 +249,7 @@ func TestGarbageIsSkippedAndLogged(t *testing.T) {
 		tt.Msg(t, sid, omni.RequestBegin()),
 	)
 	got := tt.WaitTrace(t, env.JS, home, sid)
-	msgs, _, _ := omni.ReadTrace(bytes.NewReader(got))
+	msgs, _, _ := trace.Read(bytes.NewReader(got))
 	if len(msgs) != 3 || msgs[1].Payload.Text != "still here" {
 		t.Errorf("trace = %s, want session_meta, the text and request_begin", got)
 	}
@@ -335,7 +336,7 @@ func TestDeletedSessionFilesAreRecreated(t *testing.T) {
 	if err := os.RemoveAll(filepath.Join(home, "traces")); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.Remove(omni.TracePosPath(home, sid)); err != nil {
+	if err := os.Remove(trace.PosPath(home, sid)); err != nil {
 		t.Fatal(err)
 	}
 	late := tt.Msg(t, sid, omni.UserText("late"))
@@ -382,7 +383,7 @@ func TestForeignTraceWithTornTailGetsANewLine(t *testing.T) {
 	if want := string(old) + "\n" + string(next.Data) + "\n"; string(got) != want {
 		t.Fatalf("trace = %q, want %q", got, want)
 	}
-	msgs, skipped, _ := omni.ReadTrace(bytes.NewReader(got))
+	msgs, skipped, _ := trace.Read(bytes.NewReader(got))
 	if len(msgs) != 2 || len(skipped) != 1 || skipped[0].Line != 2 {
 		t.Errorf("ReadTrace: %d records, skipped %v; want 2 and the torn line 2", len(msgs), skipped)
 	}

@@ -13,11 +13,12 @@ import (
 
 	"floe.dev/pkg/bus"
 	"floe.dev/pkg/omni"
+	"floe.dev/pkg/trace"
 	"floe.dev/services/engine"
 )
 
 // ResumeResult is the time to rebuild a Session's model context from a
-// Trace of Records records: bus.LoadHistory (Trace file up to the tracer's
+// Trace of Records records: trace.LoadHistory (Trace file up to the tracer's
 // position, then the stream after it) and the engine's fold
 // (engine.ModelContext), median of Runs runs with the file in the page
 // cache.
@@ -66,7 +67,7 @@ func runResume(ctx context.Context, c *Config, p *progress) ([]ResumeResult, err
 			var m0, m1, m2 runtime.MemStats
 			runtime.ReadMemStats(&m0)
 			t0 := time.Now()
-			msgs, _, bad, err := bus.LoadHistory(ctx, e.js, e.home, sid)
+			msgs, _, bad, err := trace.LoadHistory(ctx, e.js, e.home, sid)
 			load := time.Since(t0)
 			if err != nil {
 				return nil, fmt.Errorf("bench: load history: %w", err)
@@ -97,7 +98,7 @@ func runResume(ctx context.Context, c *Config, p *progress) ([]ResumeResult, err
 // publishes the rest on the Session's subjects, after the position.
 func writeTrace(ctx context.Context, e *env, sid string, recs []omni.Message) (int64, error) {
 	created, _ := omni.SessionCreated(sid)
-	path := omni.TraceFile(e.home, created, sid, 1)
+	path := trace.File(e.home, created, sid, 1)
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		return 0, err
 	}
@@ -126,7 +127,7 @@ func writeTrace(ctx context.Context, e *env, sid string, recs []omni.Message) (i
 	if err != nil {
 		return 0, err
 	}
-	if err := omni.WriteTracePos(e.home, sid, omni.TracePos{Seq: last, File: path, Size: info.Size(), Index: 1}); err != nil {
+	if err := trace.WritePos(e.home, sid, trace.Pos{Seq: last, File: path, Size: info.Size(), Index: 1}); err != nil {
 		return 0, err
 	}
 	for i := range recs[split:] {

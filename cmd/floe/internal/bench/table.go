@@ -60,7 +60,7 @@ func (r *Report) Markdown(w io.Writer, command string) {
 	}
 
 	if len(r.Resume) > 0 {
-		fmt.Fprintf(w, "**Resume**: bus.LoadHistory (Trace file up to the tracer's position + the last %d records from the stream) then engine.ModelContext (the fold), Trace in the page cache, median of %d runs. Records are a coding Session built with the omni builders: 20 per Task (prompt, thinking, text, two approved tool calls with 1.3 KB and 2 KB outputs, answer, token_usage and request_end per request).\n\n", tailRecords, c.ResumeRuns)
+		fmt.Fprintf(w, "**Resume**: trace.LoadHistory (Trace file up to the tracer's position + the last %d records from the stream) then engine.ModelContext (the fold), Trace in the page cache, median of %d runs. Records are a coding Session built with the omni builders: 20 per Task (prompt, thinking, text, two approved tool calls with 1.3 KB and 2 KB outputs, answer, token_usage and request_end per request).\n\n", tailRecords, c.ResumeRuns)
 		fmt.Fprintf(w, "| Trace records | Trace file | LoadHistory | fold | total | records/s | context messages | allocated: load / fold |\n|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 		for _, x := range r.Resume {
 			total := x.Load + x.Fold

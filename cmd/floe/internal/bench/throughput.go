@@ -16,6 +16,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"floe.dev/pkg/omni"
+	"floe.dev/pkg/trace"
 	"floe.dev/services/gateway/client"
 )
 
@@ -238,7 +239,7 @@ func engineRun(ctx context.Context, e *env, ref string) (*engineRunResult, error
 			return
 		}
 		for ctx.Err() == nil {
-			pos, ok, err := omni.ReadTracePos(e.home, sess.ID)
+			pos, ok, err := trace.ReadPos(e.home, sess.ID)
 			if err == nil && ok && pos.Seq >= endSeq.Load() {
 				tTrace = time.Now()
 				traceDone <- nil

@@ -16,6 +16,7 @@ import (
 	"floe.dev/cmd/floe/internal/stack"
 	"floe.dev/pkg/bus"
 	"floe.dev/pkg/omni"
+	"floe.dev/pkg/trace"
 	"floe.dev/services/engine"
 	"floe.dev/services/toolrunner"
 	"floe.dev/services/tracer"
@@ -218,7 +219,7 @@ func (e *env) lcTraced(sid string) bool {
 		return false
 	}
 	eventually(e.t, 30*time.Second, "the tracer to write "+sid, func() bool {
-		p, ok, err := omni.ReadTracePos(e.home, sid)
+		p, ok, err := trace.ReadPos(e.home, sid)
 		return err == nil && ok && p.Seq >= last
 	})
 	return true
@@ -238,7 +239,7 @@ func (e *env) lcTrace(sid string) []lcTraceFile {
 	if !e.lcTraced(sid) {
 		return nil
 	}
-	paths, err := omni.TraceFiles(e.home, sid)
+	paths, err := trace.Files(e.home, sid)
 	if err != nil {
 		e.t.Fatal(err)
 	}
@@ -252,7 +253,7 @@ func (e *env) lcTrace(sid string) []lcTraceFile {
 		for _, l := range bytes.Split(bytes.TrimSuffix(data, []byte("\n")), []byte("\n")) {
 			tf.lines = append(tf.lines, l)
 		}
-		msgs, skipped, err := omni.ReadTrace(bytes.NewReader(data))
+		msgs, skipped, err := trace.Read(bytes.NewReader(data))
 		if err != nil || len(skipped) > 0 {
 			e.t.Fatalf("trace %s: %v, skipped %v", p, err, skipped)
 		}

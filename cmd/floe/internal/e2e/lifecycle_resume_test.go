@@ -10,6 +10,7 @@ import (
 
 	"floe.dev/pkg/bus"
 	"floe.dev/pkg/omni"
+	"floe.dev/pkg/trace"
 	"floe.dev/services/engine"
 )
 
@@ -207,7 +208,7 @@ func TestLifecycleResumeClosesCompactionThatDied(t *testing.T) {
 // lcDamageAndResume runs one Task, stops the stack, lets damage change the
 // Trace file, restarts and runs a second Task that must complete; it
 // returns the second Task's stream and the Trace file's records.
-func lcDamageAndResume(t *testing.T, damage func(t *testing.T, path string)) ([]rec, []omni.Message, []*omni.TraceLineError) {
+func lcDamageAndResume(t *testing.T, damage func(t *testing.T, path string)) ([]rec, []omni.Message, []*trace.LineError) {
 	e := lcStart(t, "", envOpts{})
 	ref := e.script(map[string]any{"requests": []any{
 		map[string]any{"steps": []any{map[string]any{"thinking": "hm"}, map[string]any{"text": "answer one"}}},
@@ -234,7 +235,7 @@ func lcDamageAndResume(t *testing.T, damage func(t *testing.T, path string)) ([]
 	if err != nil {
 		t.Fatal(err)
 	}
-	msgs, skipped, err := omni.ReadTrace(bytes.NewReader(data))
+	msgs, skipped, err := trace.Read(bytes.NewReader(data))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -16,6 +16,7 @@ import (
 
 	"floe.dev/pkg/bus"
 	"floe.dev/pkg/omni"
+	"floe.dev/pkg/trace"
 	"floe.dev/services/engine"
 )
 
@@ -400,9 +401,9 @@ func rcTrace(e *env, sid string) (lines [][]byte, stream [][]byte) {
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	var pos omni.TracePos
+	var pos trace.Pos
 	eventually(e.t, rcBound, "the tracer to catch up", func() bool {
-		p, ok, err := omni.ReadTracePos(e.home, sid)
+		p, ok, err := trace.ReadPos(e.home, sid)
 		pos = p
 		return err == nil && ok && p.Seq >= last
 	})
@@ -410,7 +411,7 @@ func rcTrace(e *env, sid string) (lines [][]byte, stream [][]byte) {
 	if err != nil {
 		e.t.Fatal(err)
 	}
-	if _, skipped, err := omni.ReadTrace(bytes.NewReader(data)); err != nil || len(skipped) > 0 {
+	if _, skipped, err := trace.Read(bytes.NewReader(data)); err != nil || len(skipped) > 0 {
 		e.t.Fatalf("ReadTrace: %v, skipped %v", err, skipped)
 	}
 	return bytes.Split(bytes.TrimSuffix(data, []byte("\n")), []byte("\n")), stream

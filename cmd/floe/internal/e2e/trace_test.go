@@ -9,6 +9,7 @@ import (
 
 	"floe.dev/pkg/bus"
 	"floe.dev/pkg/omni"
+	"floe.dev/pkg/trace"
 	"floe.dev/services/engine"
 )
 
@@ -53,9 +54,9 @@ func TestTraceEqualsStream(t *testing.T) {
 		t.Fatal(err)
 	}
 	_ = rs
-	var pos omni.TracePos
+	var pos trace.Pos
 	eventually(t, 20*time.Second, "the tracer to catch up", func() bool {
-		p, ok, err := omni.ReadTracePos(e.home, sid)
+		p, ok, err := trace.ReadPos(e.home, sid)
 		pos = p
 		return err == nil && ok && p.Seq >= last
 	})
@@ -72,7 +73,7 @@ func TestTraceEqualsStream(t *testing.T) {
 			t.Fatalf("record %d:\ntrace  %s\nstream %s", i, lines[i], want[i])
 		}
 	}
-	traced, skipped, err := omni.ReadTrace(bytes.NewReader(data))
+	traced, skipped, err := trace.Read(bytes.NewReader(data))
 	if err != nil || len(skipped) > 0 {
 		t.Fatalf("ReadTrace: %v, skipped %v", err, skipped)
 	}

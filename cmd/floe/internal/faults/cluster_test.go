@@ -20,6 +20,7 @@ import (
 
 	"floe.dev/pkg/bus"
 	"floe.dev/pkg/omni"
+	"floe.dev/pkg/trace"
 )
 
 // users are the NATS users of deploy/nats/auth.conf; each service runs as
@@ -641,10 +642,10 @@ func (c *cluster) traceEqualsStream(sid string) {
 		}
 	}
 	eventually(c.t, 60*time.Second, "the tracer to reach seq "+strconv.FormatUint(last, 10), func() bool {
-		p, ok, err := omni.ReadTracePos(c.home, sid)
+		p, ok, err := trace.ReadPos(c.home, sid)
 		return err == nil && ok && p.Seq >= last
 	})
-	files, err := omni.TraceFiles(c.home, sid)
+	files, err := trace.Files(c.home, sid)
 	if err != nil || len(files) == 0 {
 		c.t.Fatalf("trace files of %s: %v %v", sid, files, err)
 	}

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"floe.dev/pkg/omni"
+	"floe.dev/pkg/trace"
 )
 
 // The tracer is killed (SIGKILL) in the middle of a Session while records
@@ -31,7 +32,7 @@ func TestTracerKilledMidSession(t *testing.T) {
 
 	// Kill the tracer once it has written part of the Session.
 	eventually(t, 60*time.Second, "the tracer to write the first steps", func() bool {
-		p, ok, err := omni.ReadTracePos(c.home, sid)
+		p, ok, err := trace.ReadPos(c.home, sid)
 		return err == nil && ok && p.Seq > 0 && c.outputsSoFar(sid) >= 2
 	})
 	tr.kill(t)

@@ -22,6 +22,7 @@ import (
 	"floe.dev/cmd/floe/internal/stack"
 	"floe.dev/pkg/bus"
 	"floe.dev/pkg/omni"
+	"floe.dev/pkg/trace"
 	"floe.dev/services/engine"
 	"floe.dev/services/gateway"
 	"floe.dev/services/gateway/client"
@@ -566,11 +567,11 @@ func sameAsBus(t *testing.T, got []client.Event, want []bus.StreamMsg) {
 }
 
 // waitTracer waits until the tracer has written the Session up to seq.
-func waitTracer(t *testing.T, home, sid string, seq uint64) omni.TracePos {
+func waitTracer(t *testing.T, home, sid string, seq uint64) trace.Pos {
 	t.Helper()
-	var pos omni.TracePos
+	var pos trace.Pos
 	eventually(t, "the tracer to reach seq "+strconv.FormatUint(seq, 10), func() bool {
-		p, ok, err := omni.ReadTracePos(home, sid)
+		p, ok, err := trace.ReadPos(home, sid)
 		pos = p
 		return err == nil && ok && p.Seq >= seq
 	})
@@ -580,7 +581,7 @@ func waitTracer(t *testing.T, home, sid string, seq uint64) omni.TracePos {
 // traceRecords reads every record of the Session's Trace files.
 func traceRecords(t *testing.T, home, sid string) [][]byte {
 	t.Helper()
-	files, err := omni.TraceFiles(home, sid)
+	files, err := trace.Files(home, sid)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -29,6 +29,7 @@ import (
 
 	"floe.dev/pkg/bus"
 	"floe.dev/pkg/omni"
+	"floe.dev/pkg/trace"
 	"floe.dev/services/engine/internal/fold"
 	"floe.dev/services/engine/internal/model"
 )
@@ -214,7 +215,7 @@ func (r *Runner) Run(ctx context.Context) (status string, err error) {
 		return "", err
 	}
 
-	history, lastSeq, bad, err := bus.LoadHistory(ctx, r.d.JS, r.d.Settings.Home, r.sid)
+	history, lastSeq, bad, err := trace.LoadHistory(ctx, r.d.JS, r.d.Settings.Home, r.sid)
 	if err != nil {
 		return "", err
 	}

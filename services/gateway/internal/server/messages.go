@@ -1,18 +1,16 @@
 package server
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
-	"io"
 	"net/http"
-	"os"
 
 	"github.com/nats-io/nats.go/jetstream"
 
 	"floe.dev/pkg/bus"
 	"floe.dev/pkg/omni"
+	"floe.dev/pkg/trace"
 	"floe.dev/services/gateway/client"
 )
 
@@ -27,89 +25,31 @@ type historyResult struct {
 	skipped int
 }
 
-// history reads a Session's messages. Trace files are read up to the
-// tracer's recorded position (omni.TracePos: file index and size at stream
-// sequence Seq); everything after that sequence comes from FLOE_SESSIONS, so
+// history reads a Session's messages through trace.Load: Trace files up to
+// the tracer's recorded position, then FLOE_SESSIONS after its sequence, so
 // a lagging tracer hides nothing and nothing appears twice. withLive also
 // folds the current Task's partial and nested messages, from the Task's
 // task_state running event on, into open segments.
 func (s *Server) history(ctx context.Context, rec *omni.SessionRecord, withLive bool) (*historyResult, error) {
 	h := &historyResult{}
 	sid := rec.ID
-	pos, havePos, err := omni.ReadTracePos(s.opts.Home, sid)
-	if errors.Is(err, omni.ErrBadTracePos) {
-		s.log.Warn().Err(err).Str("session_id", sid).Msg("ignoring damaged trace position")
-		havePos, err = false, nil
-	}
-	if err != nil {
-		return nil, err
-	}
-	files, err := omni.TraceFiles(s.opts.Home, sid)
-	if err != nil {
-		return nil, err
-	}
-	for _, f := range files {
-		idx, ok := omni.TraceIndexOf(f, sid)
-		if !ok {
-			continue
-		}
-		limit := int64(-1)
-		if havePos {
-			if idx > pos.Index {
-				continue
-			}
-			if idx == pos.Index {
-				limit = pos.Size
-			}
-		}
-		n, err := readTraceRecords(f, limit, &h.msgs)
-		if err != nil {
-			return nil, err
-		}
-		h.skipped += n
-	}
-	if h.skipped > 0 {
-		s.log.Warn().Str("session_id", sid).Int("lines", h.skipped).Msg("skipped malformed trace lines")
-	}
-
 	info, err := s.stream.Info(ctx)
 	if err != nil {
 		return nil, err
 	}
-	last := info.State.LastSeq
-	// streamFrom is the first sequence whose complete messages are not in
-	// the Trace files read above.
-	var streamFrom uint64
-	switch {
-	case havePos:
-		streamFrom = pos.Seq + 1
-		h.cursor = pos.Seq
-	case len(files) == 0:
-		streamFrom = 1
-	default:
-		// Trace files without a tracer position (imported, or written by
-		// another tool): they are the whole history.
-		streamFrom = last + 1
-	}
-
-	classes := []string{omni.ClassMeta, omni.ClassModel, omni.ClassEvent}
-	start := streamFrom
 	running := false
+	opt := trace.Options{}
 	if withLive {
-		classes = append(classes, omni.ClassPartial, omni.ClassNested, omni.ClassServer)
+		opt.Classes = []string{omni.ClassPartial, omni.ClassNested, omni.ClassServer}
 		var taskStart uint64
 		taskStart, running, err = s.taskStart(ctx, sid)
 		if err != nil {
 			return nil, err
 		}
-		if running && taskStart < start {
-			start = taskStart
+		if running {
+			opt.From = max(taskStart, 1)
 		}
-	}
-	h.cursor = max(h.cursor, last)
-	if start <= last {
-		err = s.scan(ctx, sid, classes, start, func(m bus.StreamMsg) error {
-			h.cursor = max(h.cursor, m.Seq)
+		opt.OnStream = func(m bus.StreamMsg, _ bool) error {
 			switch m.Class {
 			case omni.ClassServer:
 				var ev omni.ServerEvent
@@ -119,23 +59,30 @@ func (s *Server) history(ctx context.Context, rec *omni.SessionRecord, withLive 
 					h.agg = omni.Aggregator{}
 					running = ev.State == omni.StateRunning
 				}
-				return nil
-			case omni.ClassMeta, omni.ClassModel, omni.ClassEvent:
-				if m.Seq >= streamFrom {
-					h.msgs = append(h.msgs, m.Data)
-				}
-			}
-			if withLive && (m.Class == omni.ClassPartial || m.Class == omni.ClassNested || m.Class == omni.ClassModel) {
+			case omni.ClassPartial, omni.ClassNested, omni.ClassModel:
 				var msg omni.Message
 				if omni.Unmarshal(m.Data, &msg) == nil {
 					h.agg.Add(&msg)
 				}
 			}
 			return nil
-		})
-		if err != nil {
-			return nil, err
 		}
+	}
+	th, err := trace.Load(ctx, s.js, s.opts.Home, sid, opt)
+	if err != nil {
+		return nil, err
+	}
+	if th.HavePos && !th.FromStream {
+		h.cursor = th.Pos.Seq
+	}
+	h.cursor = max(h.cursor, th.LastSeq, info.State.LastSeq)
+	h.skipped = th.Skipped
+	if h.skipped > 0 {
+		s.log.Warn().Str("session_id", sid).Int("lines", h.skipped).Bool("from_stream", th.FromStream).Msg("skipped malformed trace lines")
+	}
+	h.msgs = make([][]byte, len(th.Records))
+	for i := range th.Records {
+		h.msgs[i] = th.Records[i].Data
 	}
 	h.live = withLive && (running || stateOf(rec) == omni.StateRunning)
 	return h, nil
@@ -168,43 +115,6 @@ func (s *Server) taskStart(ctx context.Context, sid string) (uint64, bool, error
 		return nil
 	})
 	return seq, running, err
-}
-
-// readTraceRecords appends the valid records of one Trace file (its first
-// limit bytes when limit >= 0) as their original bytes, skipping malformed
-// lines as omni.ReadTrace does; it returns how many it skipped.
-func readTraceRecords(path string, limit int64, out *[][]byte) (int, error) {
-	f, err := os.Open(path)
-	if errors.Is(err, os.ErrNotExist) {
-		return 0, nil // removed meanwhile (rotation never removes; deletion does)
-	}
-	if err != nil {
-		return 0, err
-	}
-	defer f.Close()
-	var r io.Reader = f
-	if limit >= 0 {
-		r = io.LimitReader(f, limit)
-	}
-	data, err := io.ReadAll(r)
-	if err != nil {
-		return 0, err
-	}
-	skipped := 0
-	for len(data) > 0 {
-		line, rest, _ := bytes.Cut(data, []byte{'\n'})
-		data = rest
-		line = bytes.TrimSpace(line)
-		if len(line) == 0 {
-			continue
-		}
-		if _, err := omni.Decode(line); err != nil {
-			skipped++
-			continue
-		}
-		*out = append(*out, line)
-	}
-	return skipped, nil
 }
 
 // hasModelAfterHead reports whether the current context (the records after

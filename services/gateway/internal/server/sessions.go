@@ -16,6 +16,7 @@ import (
 
 	"floe.dev/pkg/bus"
 	"floe.dev/pkg/omni"
+	"floe.dev/pkg/trace"
 	"floe.dev/services/gateway/client"
 )
 
@@ -254,7 +255,7 @@ func (s *Server) handleDelete(w http.ResponseWriter, r *http.Request) *apiError 
 	if err := s.stream.Purge(ctx, jetstream.WithPurgeSubject(omni.SessionWildcard(id))); err != nil && !errors.Is(err, jetstream.ErrStreamNotFound) {
 		return unavailable("purge session messages", err)
 	}
-	files, err := omni.TraceFiles(s.opts.Home, id)
+	files, err := trace.Files(s.opts.Home, id)
 	if err != nil {
 		return internalError("list trace files", err)
 	}
@@ -263,7 +264,7 @@ func (s *Server) handleDelete(w http.ResponseWriter, r *http.Request) *apiError 
 			return internalError("remove trace file", err)
 		}
 	}
-	if err := os.Remove(omni.TracePosPath(s.opts.Home, id)); err != nil && !errors.Is(err, os.ErrNotExist) {
+	if err := os.Remove(trace.PosPath(s.opts.Home, id)); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return internalError("remove trace position", err)
 	}
 	if err := s.sessions.Delete(ctx, rec.ID); err != nil {

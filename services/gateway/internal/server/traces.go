@@ -8,6 +8,7 @@ import (
 	"strconv"
 
 	"floe.dev/pkg/omni"
+	"floe.dev/pkg/trace"
 	"floe.dev/services/gateway/client"
 )
 
@@ -16,13 +17,13 @@ func (s *Server) handleTraces(w http.ResponseWriter, r *http.Request) *apiError 
 	if e != nil {
 		return e
 	}
-	files, err := omni.TraceFiles(s.opts.Home, rec.ID)
+	files, err := trace.Files(s.opts.Home, rec.ID)
 	if err != nil {
 		return internalError("list trace files", err)
 	}
 	out := client.TraceList{Traces: []client.TraceFile{}}
 	for _, f := range files {
-		idx, ok := omni.TraceIndexOf(f, rec.ID)
+		idx, ok := trace.IndexOf(f, rec.ID)
 		if !ok {
 			continue
 		}
@@ -45,12 +46,12 @@ func (s *Server) handleTrace(w http.ResponseWriter, r *http.Request) *apiError {
 	if err != nil || idx <= 0 {
 		return errorf(http.StatusNotFound, omni.CodeNotFound, "trace %q not found", r.PathValue("index"))
 	}
-	files, err := omni.TraceFiles(s.opts.Home, rec.ID)
+	files, err := trace.Files(s.opts.Home, rec.ID)
 	if err != nil {
 		return internalError("list trace files", err)
 	}
 	for _, path := range files {
-		if i, ok := omni.TraceIndexOf(path, rec.ID); !ok || i != idx {
+		if i, ok := trace.IndexOf(path, rec.ID); !ok || i != idx {
 			continue
 		}
 		f, err := os.Open(path)

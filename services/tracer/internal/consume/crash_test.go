@@ -16,6 +16,7 @@ import (
 	"floe.dev/pkg/bus"
 	"floe.dev/pkg/bus/bustest"
 	"floe.dev/pkg/omni"
+	"floe.dev/pkg/trace"
 	"floe.dev/services/tracer/internal/consume"
 	tt "floe.dev/services/tracer/internal/tracertest"
 )
@@ -218,14 +219,14 @@ func TestKilledDuringRotation(t *testing.T) {
 		return nil
 	}
 	crash(t, env, o)
-	if files, _ := omni.TraceFiles(home, sid); len(files) != 2 || tt.Pos(t, home, sid).Index != 1 {
+	if files, _ := trace.Files(home, sid); len(files) != 2 || tt.Pos(t, home, sid).Index != 1 {
 		t.Fatalf("after the kill: files %v, position %+v; want an unrecorded _002", files, tt.Pos(t, home, sid))
 	}
 
 	tt.Publish(t, env.JS, tt.Msg(t, sid, omni.UserText("after compaction")))
 	run(t, env, options(home), zerolog.New(zerolog.NewTestWriter(t)))
 	tt.WaitTrace(t, env.JS, home, sid)
-	files, _ := omni.TraceFiles(home, sid)
+	files, _ := trace.Files(home, sid)
 	if len(files) != 2 {
 		t.Fatalf("files = %v, want _001 and _002", files)
 	}
@@ -233,7 +234,7 @@ func TestKilledDuringRotation(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	msgs, _, _ := omni.ReadTrace(bytes.NewReader(head))
+	msgs, _, _ := trace.Read(bytes.NewReader(head))
 	if len(msgs) != 3 || !msgs[0].IsSessionMeta() || msgs[1].Payload.Type != omni.TypeToolListReady {
 		t.Errorf("_002 = %s, want session_meta, tool_list_ready, text", head)
 	}

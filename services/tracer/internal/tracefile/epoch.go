@@ -9,7 +9,7 @@ import (
 	"path/filepath"
 	"strings"
 
-	"floe.dev/pkg/omni"
+	"floe.dev/pkg/trace"
 )
 
 // SetEpoch ties the recorded positions to one incarnation of the stream
@@ -61,7 +61,7 @@ func (s *Store) clearSeqs() error {
 		if !ok {
 			continue
 		}
-		p, ok, err := omni.ReadTracePos(s.home, id)
+		p, ok, err := trace.ReadPos(s.home, id)
 		if err != nil {
 			s.log.Warn().Err(err).Str("session_id", id).Msg("cannot read a position to clear it")
 			continue
@@ -70,7 +70,7 @@ func (s *Store) clearSeqs() error {
 			continue
 		}
 		p.Seq = 0
-		if err := omni.WriteTracePos(s.home, id, p); err != nil {
+		if err := trace.WritePos(s.home, id, p); err != nil {
 			return fmt.Errorf("tracefile: %w", err)
 		}
 	}

@@ -1,13 +1,13 @@
 // Package tracefile writes Session Traces (SPEC §5): one append-only JSONL
 // file per Session and context under $FLOE_HOME/traces/<date>/, rotated on
-// session_meta, with a position sidecar (omni.TracePos) per Session that
+// session_meta, with a position sidecar (trace.Pos) per Session that
 // makes appends exactly-once across crashes when the caller follows the
 // protocol:
 //
 //  1. Append the records of a batch (each one write(2) of the record and its
 //     newline, on an O_APPEND descriptor);
 //  2. Flush: rewrite the position of every Session the batch touched
-//     (omni.WriteTracePos: one fixed-size in-place pwrite per Session);
+//     (trace.WritePos: one fixed-size in-place pwrite per Session);
 //  3. only then acknowledge the batch on the bus.
 //
 // A process killed anywhere in that sequence leaves, per Session, either
@@ -43,6 +43,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"floe.dev/pkg/omni"
+	"floe.dev/pkg/trace"
 )
 
 // Record is one Trace record to append.
@@ -217,8 +218,8 @@ func (s *Store) Close() error {
 	return err
 }
 
-func (st *session) pos() omni.TracePos {
-	return omni.TracePos{Seq: st.seq, File: st.path, Size: st.size, Index: st.index}
+func (st *session) pos() trace.Pos {
+	return trace.Pos{Seq: st.seq, File: st.path, Size: st.size, Index: st.index}
 }
 
 // close closes the Session's files. Write errors were reported by the
@@ -238,15 +239,15 @@ func (st *session) closePos() {
 	}
 }
 
-// writePos records the Session's position: the record omni.WriteTracePos
+// writePos records the Session's position: the record trace.WritePos
 // writes, rewritten in place through a descriptor kept open (one pwrite).
 func (s *Store) writePos(st *session) error {
-	rec, err := omni.EncodeTracePos(s.home, st.pos())
+	rec, err := trace.EncodePos(s.home, st.pos())
 	if err != nil {
 		return fmt.Errorf("tracefile: position of %s: %w", st.id, err)
 	}
 	if st.posf == nil {
-		path := omni.TracePosPath(s.home, st.id)
+		path := trace.PosPath(s.home, st.id)
 		f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE, 0o644)
 		if errors.Is(err, fs.ErrNotExist) {
 			if err = os.MkdirAll(filepath.Dir(path), 0o755); err == nil {
@@ -306,8 +307,8 @@ func (s *Store) evict(st *session) error {
 // whose position was deleted), else in a new file dated by the id or, for
 // an id that encodes no date, by first.
 func (s *Store) load(id string, first time.Time) (*session, error) {
-	pos, ok, err := omni.ReadTracePos(s.home, id)
-	if errors.Is(err, omni.ErrBadTracePos) {
+	pos, ok, err := trace.ReadPos(s.home, id)
+	if errors.Is(err, trace.ErrBadPos) {
 		s.log.Error().Err(err).Str("session_id", id).Msg("ignoring unreadable trace position")
 		ok, err = false, nil
 	}
@@ -318,20 +319,20 @@ func (s *Store) load(id string, first time.Time) (*session, error) {
 		return s.resume(id, pos)
 	}
 	st := &session{id: id}
-	files, err := omni.TraceFiles(s.home, id)
+	files, err := trace.Files(s.home, id)
 	if err != nil {
 		return nil, fmt.Errorf("tracefile: %w", err)
 	}
 	if len(files) > 0 {
 		st.path = files[len(files)-1]
-		st.index, _ = omni.TraceIndexOf(st.path, id)
+		st.index, _ = trace.IndexOf(st.path, id)
 	} else {
 		created, ok := omni.SessionCreated(id)
 		if !ok {
 			created = first
 		}
 		st.index = 1
-		st.path = omni.TraceFile(s.home, created, id, 1)
+		st.path = trace.File(s.home, created, id, 1)
 	}
 	st.dir = filepath.Dir(st.path)
 	if err := s.openSized(st); err != nil {
@@ -353,7 +354,7 @@ func (s *Store) load(id string, first time.Time) (*session, error) {
 
 // resume reopens a Session at its recorded position, undoing whatever a
 // crashed tracer wrote after it.
-func (s *Store) resume(id string, pos omni.TracePos) (*session, error) {
+func (s *Store) resume(id string, pos trace.Pos) (*session, error) {
 	st := &session{id: id, path: pos.File, dir: filepath.Dir(pos.File), index: pos.Index, seq: pos.Seq}
 	if err := s.openSized(st); err != nil {
 		return nil, err
@@ -397,7 +398,7 @@ func (s *Store) resume(id string, pos omni.TracePos) (*session, error) {
 // removed file is created again.
 func (s *Store) check(st *session) error {
 	if st.posf != nil {
-		if fi, err := st.posf.Stat(); err != nil || removed(omni.TracePosPath(s.home, st.id), fi) {
+		if fi, err := st.posf.Stat(); err != nil || removed(trace.PosPath(s.home, st.id), fi) {
 			st.closePos() // reopened (created) by the next writePos
 		}
 	}
@@ -488,5 +489,5 @@ func (s *Store) checkTail(st *session) error {
 // traceName is the base name of a Session's Trace file number index, as
 // omni.TraceFile builds it.
 func traceName(id string, index int) string {
-	return filepath.Base(omni.TraceFile("", time.Time{}, id, index))
+	return filepath.Base(trace.File("", time.Time{}, id, index))
 }

@@ -12,7 +12,7 @@ import (
 
 	"github.com/rs/zerolog"
 
-	"floe.dev/pkg/omni"
+	"floe.dev/pkg/trace"
 	"floe.dev/services/tracer/internal/tracefile"
 )
 
@@ -62,7 +62,7 @@ func flush(t *testing.T, s *tracefile.Store) {
 
 func readAll(t *testing.T, home, id string) string {
 	t.Helper()
-	files, err := omni.TraceFiles(home, id)
+	files, err := trace.Files(home, id)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -91,8 +91,8 @@ func TestResumeTruncatesUnrecordedAppendsAndSkipsRecordedOnes(t *testing.T) {
 	if got, want := readAll(t, home, sid), lines(1, 2, 3, 5, 7, 8); got != want {
 		t.Errorf("trace = %q, want %q", got, want)
 	}
-	p, ok, err := omni.ReadTracePos(home, sid)
-	want := omni.TracePos{Seq: 8, File: omni.TraceFile(home, time.Date(2026, 11, 29, 0, 0, 0, 0, time.UTC), sid, 1), Size: int64(len(lines(1, 2, 3, 5, 7, 8))), Index: 1}
+	p, ok, err := trace.ReadPos(home, sid)
+	want := trace.Pos{Seq: 8, File: trace.File(home, time.Date(2026, 11, 29, 0, 0, 0, 0, time.UTC), sid, 1), Size: int64(len(lines(1, 2, 3, 5, 7, 8))), Index: 1}
 	if !ok || err != nil || p != want {
 		t.Errorf("ReadTracePos = %+v, %v, %v; want %+v", p, ok, err, want)
 	}
@@ -103,7 +103,7 @@ func TestFirstAppendIsPrecededByAPosition(t *testing.T) {
 	s := open(t, home, 0)
 	appendAll(t, s, sid, true, rec(4, true))
 	// Killed before Flush: the position recorded at load still bounds it.
-	p, ok, err := omni.ReadTracePos(home, sid)
+	p, ok, err := trace.ReadPos(home, sid)
 	if !ok || err != nil || p.Seq != 0 || p.Size != 0 {
 		t.Fatalf("position before the first flush = %+v, %v, %v; want seq 0 size 0", p, ok, err)
 	}
@@ -120,7 +120,7 @@ func TestSessionMetaRotatesOnlyAFileWithRecords(t *testing.T) {
 	s := open(t, home, 0)
 	appendAll(t, s, sid, true, rec(1, true), rec(2, false), rec(3, true), rec(4, false), rec(5, true))
 	flush(t, s)
-	files, _ := omni.TraceFiles(home, sid)
+	files, _ := trace.Files(home, sid)
 	if len(files) != 3 {
 		t.Fatalf("files = %v, want 3", files)
 	}
@@ -134,7 +134,7 @@ func TestSessionMetaRotatesOnlyAFileWithRecords(t *testing.T) {
 	s.Reset()
 	appendAll(t, s, sid, true, rec(6, false))
 	flush(t, s)
-	if files, _ := omni.TraceFiles(home, sid); len(files) != 3 {
+	if files, _ := trace.Files(home, sid); len(files) != 3 {
 		t.Errorf("files after resume = %v, want the unrecorded _004 and _005 removed", files)
 	}
 	if got, want := readAll(t, home, sid), lines(1, 2, 3, 4, 5, 6); got != want {
@@ -201,7 +201,7 @@ func TestFileShorterThanItsPositionContinuesAtItsEnd(t *testing.T) {
 	flush(t, s)
 	s.Reset()
 	// A power loss kept only part of the file.
-	p, _, _ := omni.ReadTracePos(home, sid)
+	p, _, _ := trace.ReadPos(home, sid)
 	if err := os.Truncate(p.File, int64(len(lines(1))+3)); err != nil {
 		t.Fatal(err)
 	}
@@ -229,11 +229,11 @@ func TestRemovedFileIsCreatedAgain(t *testing.T) {
 
 func TestTracePosIsStoredRelativeToHome(t *testing.T) {
 	home := t.TempDir()
-	file := omni.TraceFile(home, time.Date(2026, 11, 29, 0, 0, 0, 0, time.UTC), sid, 3)
-	if err := omni.WriteTracePos(home, sid, omni.TracePos{Seq: 42, File: file, Size: 7, Index: 3}); err != nil {
+	file := trace.File(home, time.Date(2026, 11, 29, 0, 0, 0, 0, time.UTC), sid, 3)
+	if err := trace.WritePos(home, sid, trace.Pos{Seq: 42, File: file, Size: 7, Index: 3}); err != nil {
 		t.Fatal(err)
 	}
-	raw, err := os.ReadFile(omni.TracePosPath(home, sid))
+	raw, err := os.ReadFile(trace.PosPath(home, sid))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -246,8 +246,8 @@ func TestTracePosIsStoredRelativeToHome(t *testing.T) {
 	if err := os.Rename(home, moved); err != nil {
 		t.Fatal(err)
 	}
-	p, ok, err := omni.ReadTracePos(moved, sid)
-	want := omni.TracePos{Seq: 42, File: strings.Replace(file, home, moved, 1), Size: 7, Index: 3}
+	p, ok, err := trace.ReadPos(moved, sid)
+	want := trace.Pos{Seq: 42, File: strings.Replace(file, home, moved, 1), Size: 7, Index: 3}
 	if !ok || err != nil || p != want {
 		t.Errorf("ReadTracePos = %+v, %v, %v; want %+v", p, ok, err, want)
 	}
@@ -260,49 +260,49 @@ func TestReadTracePos(t *testing.T) {
 		if err := os.MkdirAll(filepath.Join(home, "tracer"), 0o755); err != nil {
 			t.Fatal(err)
 		}
-		if err := os.WriteFile(omni.TracePosPath(home, sid), []byte(s), 0o644); err != nil {
+		if err := os.WriteFile(trace.PosPath(home, sid), []byte(s), 0o644); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if _, ok, err := omni.ReadTracePos(home, sid); ok || err != nil {
+	if _, ok, err := trace.ReadPos(home, sid); ok || err != nil {
 		t.Errorf("missing position: ok %v, err %v; want false, nil", ok, err)
 	}
 	write("") // created, not yet written
-	if _, ok, err := omni.ReadTracePos(home, sid); ok || err != nil {
+	if _, ok, err := trace.ReadPos(home, sid); ok || err != nil {
 		t.Errorf("empty position: ok %v, err %v; want false, nil", ok, err)
 	}
 	// A read that caught a write half-way: the new record's head, the old
 	// one's tail.
-	if err := omni.WriteTracePos(home, sid, omni.TracePos{Seq: 1000, File: "traces/x/" + sid + "_001.jsonl", Size: 123456, Index: 1}); err != nil {
+	if err := trace.WritePos(home, sid, trace.Pos{Seq: 1000, File: "traces/x/" + sid + "_001.jsonl", Size: 123456, Index: 1}); err != nil {
 		t.Fatal(err)
 	}
-	newer, _ := os.ReadFile(omni.TracePosPath(home, sid))
-	if err := omni.WriteTracePos(home, sid, omni.TracePos{Seq: 999, File: "traces/x/" + sid + "_001.jsonl", Size: 123321, Index: 1}); err != nil {
+	newer, _ := os.ReadFile(trace.PosPath(home, sid))
+	if err := trace.WritePos(home, sid, trace.Pos{Seq: 999, File: "traces/x/" + sid + "_001.jsonl", Size: 123321, Index: 1}); err != nil {
 		t.Fatal(err)
 	}
-	older, _ := os.ReadFile(omni.TracePosPath(home, sid))
+	older, _ := os.ReadFile(trace.PosPath(home, sid))
 	write(string(newer[:20]) + string(older[20:]))
-	if _, _, err := omni.ReadTracePos(home, sid); !errors.Is(err, omni.ErrBadTracePos) {
+	if _, _, err := trace.ReadPos(home, sid); !errors.Is(err, trace.ErrBadPos) {
 		t.Errorf("torn position: err %v, want ErrBadTracePos", err)
 	}
 	// Hand-written, without a checksum: accepted.
 	write(`{"seq":5,"file":"traces/x/` + sid + `_002.jsonl","size":9,"index":2}`)
-	if p, ok, err := omni.ReadTracePos(home, sid); !ok || err != nil || p.Seq != 5 || p.Index != 2 {
+	if p, ok, err := trace.ReadPos(home, sid); !ok || err != nil || p.Seq != 5 || p.Index != 2 {
 		t.Errorf("hand-written position = %+v, %v, %v", p, ok, err)
 	}
 	for _, bad := range []string{"{", `{"seq":1,"file":"traces/x/other_001.jsonl","size":1,"index":1}`,
 		`{"seq":1,"file":"traces/x/` + sid + `_001.jsonl","size":-1,"index":1}`,
 		`{"seq":1,"file":"traces/x/` + sid + `_001.jsonl","size":1,"index":2}`} {
 		write(bad)
-		if _, _, err := omni.ReadTracePos(home, sid); !errors.Is(err, omni.ErrBadTracePos) {
+		if _, _, err := trace.ReadPos(home, sid); !errors.Is(err, trace.ErrBadPos) {
 			t.Errorf("ReadTracePos(%q) = %v, want ErrBadTracePos", bad, err)
 		}
 	}
 	for _, id := range []string{"a/b", `a\b`, "", "a.b"} {
-		if _, _, err := omni.ReadTracePos(home, id); err == nil {
+		if _, _, err := trace.ReadPos(home, id); err == nil {
 			t.Errorf("ReadTracePos(%q) = nil error, want a refusal", id)
 		}
-		if err := omni.WriteTracePos(home, id, omni.TracePos{}); err == nil {
+		if err := trace.WritePos(home, id, trace.Pos{}); err == nil {
 			t.Errorf("WriteTracePos(%q) = nil error, want a refusal", id)
 		}
 	}
@@ -325,17 +325,17 @@ func TestTraceFilesAreInIndexOrder(t *testing.T) {
 	touch("2026-11-29/" + sid + "_003.jsonl.tmp")
 	touch("2026-11-29/session-2026-11-29-20-10-22-00000002_001.jsonl")
 	touch("2026-11-30/" + sid + "_004.jsonl") // not its creation date
-	got, err := omni.TraceFiles(home, sid)
+	got, err := trace.Files(home, sid)
 	if err != nil || strings.Join(got, ",") != strings.Join(want, ",") {
 		t.Errorf("TraceFiles = %v, %v; want %v", got, err, want)
 	}
 
 	// An id without a date is looked up in every date directory.
 	odd := []string{touch("2025-01-01/odd_001.jsonl"), touch("2025-01-02/odd_002.jsonl")}
-	if got, err := omni.TraceFiles(home, "odd"); err != nil || strings.Join(got, ",") != strings.Join(odd, ",") {
+	if got, err := trace.Files(home, "odd"); err != nil || strings.Join(got, ",") != strings.Join(odd, ",") {
 		t.Errorf("TraceFiles(odd) = %v, %v; want %v", got, err, odd)
 	}
-	if got, err := omni.TraceFiles(t.TempDir(), sid); err != nil || len(got) != 0 {
+	if got, err := trace.Files(t.TempDir(), sid); err != nil || len(got) != 0 {
 		t.Errorf("TraceFiles of an empty home = %v, %v; want none", got, err)
 	}
 }
@@ -378,7 +378,7 @@ func TestNewEpochClearsRecordedSequences(t *testing.T) {
 	if changed, err := s.SetEpoch("two"); !changed || err != nil {
 		t.Fatalf("new SetEpoch = %v, %v; want true, nil", changed, err)
 	}
-	if p, _, _ := omni.ReadTracePos(home, sid); p.Seq != 0 || p.Size != int64(len(lines(10, 11))) {
+	if p, _, _ := trace.ReadPos(home, sid); p.Seq != 0 || p.Size != int64(len(lines(10, 11))) {
 		t.Fatalf("position after a new epoch = %+v, want seq 0 and the size kept", p)
 	}
 	appendAll(t, s, sid, true, rec(1, false))

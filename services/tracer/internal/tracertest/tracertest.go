@@ -17,6 +17,7 @@ import (
 
 	"floe.dev/pkg/bus"
 	"floe.dev/pkg/omni"
+	"floe.dev/pkg/trace"
 )
 
 // Item is one message to publish: a subject and its body.
@@ -187,7 +188,7 @@ func Expected(t testing.TB, js jetstream.JetStream, sid string) (trace []byte, l
 // Trace concatenates a Session's Trace files in index order.
 func Trace(t testing.TB, home, sid string) []byte {
 	t.Helper()
-	files, err := omni.TraceFiles(home, sid)
+	files, err := trace.Files(home, sid)
 	if err != nil {
 		t.Fatalf("TraceFiles: %v", err)
 	}
@@ -203,9 +204,9 @@ func Trace(t testing.TB, home, sid string) []byte {
 }
 
 // Pos reads a Session's position; the zero TracePos when it has none.
-func Pos(t testing.TB, home, sid string) omni.TracePos {
+func Pos(t testing.TB, home, sid string) trace.Pos {
 	t.Helper()
-	p, _, err := omni.ReadTracePos(home, sid)
+	p, _, err := trace.ReadPos(home, sid)
 	if err != nil {
 		t.Fatalf("ReadTracePos: %v", err)
 	}

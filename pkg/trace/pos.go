@@ -1,4 +1,4 @@
-package omni
+package trace
 
 import (
 	"bytes"
@@ -11,9 +11,11 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+
+	"floe.dev/pkg/omni"
 )
 
-// TracePos is how far a Session's Trace is written: the tracer appends
+// Pos is how far a Session's Trace is written: the tracer appends
 // records to File, then rewrites the position, then acknowledges the
 // records on the bus. So File always holds at least Size bytes, the first
 // Size bytes hold every record of the Session up to stream sequence Seq
@@ -26,74 +28,74 @@ import (
 //
 // Seq is 0 until the tracer has written a record of the Session (it records
 // its starting point before the first append).
-type TracePos struct {
+type Pos struct {
 	Seq   uint64 `json:"seq"`
 	File  string `json:"file"`
 	Size  int64  `json:"size"`
 	Index int    `json:"index"`
 }
 
-// ErrBadTracePos is wrapped by ReadTracePos when the position file exists
-// but does not hold a valid TracePos (a position written by something else,
+// ErrBadPos is wrapped by ReadPos when the position file exists
+// but does not hold a valid Pos (a position written by something else,
 // or damaged by a power loss).
-var ErrBadTracePos = errors.New("omni: malformed trace position")
+var ErrBadPos = errors.New("trace: malformed trace position")
 
-// TracePosPath returns $home/tracer/<sid>.pos, the Session's position file.
-func TracePosPath(home, sessionID string) string {
+// PosPath returns $home/tracer/<sid>.pos, the Session's position file.
+func PosPath(home, sessionID string) string {
 	return filepath.Join(home, "tracer", sessionID+".pos")
 }
 
 // traceName checks that a Session id can name Trace and position files: a
 // valid subject token (ValidSessionID) that also holds no path separator.
 func traceName(sessionID string) error {
-	if !ValidSessionID(sessionID) || strings.ContainsAny(sessionID, `/\`) {
-		return fmt.Errorf("omni: session id %q cannot name a trace file", sessionID)
+	if !omni.ValidSessionID(sessionID) || strings.ContainsAny(sessionID, `/\`) {
+		return fmt.Errorf("trace: session id %q cannot name a trace file", sessionID)
 	}
 	return nil
 }
 
-// tracePosSize is the fixed size of a position file: one line of JSON
+// posSize is the fixed size of a position file: one line of JSON
 // padded with spaces, rewritten in place with a single pwrite(2) at offset
 // 0. A write that fits in one page is never cut short by a signal, so a
 // killed writer leaves the old record or the new one. Write-temp-and-rename
 // would be atomic too, but on ext4 a rename over a file (or a truncation to
 // zero) forces writeback of the data and costs milliseconds instead of
 // microseconds.
-const tracePosSize = 512
+const posSize = 512
 
-// tracePosRecord is the stored form: TracePos with File relative to home
-// and a CRC-32 (IEEE, hex) of the JSON encoding of the TracePos part, which
+// posRecord is the stored form: Pos with File relative to home
+// and a CRC-32 (IEEE, hex) of the JSON encoding of the Pos part, which
 // catches a read racing a write (or a sector torn by a power loss).
-type tracePosRecord struct {
-	TracePos
+type posRecord struct {
+	Pos
 	CRC string `json:"crc,omitempty"`
 }
 
-func tracePosCRC(p TracePos) string {
+func posCRC(p Pos) string {
 	b, _ := json.Marshal(p) // plain fields: cannot fail
 	return fmt.Sprintf("%08x", crc32.ChecksumIEEE(b))
 }
 
-// ReadTracePos reads a Session's position. ok is false, with a nil error,
+// ReadPos reads a Session's position. ok is false, with a nil error,
 // when the Session has none (never traced, deleted, or its position is
 // being created). File comes back as a path under home (it is stored
 // relative to home, so a FLOE_HOME mounted at another path in another
 // container still resolves). A position that does not decode or fails its
 // checksum three reads in a row (a read racing a write is retried) gives an
-// error wrapping ErrBadTracePos.
-func ReadTracePos(home, sessionID string) (p TracePos, ok bool, err error) {
+// error wrapping ErrBadPos.
+func ReadPos(home, sessionID string) (p Pos, ok bool, err error) {
 	if err := traceName(sessionID); err != nil {
-		return TracePos{}, false, err
+		return Pos{}, false, err
 	}
 	for attempt := 1; ; attempt++ {
-		b, err := os.ReadFile(TracePosPath(home, sessionID))
+		b, err := os.ReadFile(PosPath(home, sessionID))
 		if errors.Is(err, fs.ErrNotExist) || (err == nil && len(b) == 0) {
-			return TracePos{}, false, nil
+			return Pos{}, false, nil
 		}
 		if err != nil {
-			return TracePos{}, false, fmt.Errorf("omni: read trace position of %s: %w", sessionID, err)
+			return Pos{}, false, fmt.Errorf("trace: read trace position of %s: %w", sessionID, err)
 		}
-		p, err = parseTracePos(b, sessionID)
+		p, err = parsePos(b, sessionID)
 		if err == nil {
 			if f := filepath.FromSlash(p.File); !filepath.IsAbs(f) {
 				p.File = filepath.Join(home, f)
@@ -103,51 +105,51 @@ func ReadTracePos(home, sessionID string) (p TracePos, ok bool, err error) {
 			return p, true, nil
 		}
 		if attempt == 3 {
-			return TracePos{}, false, err
+			return Pos{}, false, err
 		}
 	}
 }
 
-func parseTracePos(b []byte, sessionID string) (TracePos, error) {
+func parsePos(b []byte, sessionID string) (Pos, error) {
 	if i := bytes.IndexByte(b, '\n'); i >= 0 {
 		b = b[:i]
 	}
-	var r tracePosRecord
+	var r posRecord
 	if err := json.Unmarshal(b, &r); err != nil {
-		return TracePos{}, fmt.Errorf("%w of %s: %v", ErrBadTracePos, sessionID, err)
+		return Pos{}, fmt.Errorf("%w of %s: %v", ErrBadPos, sessionID, err)
 	}
-	p := r.TracePos
-	if r.CRC != "" && r.CRC != tracePosCRC(p) {
-		return TracePos{}, fmt.Errorf("%w of %s: checksum mismatch", ErrBadTracePos, sessionID)
+	p := r.Pos
+	if r.CRC != "" && r.CRC != posCRC(p) {
+		return Pos{}, fmt.Errorf("%w of %s: checksum mismatch", ErrBadPos, sessionID)
 	}
-	idx, named := TraceIndexOf(p.File, sessionID)
+	idx, named := IndexOf(p.File, sessionID)
 	if !named || p.Size < 0 || (p.Index != 0 && p.Index != idx) {
-		return TracePos{}, fmt.Errorf("%w of %s: file %q, size %d, index %d", ErrBadTracePos, sessionID, p.File, p.Size, p.Index)
+		return Pos{}, fmt.Errorf("%w of %s: file %q, size %d, index %d", ErrBadPos, sessionID, p.File, p.Size, p.Index)
 	}
 	p.Index = idx
 	return p, nil
 }
 
-// WriteTracePos replaces a Session's position atomically: the file is one
-// fixed-size record (EncodeTracePos) rewritten in place by a single pwrite,
+// WritePos replaces a Session's position atomically: the file is one
+// fixed-size record (EncodePos) rewritten in place by a single pwrite,
 // so a reader, or a tracer resuming after a crash, sees the old position or
 // the new one (a concurrent read that catches a write half-way fails the
-// checksum and ReadTracePos reads again). It creates $home/tracer when
+// checksum and ReadPos reads again). It creates $home/tracer when
 // missing. Nothing is fsynced: after a power loss the position may be older
 // than the Trace or, on some file systems, newer (the tracer checks the
 // file's size against it when it resumes).
 //
 // Only one writer per Session may write its position at a time (the tracer
 // holds a lock on home for that).
-func WriteTracePos(home, sessionID string, p TracePos) error {
+func WritePos(home, sessionID string, p Pos) error {
 	if err := traceName(sessionID); err != nil {
 		return err
 	}
-	rec, err := EncodeTracePos(home, p)
+	rec, err := EncodePos(home, p)
 	if err != nil {
-		return fmt.Errorf("omni: trace position of %s: %w", sessionID, err)
+		return fmt.Errorf("trace: trace position of %s: %w", sessionID, err)
 	}
-	path := TracePosPath(home, sessionID)
+	path := PosPath(home, sessionID)
 	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE, 0o644)
 	if errors.Is(err, fs.ErrNotExist) {
 		if err = os.MkdirAll(filepath.Dir(path), 0o755); err == nil {
@@ -155,25 +157,25 @@ func WriteTracePos(home, sessionID string, p TracePos) error {
 		}
 	}
 	if err != nil {
-		return fmt.Errorf("omni: write trace position of %s: %w", sessionID, err)
+		return fmt.Errorf("trace: write trace position of %s: %w", sessionID, err)
 	}
 	_, err = f.WriteAt(rec, 0)
 	if cerr := f.Close(); err == nil {
 		err = cerr
 	}
 	if err != nil {
-		return fmt.Errorf("omni: write trace position of %s: %w", sessionID, err)
+		return fmt.Errorf("trace: write trace position of %s: %w", sessionID, err)
 	}
 	return nil
 }
 
-// EncodeTracePos returns the fixed-size record WriteTracePos writes at
-// offset 0 of TracePosPath: for a writer that keeps the file open and
-// rewrites it with one WriteAt. File is a path as TraceFile builds it (home
+// EncodePos returns the fixed-size record WritePos writes at
+// offset 0 of PosPath: for a writer that keeps the file open and
+// rewrites it with one WriteAt. File is a path as File builds it (home
 // joined with the rest); it is stored relative to home when it lies under
 // it, else as an absolute path. It fails only when the path is too long for
 // the record.
-func EncodeTracePos(home string, p TracePos) ([]byte, error) {
+func EncodePos(home string, p Pos) ([]byte, error) {
 	if rel, err := filepath.Rel(home, p.File); err == nil && rel != ".." && !strings.HasPrefix(rel, ".."+string(filepath.Separator)) {
 		p.File = rel
 	} else if abs, err := filepath.Abs(p.File); err == nil {
@@ -187,35 +189,35 @@ func EncodeTracePos(home string, p TracePos) ([]byte, error) {
 	// The stored record is the checksummed encoding with a crc field added.
 	sum := crc32.ChecksumIEEE(b)
 	b = fmt.Appendf(b[:len(b)-1], `,"crc":"%08x"}`, sum)
-	if len(b) >= tracePosSize {
+	if len(b) >= posSize {
 		return nil, fmt.Errorf("file path %q too long for a position", p.File)
 	}
-	rec := make([]byte, tracePosSize)
+	rec := make([]byte, posSize)
 	copy(rec, b)
-	for i := len(b); i < tracePosSize-1; i++ {
+	for i := len(b); i < posSize-1; i++ {
 		rec[i] = ' '
 	}
-	rec[tracePosSize-1] = '\n'
+	rec[posSize-1] = '\n'
 	return rec, nil
 }
 
-// TraceFiles returns every Trace file of a Session in index order, as paths
+// Files returns every Trace file of a Session in index order, as paths
 // under home; none (and no error) when the Session has no Trace. A Session
 // whose id encodes its creation (SessionCreated) is looked up in that UTC
 // date's directory only; any other id in every date directory. It lists
-// what is on disk: files past the Session's TracePos may be unrecorded
+// what is on disk: files past the Session's Pos may be unrecorded
 // writes of a crashed tracer.
-func TraceFiles(home, sessionID string) ([]string, error) {
+func Files(home, sessionID string) ([]string, error) {
 	if err := traceName(sessionID); err != nil {
 		return nil, err
 	}
 	var dirs []string
-	if created, ok := SessionCreated(sessionID); ok {
-		dirs = []string{TraceDir(home, created)}
+	if created, ok := omni.SessionCreated(sessionID); ok {
+		dirs = []string{Dir(home, created)}
 	} else {
 		entries, err := os.ReadDir(filepath.Join(home, "traces"))
 		if err != nil && !errors.Is(err, fs.ErrNotExist) {
-			return nil, fmt.Errorf("omni: list traces of %s: %w", sessionID, err)
+			return nil, fmt.Errorf("trace: list traces of %s: %w", sessionID, err)
 		}
 		for _, e := range entries {
 			if e.IsDir() {
@@ -231,10 +233,10 @@ func TraceFiles(home, sessionID string) ([]string, error) {
 	for _, dir := range dirs {
 		names, err := readDirNames(dir)
 		if err != nil {
-			return nil, fmt.Errorf("omni: list traces of %s: %w", sessionID, err)
+			return nil, fmt.Errorf("trace: list traces of %s: %w", sessionID, err)
 		}
 		for _, name := range names {
-			if idx, ok := TraceIndexOf(name, sessionID); ok {
+			if idx, ok := IndexOf(name, sessionID); ok {
 				files = append(files, file{idx, filepath.Join(dir, name)})
 			}
 		}

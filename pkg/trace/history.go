@@ -1,0 +1,230 @@
+package trace
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"floe.dev/pkg/bus"
+	"floe.dev/pkg/omni"
+)
+
+// Record is one record of a Session's history, as its original bytes and
+// decoded.
+type Record struct {
+	Seq  uint64 // stream sequence; 0 for a record read from a Trace file
+	Data []byte // single-line JSON, exactly as stored
+	Msg  omni.Message
+}
+
+// Options tune Load.
+type Options struct {
+	// LastFiles reads only the last LastFiles Trace files up to the
+	// position (0: all of them). Resume reads 2: they always hold the last
+	// completed compaction and everything after it.
+	LastFiles int
+	// Classes are further subject classes read from the stream besides the
+	// Trace classes (partial, nested, server for a live view). Messages of
+	// these classes never become Records; OnStream sees them.
+	Classes []string
+	// From, when nonzero and lower than where the Trace ends, starts the
+	// stream read there (a running Task's first message), so OnStream sees
+	// the messages a live view needs; Trace-class messages the Trace
+	// already holds are passed to OnStream but not made Records again.
+	From uint64
+	// OnStream, when set, is called for every stream message read, in
+	// stream order, with whether it became a Record. An error ends Load.
+	OnStream func(m bus.StreamMsg, record bool) error
+}
+
+// History is a Session's history as Load read it.
+type History struct {
+	Records []Record
+	// Pos is the tracer's position the Trace was read up to (HavePos).
+	Pos     Pos
+	HavePos bool
+	// StreamFrom is the first stream sequence whose Trace-class messages
+	// became Records (everything before it came from Trace files).
+	StreamFrom uint64
+	// LastSeq is the sequence of the last stream message read, or the
+	// position's when the stream had nothing after it.
+	LastSeq uint64
+	// Skipped counts malformed Trace lines skipped (a torn tail, a garbage
+	// line), Bad stream bodies that did not decode.
+	Skipped, Bad int
+	// FromStream is true when the Trace was damaged (Skipped > 0) or had no
+	// position, and the stream, which still held the Session from its
+	// session_meta, was used instead of the files.
+	FromStream bool
+}
+
+// Messages returns the decoded records.
+func (h *History) Messages() []omni.Message {
+	out := make([]omni.Message, len(h.Records))
+	for i := range h.Records {
+		out[i] = h.Records[i].Msg
+	}
+	return out
+}
+
+// Load reads a Session's history: its Trace files up to the tracer's
+// position (Pos: whole files below the position's index, that file up to
+// its recorded size; bytes and files past it are a crashed tracer's
+// unrecorded writes and ignored), then the Session's messages in
+// FLOE_SESSIONS after the position's sequence, so a lagging tracer hides
+// nothing and nothing appears twice.
+//
+// When the Trace is damaged (malformed lines skipped) or has no readable
+// position, and the stream still holds the Session from its session_meta,
+// the stream alone is the history. Trace files without a position that the
+// stream cannot replace (an imported Trace) are the whole history up to
+// the stream's end. A Session with no Trace is read from the stream alone.
+// home may be empty (no Trace at all).
+func Load(ctx context.Context, js jetstream.JetStream, home, sessionID string, opt Options) (*History, error) {
+	h := &History{}
+	var files []string
+	if home != "" {
+		pos, ok, err := ReadPos(home, sessionID)
+		if err != nil && !errors.Is(err, ErrBadPos) {
+			return nil, err
+		}
+		h.Pos, h.HavePos = pos, ok && err == nil
+		if files, err = Files(home, sessionID); err != nil {
+			return nil, err
+		}
+	}
+	if len(files) == 0 {
+		return h, h.stream(ctx, js, sessionID, 1, opt)
+	}
+	if h.HavePos {
+		var usable []string
+		for _, f := range files {
+			if idx, _ := IndexOf(f, sessionID); idx > h.Pos.Index {
+				break
+			}
+			usable = append(usable, f)
+		}
+		files = usable
+	}
+	if opt.LastFiles > 0 && len(files) > opt.LastFiles {
+		files = files[len(files)-opt.LastFiles:]
+	}
+	for _, f := range files {
+		limit := int64(-1)
+		if h.HavePos {
+			if idx, _ := IndexOf(f, sessionID); idx == h.Pos.Index {
+				limit = h.Pos.Size
+			}
+		}
+		skipped, err := readFile(f, limit, &h.Records)
+		if err != nil {
+			return nil, err
+		}
+		h.Skipped += skipped
+	}
+	if h.Skipped > 0 || !h.HavePos {
+		// A damaged Trace, or one without a position: prefer the stream
+		// when it still holds the Session from its head.
+		whole := &History{}
+		if err := whole.stream(ctx, js, sessionID, 1, opt); err == nil && len(whole.Records) > 0 && whole.Records[0].Msg.Type == omni.KindSessionMeta {
+			whole.Pos, whole.HavePos, whole.Skipped, whole.FromStream = h.Pos, h.HavePos, h.Skipped, true
+			return whole, nil
+		}
+	}
+	if !h.HavePos {
+		// Trace files that are the whole history (imported): nothing of
+		// the stream joins them.
+		last, err := bus.LastSeq(ctx, js)
+		if err != nil {
+			return nil, err
+		}
+		return h, h.stream(ctx, js, sessionID, last+1, opt)
+	}
+	h.LastSeq = h.Pos.Seq
+	return h, h.stream(ctx, js, sessionID, h.Pos.Seq+1, opt)
+}
+
+// stream appends the Session's Trace-class messages from sequence from
+// (and hands opt.OnStream what it asks for).
+func (h *History) stream(ctx context.Context, js jetstream.JetStream, sessionID string, from uint64, opt Options) error {
+	h.StreamFrom = from
+	start := from
+	if opt.From > 0 && opt.From < start {
+		start = opt.From
+	}
+	classes := omni.TraceClasses
+	if len(opt.Classes) > 0 {
+		classes = append(append([]string(nil), omni.TraceClasses...), opt.Classes...)
+	}
+	err := bus.Follow(ctx, js, sessionID, classes, start, true, func(sm bus.StreamMsg) error {
+		h.LastSeq = max(h.LastSeq, sm.Seq)
+		record := false
+		if sm.Seq >= from && isTraceClass(sm.Class) {
+			if m, err := omni.Decode(sm.Data); err != nil {
+				h.Bad++
+			} else {
+				h.Records = append(h.Records, Record{Seq: sm.Seq, Data: sm.Data, Msg: m})
+				record = true
+			}
+		}
+		if opt.OnStream != nil {
+			return opt.OnStream(sm, record)
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("trace: history of %s from seq %d: %w", sessionID, start, err)
+	}
+	return nil
+}
+
+func isTraceClass(class string) bool {
+	for _, c := range omni.TraceClasses {
+		if c == class {
+			return true
+		}
+	}
+	return false
+}
+
+// LoadHistory is Load for resuming a Session: the last two Trace files
+// and the stream after them, as decoded messages, with the sequence of the
+// last message read and the count of malformed lines and bodies skipped.
+func LoadHistory(ctx context.Context, js jetstream.JetStream, home, sessionID string) (msgs []omni.Message, lastSeq uint64, bad int, err error) {
+	h, err := Load(ctx, js, home, sessionID, Options{LastFiles: 2})
+	if err != nil {
+		return nil, 0, 0, err
+	}
+	return h.Messages(), h.LastSeq, h.Skipped + h.Bad, nil
+}
+
+// readFile appends the valid records of one Trace file (its first limit
+// bytes when limit >= 0), skipping malformed lines as Read does; it returns
+// how many it skipped. A file removed meanwhile (a deleted Session) reads
+// as empty.
+func readFile(path string, limit int64, out *[]Record) (int, error) {
+	f, err := os.Open(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, fmt.Errorf("trace: open %s: %w", path, err)
+	}
+	defer f.Close()
+	var r io.Reader = f
+	if limit >= 0 {
+		r = io.LimitReader(f, limit)
+	}
+	skipped, err := readLines(r, func(line []byte, m omni.Message) {
+		*out = append(*out, Record{Data: bytes.Clone(line), Msg: m})
+	})
+	if err != nil {
+		return 0, fmt.Errorf("trace: read %s: %w", path, err)
+	}
+	return len(skipped), nil
+}
