@@ -487,7 +487,7 @@ func (s *Store) checkTail(st *session) error {
 }
 
 // traceName is the base name of a Session's Trace file number index, as
-// omni.TraceFile builds it.
+// trace.File builds it.
 func traceName(id string, index int) string {
 	return filepath.Base(trace.File("", time.Time{}, id, index))
 }
