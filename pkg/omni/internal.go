@@ -45,6 +45,26 @@ func CancelSubject(sessionID string) string { return "floe.cancel." + sessionID 
 // the Session's running Task.
 func ControlSubject(sessionID, verb string) string { return "floe.ctl." + sessionID + "." + verb }
 
+// TraceDeleteSubject returns floe.tracer.delete.<sid>: the gateway asks the
+// tracer (the only writer and deleter of Trace files) to delete the
+// Session's Trace files and position (request TraceDelete, reply
+// TraceDeleteReply).
+func TraceDeleteSubject(sessionID string) string { return "floe.tracer.delete." + sessionID }
+
+// TraceDelete asks the tracer to delete a Session's Trace. The Session's
+// messages are already purged from FLOE_SESSIONS: PurgedThrough is the
+// stream's last sequence after the purge, and records of the Session at or
+// below it that the tracer still receives are dropped, never written again.
+type TraceDelete struct {
+	PurgedThrough uint64 `msgpack:"purged_through"`
+}
+
+// TraceDeleteReply answers TraceDelete: the Trace files removed, or an error.
+type TraceDeleteReply struct {
+	Files int    `msgpack:"files"`
+	Error string `msgpack:"error,omitempty"`
+}
+
 // Control verbs.
 const (
 	CtlApprove  = "approve"

@@ -14,11 +14,14 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/rs/zerolog"
 
+	"floe.dev/pkg/bus/bustest"
 	"floe.dev/pkg/omni"
 	"floe.dev/pkg/trace"
 	"floe.dev/services/gateway"
 	"floe.dev/services/gateway/client"
+	"floe.dev/services/tracer"
 )
 
 // raw sends a request and returns the status and decoded error code.
@@ -182,9 +185,26 @@ func TestSessionLifecycle(t *testing.T) {
 		t.Fatal("no messages on the bus before delete")
 	}
 	other := len(busStream(t, env, s2.ID))
-	if err := g.Alice.DeleteSession(ctx, s.ID); err != nil {
-		t.Fatalf("delete: %v", err)
+	// Only the tracer deletes Trace files: with none running, the DELETE
+	// fails (503) and leaves the Trace; the record stays marked deleted.
+	if err := g.Alice.DeleteSession(ctx, s.ID); !client.IsCode(err, omni.CodeUnavailable) {
+		t.Fatalf("delete without a tracer: %v, want 503 unavailable", err)
 	}
+	if _, err := os.Stat(tracePath); err != nil {
+		t.Fatalf("trace file removed without the tracer: %v", err)
+	}
+	if rec, _, err := env.Sessions.Get(ctx, s.ID); err != nil || !rec.Deleted {
+		t.Fatalf("record after a failed delete = %+v, %v; want it marked deleted", rec, err)
+	}
+	tctx, stopTracer := context.WithCancel(context.Background())
+	tracerDone := make(chan error, 1)
+	tcfg := tracer.Defaults()
+	tcfg.Home = g.Home
+	go func() { tracerDone <- tracer.Run(tctx, env.Conn, tcfg, zerolog.Nop()) }()
+	defer func() { stopTracer(); <-tracerDone }()
+	bustest.Eventually(t, 10*time.Second, "the tracer to answer a delete", func() bool {
+		return g.Alice.DeleteSession(ctx, s.ID) == nil
+	})
 	if _, err := g.Alice.GetSession(ctx, s.ID); !client.IsCode(err, omni.CodeNotFound) {
 		t.Fatalf("get after delete: %v, want 404", err)
 	}

@@ -35,3 +35,7 @@ replace floe.dev/pkg/bus => ../../pkg/bus
 require floe.dev/pkg/trace v0.0.0
 
 replace floe.dev/pkg/trace => ../../pkg/trace
+
+require floe.dev/services/tracer v0.0.0
+
+replace floe.dev/services/tracer => ../tracer

@@ -546,3 +546,43 @@ func TestRunLeavesNoGoroutines(t *testing.T) {
 		t.Errorf("goroutines left after Run returned:\n%s", stacks)
 	}
 }
+
+// TestDeleteRequestRemovesTheTrace: DELETE /api/sessions/:id asks the tracer
+// over the bus (only the tracer deletes Trace files); it removes the
+// Session's files and position, and answers.
+func TestDeleteRequestRemovesTheTrace(t *testing.T) {
+	t.Parallel()
+	env := bustest.Start(t, bus.Config{})
+	home := t.TempDir()
+	start(t, env, config(home), testLog(t))
+	tt.Publish(t, env.JS, tt.Session(t, sid)...)
+	tt.WaitTrace(t, env.JS, home, sid)
+
+	st, err := env.JS.Stream(context.Background(), omni.SessionsStream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Purge(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	req, _ := omni.Pack(&omni.TraceDelete{PurgedThrough: 1 << 40})
+	m, err := env.Conn.Request(omni.TraceDeleteSubject(sid), req, 10*time.Second)
+	if err != nil {
+		t.Fatalf("delete request: %v", err)
+	}
+	var reply omni.TraceDeleteReply
+	if err := omni.Unpack(m.Data, &reply); err != nil || reply.Error != "" || reply.Files != 1 {
+		t.Fatalf("delete reply = %+v, %v; want 1 file, no error", reply, err)
+	}
+	if files, _ := trace.Files(home, sid); len(files) != 0 {
+		t.Errorf("trace files left: %v", files)
+	}
+	if _, err := os.Stat(trace.PosPath(home, sid)); !os.IsNotExist(err) {
+		t.Errorf("position left: %v", err)
+	}
+	// A malformed request and an id that cannot name a file get an error.
+	m, err = env.Conn.Request(omni.TraceDeleteSubject(sid), []byte("\xc1"), 10*time.Second)
+	if err != nil || omni.Unpack(m.Data, &reply) != nil || reply.Error == "" {
+		t.Errorf("malformed request: reply %+v, %v; want an error reply", reply, err)
+	}
+}

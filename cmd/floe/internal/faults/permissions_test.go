@@ -14,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"floe.dev/pkg/omni"
+	"floe.dev/pkg/trace"
 	"floe.dev/services/gateway/client"
 )
 
@@ -111,6 +112,10 @@ func TestServicesWorkUnderLeastPrivilegeUsers(t *testing.T) {
 	}
 	if left := c.all(sid, nil); len(left) != 0 {
 		t.Errorf("%d messages left after delete", len(left))
+	}
+	// The tracer (asked over the bus under its own user) deleted the Trace.
+	if files, err := trace.Files(c.home, sid); err != nil || len(files) != 0 {
+		t.Errorf("trace files after delete: %v, %v", files, err)
 	}
 	c.noViolations()
 

@@ -255,24 +255,51 @@ func (s *Server) handleDelete(w http.ResponseWriter, r *http.Request) *apiError 
 	if err := s.stream.Purge(ctx, jetstream.WithPurgeSubject(omni.SessionWildcard(id))); err != nil && !errors.Is(err, jetstream.ErrStreamNotFound) {
 		return unavailable("purge session messages", err)
 	}
-	files, err := trace.Files(s.opts.Home, id)
-	if err != nil {
-		return internalError("list trace files", err)
-	}
-	for _, f := range files {
-		if err := os.Remove(f); err != nil && !errors.Is(err, os.ErrNotExist) {
-			return internalError("remove trace file", err)
-		}
-	}
-	if err := os.Remove(trace.PosPath(s.opts.Home, id)); err != nil && !errors.Is(err, os.ErrNotExist) {
-		return internalError("remove trace position", err)
+	files, e := s.deleteTrace(ctx, id)
+	if e != nil {
+		return e
 	}
 	if err := s.sessions.Delete(ctx, rec.ID); err != nil {
 		return unavailable("delete session record", err)
 	}
-	s.log.Info().Str("session_id", id).Int("trace_files", len(files)).Msg("session deleted")
+	s.log.Info().Str("session_id", id).Int("trace_files", files).Msg("session deleted")
 	w.WriteHeader(http.StatusNoContent)
 	return nil
+}
+
+// deleteTrace asks the tracer, the only writer and deleter of Trace files,
+// to delete the Session's Trace (files and position) after its messages
+// were purged, and returns how many files it removed. A Session with
+// nothing on disk needs no tracer; otherwise no answer within 10 s is a
+// 503 and a repeated DELETE tries again.
+func (s *Server) deleteTrace(ctx context.Context, id string) (int, *apiError) {
+	info, err := s.stream.Info(ctx)
+	if err != nil {
+		return 0, unavailable("purge session messages", err)
+	}
+	req, err := omni.Pack(&omni.TraceDelete{PurgedThrough: info.State.LastSeq})
+	if err != nil {
+		return 0, internalError("encode trace delete", err)
+	}
+	rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	m, err := s.nc.RequestWithContext(rctx, omni.TraceDeleteSubject(id), req)
+	if err != nil {
+		files, ferr := trace.Files(s.opts.Home, id)
+		_, perr := os.Stat(trace.PosPath(s.opts.Home, id))
+		if ferr == nil && len(files) == 0 && errors.Is(perr, os.ErrNotExist) {
+			return 0, nil // no Trace here; a tracer on another home deletes its own when it answers
+		}
+		return 0, unavailable("ask the tracer to delete the trace", err)
+	}
+	var reply omni.TraceDeleteReply
+	if err := omni.Unpack(m.Data, &reply); err != nil {
+		return 0, unavailable("ask the tracer to delete the trace", err)
+	}
+	if reply.Error != "" {
+		return reply.Files, internalError("delete trace", errors.New(reply.Error))
+	}
+	return reply.Files, nil
 }
 
 // busyError is the 409 of a Session that runs a Task or compacts.

@@ -140,9 +140,19 @@ type runner struct {
 	log   zerolog.Logger
 	store *tracefile.Store
 	buf   []byte // a record whose newlines had to be replaced
+	// dels delivers TraceDelete requests (a channel subscription: the
+	// NATS callback goroutine never touches the Store; this goroutine
+	// serves them between messages).
+	dels chan *nats.Msg
 }
 
 func (r *runner) run(ctx context.Context) error {
+	r.dels = make(chan *nats.Msg, 64)
+	sub, err := r.nc.ChanSubscribe(omni.TraceDeleteSubject("*"), r.dels)
+	if err != nil {
+		return fmt.Errorf("consume: subscribe to delete requests: %w", err)
+	}
+	defer sub.Unsubscribe()
 	var cons jetstream.Consumer
 	backoff := r.o.RetryMin
 	for ctx.Err() == nil {
@@ -313,18 +323,21 @@ func (r *runner) batch(ctx context.Context, cons jetstream.Consumer) error {
 		case m, ok = <-msgs:
 		default:
 			if last == nil {
-				m, ok = <-msgs
+				m, ok = r.next(msgs)
 				break
 			}
 			idle.Reset(commitLinger)
 			select {
 			case m, ok = <-msgs:
+			case dm := <-r.dels:
+				r.delete(dm)
+				continue
 			case <-idle.C:
 				if err := r.commit(last, lastSeq); err != nil {
 					return err
 				}
 				last = nil
-				m, ok = <-msgs
+				m, ok = r.next(msgs)
 			}
 		}
 		if !ok {
@@ -353,6 +366,51 @@ func (r *runner) batch(ctx context.Context, cons jetstream.Consumer) error {
 	return nil
 }
 
+// next waits for the next message of a batch, serving delete requests
+// meanwhile.
+func (r *runner) next(msgs <-chan jetstream.Msg) (jetstream.Msg, bool) {
+	for {
+		select {
+		case m, ok := <-msgs:
+			return m, ok
+		case dm := <-r.dels:
+			r.delete(dm)
+		}
+	}
+}
+
+// delete serves one TraceDelete request (floe.tracer.delete.<sid>): it
+// removes the Session's Trace files and position and replies.
+func (r *runner) delete(m *nats.Msg) {
+	sid := strings.TrimPrefix(m.Subject, omni.TraceDeleteSubject(""))
+	var req omni.TraceDelete
+	var reply omni.TraceDeleteReply
+	if err := omni.Unpack(m.Data, &req); err != nil {
+		reply.Error = err.Error()
+	} else if !omni.ValidSessionID(sid) || strings.ContainsAny(sid, `/\`) {
+		reply.Error = fmt.Sprintf("session id %q cannot name a trace file", sid)
+	} else {
+		n, err := r.store.Delete(sid, req.PurgedThrough)
+		reply.Files = n
+		if err != nil {
+			reply.Error = err.Error()
+			r.log.Error().Err(err).Str("session_id", sid).Msg("cannot delete trace")
+		} else {
+			r.log.Info().Str("session_id", sid).Int("trace_files", n).Msg("trace deleted")
+		}
+	}
+	if m.Reply == "" {
+		return
+	}
+	b, err := omni.Pack(&reply)
+	if err == nil {
+		err = m.Respond(b)
+	}
+	if err != nil {
+		r.log.Warn().Err(err).Str("session_id", sid).Msg("cannot answer a delete request")
+	}
+}
+
 // commit records the positions of what was appended and acknowledges every
 // message up to last (AckAll).
 func (r *runner) commit(last jetstream.Msg, seq uint64) error {
@@ -372,6 +430,7 @@ func (r *runner) commit(last jetstream.Msg, seq uint64) error {
 	if err := last.Ack(); err != nil {
 		return fmt.Errorf("ack seq %d: %w", seq, err)
 	}
+	r.store.Committed(seq)
 	return nil
 }
 

@@ -77,6 +77,10 @@ type Store struct {
 	dirty    []*session // appended to since the last Flush
 	gen      uint64     // Flush generation: files are checked once per generation
 	buf      []byte     // write buffer: one record and its newline(s)
+	// deleted maps a deleted Session to the stream sequence its messages
+	// were purged through: records at or below it still in flight are
+	// dropped (Delete, Committed).
+	deleted map[string]uint64
 }
 
 // session is the in-memory state of one Session's Trace.
@@ -118,7 +122,7 @@ func Open(home string, maxOpen int, log zerolog.Logger) (*Store, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Store{home: home, maxOpen: maxOpen, log: log, lock: lock, sessions: make(map[string]*session)}, nil
+	return &Store{home: home, maxOpen: maxOpen, log: log, lock: lock, sessions: make(map[string]*session), deleted: make(map[string]uint64)}, nil
 }
 
 // Append writes rec to the Session's current Trace file, unless the
@@ -130,6 +134,9 @@ func Open(home string, maxOpen int, log zerolog.Logger) (*Store, error) {
 // acknowledge, and must Reset the Store before going on (resuming truncates
 // the file back to its recorded position).
 func (s *Store) Append(sessionID string, rec Record) (written bool, err error) {
+	if through, ok := s.deleted[sessionID]; ok && rec.Seq <= through {
+		return false, nil
+	}
 	st, err := s.session(sessionID, rec.Time)
 	if err != nil {
 		return false, err
@@ -188,6 +195,50 @@ func (s *Store) Flush() error {
 	s.dirty = s.dirty[:0]
 	s.gen++
 	return nil
+}
+
+// Delete removes a Session's Trace files and position and forgets it; it
+// returns how many Trace files it removed. The Session's messages are
+// already purged from the stream through sequence purgedThrough: records
+// of it at or below that which still arrive (delivered before the purge)
+// are dropped instead of creating the Trace again. A failure leaves what it
+// could not remove; deleting again finishes the job.
+func (s *Store) Delete(sessionID string, purgedThrough uint64) (int, error) {
+	if st := s.sessions[sessionID]; st != nil {
+		st.close()
+		st.dirty = false // Flush skips it
+		s.lru.Remove(st.elem)
+		delete(s.sessions, sessionID)
+	}
+	if purgedThrough > 0 {
+		s.deleted[sessionID] = purgedThrough
+	}
+	files, err := trace.Files(s.home, sessionID)
+	if err != nil {
+		return 0, fmt.Errorf("tracefile: delete %s: %w", sessionID, err)
+	}
+	n := 0
+	for _, f := range files {
+		if err := os.Remove(f); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return n, fmt.Errorf("tracefile: delete %s: %w", sessionID, err)
+		}
+		n++
+	}
+	if err := os.Remove(trace.PosPath(s.home, sessionID)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return n, fmt.Errorf("tracefile: delete position of %s: %w", sessionID, err)
+	}
+	return n, nil
+}
+
+// Committed tells the Store that every message up to seq is acknowledged:
+// deleted Sessions purged through an earlier sequence can no longer send
+// records, so they are forgotten.
+func (s *Store) Committed(seq uint64) {
+	for id, through := range s.deleted {
+		if through < seq {
+			delete(s.deleted, id)
+		}
+	}
 }
 
 // Reset forgets every Session without recording anything, as a crash

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
@@ -385,5 +386,41 @@ func TestNewEpochClearsRecordedSequences(t *testing.T) {
 	flush(t, s)
 	if got, want := readAll(t, home, sid), lines(10, 11, 1); got != want {
 		t.Errorf("trace = %q, want %q", got, want)
+	}
+}
+
+func TestDeleteRemovesTraceAndDropsPurgedRecordsInFlight(t *testing.T) {
+	home := t.TempDir()
+	s := open(t, home, 0)
+	appendAll(t, s, sid, true, rec(1, true), rec(2, false), rec(3, true), rec(4, false))
+	flush(t, s)
+	appendAll(t, s, sid, true, rec(5, false)) // appended, not yet recorded
+	const other = "session-2025-03-04-05-06-07-00000000"
+	appendAll(t, s, other, true, rec(6, true))
+	flush(t, s)
+	n, err := s.Delete(sid, 7)
+	if err != nil || n != 2 {
+		t.Fatalf("Delete = %d, %v; want 2 files, nil", n, err)
+	}
+	if files, _ := trace.Files(home, sid); len(files) != 0 {
+		t.Errorf("files left after Delete: %v", files)
+	}
+	if _, err := os.Stat(trace.PosPath(home, sid)); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("position left after Delete: %v", err)
+	}
+	// Records delivered before the purge never create the Trace again.
+	appendAll(t, s, sid, false, rec(7, false))
+	flush(t, s)
+	if files, _ := trace.Files(home, sid); len(files) != 0 {
+		t.Errorf("a purged record created the Trace again: %v", files)
+	}
+	if got := readAll(t, home, other); got != lines(6) {
+		t.Errorf("other Session's trace = %q, want it untouched", got)
+	}
+	// Once later messages are acknowledged, the Session is forgotten and
+	// deleting it again finds nothing.
+	s.Committed(8)
+	if n, err := s.Delete(sid, 0); err != nil || n != 0 {
+		t.Errorf("second Delete = %d, %v; want 0, nil", n, err)
 	}
 }
