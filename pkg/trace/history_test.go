@@ -81,7 +81,9 @@ func (f *fixture) want(h *History, idx ...int) {
 	}
 }
 
-func meta() omni.Message { return omni.SessionMeta(omni.Meta{SessionID: sid, Provider: "scripted", ModelID: "m"}) }
+func meta() omni.Message {
+	return omni.SessionMeta(omni.Meta{SessionID: sid, Provider: "scripted", ModelID: "m"})
+}
 
 func TestLoadJoinsTraceUpToPositionWithStream(t *testing.T) {
 	f := newFixture(t)
