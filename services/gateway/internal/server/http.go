@@ -249,8 +249,8 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		s.unmatched(rec, r)
 		return
 	}
-	if pattern != "GET /healthz" && s.auth.enabled() {
-		who, ok := s.auth.check(r)
+	if !openRoutes[pattern] && s.auth.enabled() {
+		who, ok := s.authenticate(r)
 		if !ok {
 			rec.Header().Set("WWW-Authenticate", `Bearer realm="floe"`)
 			writeError(rec, errorf(http.StatusUnauthorized, omni.CodeUnauthorized, "missing or invalid bearer token"))

@@ -50,6 +50,7 @@ type Server struct {
 	auth     *authenticator
 	mux      *http.ServeMux
 	metrics  *metrics
+	events   eventsHub // /api/events
 
 	// ctx ends when the server closes: long-lived handlers (SSE) end with it.
 	ctx    context.Context
@@ -128,6 +129,7 @@ func (s *Server) routes() {
 	m.HandleFunc("POST /api/sessions/{id}/retry-now", s.serve(s.handleRetryNow))
 	m.HandleFunc("GET /api/sessions/{id}/traces", s.serve(s.handleTraces))
 	m.HandleFunc("GET /api/sessions/{id}/traces/{index}", s.serve(s.handleTrace))
+	s.webRoutes(m)
 }
 
 func (s *Server) handleHealth(w http.ResponseWriter, r *http.Request) {

@@ -1,0 +1,754 @@
+// Floe's Web App: sign-in, the live session list (/api/events) and the
+// Session view (SSE + /messages through the view model). No framework:
+// the view model (viewmodel.js) says what to show; this file draws it,
+// redrawing only items whose rev changed and only the latest ones.
+
+import { SessionFeed } from './viewmodel.js';
+import { renderMarkdown } from './markdown.js';
+
+const $ = (id) => document.getElementById(id);
+const WINDOW = 200; // transcript items drawn at first; "Show earlier" adds more
+
+// ---- HTTP ---------------------------------------------------------------
+
+class HTTPError extends Error {
+  constructor(status, code, message) {
+    super(message);
+    this.status = status;
+    this.code = code;
+  }
+}
+
+async function api(method, path, body) {
+  const init = { method, credentials: 'same-origin', headers: {} };
+  if (body !== undefined) {
+    init.headers['Content-Type'] = 'application/json';
+    init.body = JSON.stringify(body);
+  }
+  const res = await fetch(path, init);
+  if (res.status === 401 && path !== '/api/login') {
+    showSignIn();
+    throw new HTTPError(401, 'unauthorized', 'Sign in first.');
+  }
+  if (!res.ok) {
+    let code = 'http_' + res.status;
+    let msg = res.statusText;
+    try {
+      const e = await res.json();
+      code = e.error.code;
+      msg = e.error.message;
+    } catch {}
+    throw new HTTPError(res.status, code, msg);
+  }
+  if (res.status === 204) return null;
+  const ct = res.headers.get('Content-Type') || '';
+  return ct.includes('json') ? res.json() : res.text();
+}
+
+const enc = encodeURIComponent;
+
+// ---- sign-in --------------------------------------------------------------
+
+let authOn = false;
+
+function showSignIn() {
+  closeEvents();
+  closeSession();
+  $('app-view').hidden = true;
+  $('signin-view').hidden = false;
+  $('signout').hidden = true;
+  $('token').focus();
+}
+
+$('signin').addEventListener('submit', async (e) => {
+  e.preventDefault();
+  $('signin-error').textContent = '';
+  try {
+    await api('POST', '/api/login', { token: $('token').value });
+    $('token').value = '';
+    start();
+  } catch (err) {
+    $('signin-error').textContent = err.status === 401 ? 'Wrong token.' : err.message;
+  }
+});
+
+$('signout').addEventListener('click', async () => {
+  await api('POST', '/api/logout').catch(() => {});
+  showSignIn();
+});
+
+async function start() {
+  try {
+    await api('GET', '/api/sessions');
+  } catch {
+    return; // 401 shows the sign-in form
+  }
+  // Does this gateway have tokens at all? An empty token is refused only then.
+  authOn = await fetch('/api/login', { method: 'POST', headers: { 'Content-Type': 'application/json' }, body: '{"token":""}' })
+    .then((r) => r.status === 401)
+    .catch(() => false);
+  $('signout').hidden = !authOn;
+  $('signin-view').hidden = true;
+  $('app-view').hidden = false;
+  openEvents();
+  route();
+}
+
+// ---- session list (/api/events) ------------------------------------------
+
+const sessions = new Map(); // id → {session, state, status, pendingApprovals}
+let events = null;
+let nextSessions = null; // the snapshot being received after (re)connecting
+
+function openEvents() {
+  closeEvents();
+  events = new EventSource('/api/events');
+  events.addEventListener('open', () => {
+    nextSessions = new Map();
+  });
+  events.addEventListener('server_event', (e) => {
+    let ev;
+    try {
+      ev = JSON.parse(e.data);
+    } catch {
+      return;
+    }
+    applyListEvent(ev);
+  });
+  events.addEventListener('error', () => {
+    if (events && events.readyState === EventSource.CLOSED) {
+      setTimeout(() => events && events.readyState === EventSource.CLOSED && openEvents(), 2000);
+    }
+  });
+}
+
+function closeEvents() {
+  if (events) events.close();
+  events = null;
+}
+
+function applyListEvent(ev) {
+  const target = nextSessions || sessions;
+  switch (ev.type) {
+    case 'session_created':
+      if (ev.session) target.set(ev.session.id, { session: ev.session, state: ev.session.state, status: ev.session.lastStatus || '', pendingApprovals: ev.pendingApprovals || 0 });
+      break;
+    case 'sessions_synced':
+      if (nextSessions) {
+        sessions.clear();
+        for (const [k, v] of nextSessions) sessions.set(k, v);
+        nextSessions = null;
+      }
+      break;
+    case 'session_state': {
+      const s = target.get(ev.id);
+      if (s) {
+        s.state = ev.state;
+        s.status = ev.status || '';
+        s.pendingApprovals = ev.pendingApprovals || 0;
+      }
+      break;
+    }
+    case 'session_title': {
+      const s = target.get(ev.id);
+      if (s) s.session.title = ev.title || '';
+      break;
+    }
+    case 'session_deleted':
+      target.delete(ev.id);
+      if (current && current.id === ev.id) location.hash = '#/';
+      break;
+    default:
+      return;
+  }
+  if (!nextSessions) drawSessions();
+}
+
+function displayState(s) {
+  if (s.state === 'running' && s.pendingApprovals > 0) return 'waiting for approval';
+  return s.state || 'idle';
+}
+
+function fmtTime(iso) {
+  const d = new Date(iso);
+  if (isNaN(d)) return '';
+  return d.toLocaleString(undefined, { month: 'short', day: 'numeric', hour: '2-digit', minute: '2-digit' });
+}
+
+let renaming = '';
+let confirmingDelete = '';
+
+function drawSessions() {
+  const ul = $('sessions');
+  const list = [...sessions.values()].filter((s) => !s.session.parent).sort((a, b) => b.session.createdUnixMs - a.session.createdUnixMs);
+  $('sessions-empty').hidden = list.length > 0;
+  ul.replaceChildren(
+    ...list.map((s) => {
+      const id = s.session.id;
+      const li = document.createElement('li');
+      li.dataset.sessionId = id;
+      li.dataset.state = displayState(s).replace(/ /g, '_');
+      if (current && current.id === id) li.setAttribute('aria-current', 'page');
+      if (renaming === id) {
+        const f = document.createElement('form');
+        f.className = 'rename';
+        const input = document.createElement('input');
+        input.value = s.session.title || '';
+        input.setAttribute('aria-label', 'Title');
+        const save = button('Save', 'submit');
+        const cancel = button('Cancel', 'button', () => {
+          renaming = '';
+          drawSessions();
+        });
+        f.append(input, save, cancel);
+        f.addEventListener('submit', async (e) => {
+          e.preventDefault();
+          try {
+            await api('PATCH', '/api/sessions/' + enc(id), { title: input.value });
+            s.session.title = input.value;
+          } catch (err) {
+            alertError(err);
+          }
+          renaming = '';
+          drawSessions();
+          if (current && current.id === id) drawHeader();
+        });
+        li.append(f);
+        setTimeout(() => input.focus(), 0);
+        return li;
+      }
+      const a = document.createElement('a');
+      a.href = '#/s/' + enc(id);
+      a.className = 'session-link';
+      const title = document.createElement('span');
+      title.className = 'title';
+      title.textContent = s.session.title || id;
+      const meta = document.createElement('span');
+      meta.className = 'meta';
+      const badge = document.createElement('span');
+      badge.className = 'badge state-' + li.dataset.state;
+      badge.textContent = displayState(s);
+      const when = document.createElement('time');
+      when.dateTime = s.session.createdAt;
+      when.textContent = fmtTime(s.session.createdAt);
+      meta.append(badge, ' ', when);
+      a.append(title, meta);
+      const actions = document.createElement('span');
+      actions.className = 'actions';
+      actions.append(
+        button('Rename', 'button', () => {
+          renaming = id;
+          drawSessions();
+        }),
+        confirmingDelete === id
+          ? button('Confirm delete', 'button', async () => {
+              confirmingDelete = '';
+              try {
+                await api('DELETE', '/api/sessions/' + enc(id));
+              } catch (err) {
+                alertError(err);
+              }
+              drawSessions();
+            })
+          : button('Delete', 'button', () => {
+              confirmingDelete = id;
+              drawSessions();
+              setTimeout(() => {
+                if (confirmingDelete === id) {
+                  confirmingDelete = '';
+                  drawSessions();
+                }
+              }, 4000);
+            }),
+      );
+      li.append(a, actions);
+      return li;
+    }),
+  );
+}
+
+function button(label, type, onClick) {
+  const b = document.createElement('button');
+  b.type = type;
+  b.textContent = label;
+  if (onClick) b.addEventListener('click', onClick);
+  return b;
+}
+
+function alertError(err) {
+  const p = current ? $('composer-error') : $('new-error');
+  p.textContent = err.message || String(err);
+}
+
+$('new-session').addEventListener('click', () => {
+  const f = $('new-form');
+  f.hidden = !f.hidden;
+  $('new-session').setAttribute('aria-expanded', String(!f.hidden));
+  if (!f.hidden) f.elements.model.focus();
+});
+$('new-cancel').addEventListener('click', () => {
+  $('new-form').hidden = true;
+  $('new-session').setAttribute('aria-expanded', 'false');
+});
+$('new-form').addEventListener('submit', async (e) => {
+  e.preventDefault();
+  const f = e.target;
+  $('new-error').textContent = '';
+  const body = { approvalMode: f.elements.approvalMode.value };
+  if (f.elements.model.value.trim()) body.model = f.elements.model.value.trim();
+  if (f.elements.workspace.value.trim()) body.workspace = f.elements.workspace.value.trim();
+  const mt = parseInt(f.elements.maxTurns.value, 10);
+  if (mt > 0) body.maxTurns = mt;
+  try {
+    const s = await api('POST', '/api/sessions', body);
+    sessions.set(s.id, { session: s, state: s.state, status: '', pendingApprovals: 0 });
+    f.hidden = true;
+    $('new-session').setAttribute('aria-expanded', 'false');
+    location.hash = '#/s/' + enc(s.id);
+  } catch (err) {
+    $('new-error').textContent = err.message;
+  }
+});
+
+// ---- the Session view -----------------------------------------------------
+
+let current = null; // {id, feed, es, session, cache, limit}
+
+function route() {
+  const m = /^#\/s\/(.+)$/.exec(location.hash);
+  const id = m ? decodeURIComponent(m[1]) : '';
+  if (!id) {
+    closeSession();
+    $('session-view').hidden = true;
+    $('empty-view').hidden = false;
+    drawSessions();
+    return;
+  }
+  if (current && current.id === id) return;
+  openSession(id);
+  drawSessions();
+}
+window.addEventListener('hashchange', route);
+
+function closeSession() {
+  if (!current) return;
+  if (current.es) current.es.close();
+  current.closed = true;
+  current = null;
+}
+
+function openSession(id) {
+  closeSession();
+  const c = { id, feed: new SessionFeed(), es: null, session: null, cache: new Map(), limit: WINDOW, closed: false, fetching: false, stick: true };
+  current = c;
+  $('empty-view').hidden = true;
+  $('session-view').hidden = false;
+  $('transcript').replaceChildren();
+  $('transcript').dataset.ready = 'false';
+  $('composer-error').textContent = '';
+  c.t0 = performance.now();
+  api('GET', '/api/sessions/' + enc(id))
+    .then((s) => {
+      c.session = s;
+      drawHeader();
+    })
+    .catch((err) => {
+      if (err.status === 404) {
+        $('s-title').textContent = 'Session not found';
+      }
+    });
+  connect(c, '');
+  drawTraces(c);
+}
+
+// connect opens the Session's SSE stream. The first connection of a view
+// fetches /messages once the stream is open (connect first, then history);
+// a later one resumes from the last event id, which the gateway replays.
+function connect(c, lastEventId) {
+  const url = '/api/sessions/' + enc(c.id) + '/stream' + (lastEventId ? '?lastEventId=' + enc(lastEventId) : '');
+  const es = new EventSource(url);
+  c.es = es;
+  const onEvent = (server) => (e) => {
+    if (c.closed) return;
+    const r = c.feed.event({ id: server ? '' : e.lastEventId, server, data: e.data, receivedAt: Date.now() });
+    if (r === 'resync') loadHistory(c);
+    schedule(c);
+  };
+  es.addEventListener('message', onEvent(false));
+  es.addEventListener('server_event', onEvent(true));
+  es.addEventListener('open', () => {
+    setConn('');
+    if (!c.feed.loaded && !c.fetching) loadHistory(c);
+  });
+  es.addEventListener('error', () => {
+    if (c.closed) return;
+    setConn('Reconnecting…');
+    if (es.readyState === EventSource.CLOSED) {
+      // The browser gave up (an HTTP error while the gateway restarted):
+      // reconnect ourselves from the last event seen.
+      setTimeout(() => {
+        if (!c.closed && c.es === es) connect(c, c.feed.lastEventId);
+      }, 1000);
+    }
+  });
+}
+
+function setConn(text) {
+  $('conn').textContent = text;
+}
+
+async function loadHistory(c) {
+  c.fetching = true;
+  try {
+    const h = await api('GET', '/api/sessions/' + enc(c.id) + '/messages');
+    if (c.closed) return;
+    if (!c.feed.loaded) {
+      c.feed.history(h);
+      c.cache.clear();
+      $('transcript').replaceChildren();
+    }
+    c.loadedAt = performance.now();
+  } catch (err) {
+    if (!c.closed) setTimeout(() => !c.closed && !c.feed.loaded && loadHistory(c), 1000);
+  } finally {
+    c.fetching = false;
+  }
+  schedule(c);
+}
+
+let frame = 0;
+function schedule(c) {
+  if (frame || c !== current) return;
+  frame = requestAnimationFrame(() => {
+    frame = 0;
+    if (current === c) draw(c);
+  });
+}
+
+function drawHeader() {
+  const c = current;
+  if (!c) return;
+  const s = c.session;
+  const entry = sessions.get(c.id);
+  $('s-title').textContent = (entry && entry.session.title) || (s && s.title) || c.id;
+  $('s-model').textContent = s ? s.model + ' · ' + s.approvalMode : '';
+}
+
+function draw(c) {
+  const m = c.feed.model;
+  const log = $('transcript');
+  const atBottom = log.scrollHeight - log.scrollTop - log.clientHeight < 40;
+  drawHeader();
+  const st = m.approvals.size > 0 && m.taskState === 'running' ? 'waiting for approval' : m.taskState;
+  $('s-state').textContent = st;
+  $('s-state').className = 'badge state-' + st.replace(/ /g, '_');
+  $('stop').disabled = m.taskState === 'idle';
+  $('compact').disabled = m.taskState !== 'idle';
+  $('send').textContent = 'Send';
+  $('message').placeholder = m.taskState === 'idle' ? 'Send a Task…' : 'Steer the running Task…';
+  const u = m.usage;
+  $('s-usage').textContent = u && u.session ? 'tokens: ' + (u.session.total ?? 0) + ' total · ' + (u.session.output ?? 0) + ' out' + (u.request ? ' · last request ' + (u.request.total ?? 0) : '') : '';
+  if (c.lastState !== m.taskState) {
+    if (m.taskState === 'idle' && c.lastState) drawTraces(c);
+    c.lastState = m.taskState;
+  }
+
+  const items = m.items;
+  const from = Math.max(0, items.length - c.limit);
+  $('show-earlier').hidden = from === 0;
+  $('show-earlier').textContent = 'Show earlier (' + from + ')';
+  drawList(log, items.slice(from), c.cache, c);
+  if (c.feed.loaded && log.dataset.ready !== 'true') {
+    log.dataset.ready = 'true';
+    log.dataset.loadMs = String(Math.round(performance.now() - c.t0));
+    log.scrollTop = log.scrollHeight;
+  } else if (atBottom) log.scrollTop = log.scrollHeight;
+}
+
+$('show-earlier').addEventListener('click', () => {
+  if (!current) return;
+  current.limit += WINDOW;
+  draw(current);
+});
+
+// drawList makes container's children the elements of items, in order,
+// (re)building only the items whose rev changed.
+function drawList(container, items, cache, c) {
+  const keep = new Set();
+  let prev = null;
+  for (const it of items) {
+    keep.add(it.key);
+    let ent = cache.get(it.key);
+    if (!ent || ent.rev !== it.rev || ent.kind !== it.kind) {
+      const el = drawItem(it, c, ent && ent.el);
+      if (ent && ent.el !== el) ent.el.replaceWith(el);
+      ent = { el, rev: it.rev, kind: it.kind };
+      cache.set(it.key, ent);
+    }
+    const want = prev ? prev.nextSibling : container.firstChild;
+    if (want !== ent.el) container.insertBefore(ent.el, want);
+    prev = ent.el;
+  }
+  for (const [k, ent] of cache) {
+    if (!keep.has(k)) {
+      ent.el.remove();
+      cache.delete(k);
+    }
+  }
+}
+
+function li(kind) {
+  const e = document.createElement('li');
+  e.dataset.kind = kind;
+  return e;
+}
+
+function text(tag, cls, t) {
+  const e = document.createElement(tag);
+  if (cls) e.className = cls;
+  e.textContent = t;
+  return e;
+}
+
+function drawItem(it, c, old) {
+  switch (it.kind) {
+    case 'user': {
+      const e = li('user');
+      if (it.steering) e.dataset.steering = 'true';
+      e.append(text('div', 'who', it.steering ? 'You (steering)' : 'You'), text('div', 'body plain', it.text));
+      return e;
+    }
+    case 'text': {
+      const e = li('text');
+      if (it.streaming) e.dataset.streaming = 'true';
+      const body = document.createElement('div');
+      body.className = 'body md';
+      body.append(renderMarkdown(document, it.text));
+      e.append(body);
+      return e;
+    }
+    case 'thinking': {
+      const e = li('thinking');
+      const d = document.createElement('details');
+      if (old && old.querySelector('details')?.open) d.open = true;
+      d.append(text('summary', '', it.streaming ? 'Thinking…' : 'Thought'), text('div', 'body plain', it.text));
+      e.append(d);
+      return e;
+    }
+    case 'tool':
+      return drawTool(it, c, old);
+    case 'subagent':
+      return drawSubagent(it, c, old);
+    case 'retry': {
+      const e = li('retry');
+      e.dataset.active = String(it.active);
+      const msg = 'Request failed (' + it.status + (it.error ? ': ' + it.error : '') + ')' + (it.attempt ? ', attempt ' + it.attempt : '') + '. ';
+      const span = text('span', 'msg', msg);
+      e.append(span);
+      if (it.active) {
+        const cd = text('span', 'countdown', '');
+        cd.dataset.deadline = String(it.deadline);
+        tickOne(cd);
+        e.append(cd, ' ');
+        e.append(
+          button('Retry now', 'button', async () => {
+            try {
+              await api('POST', '/api/sessions/' + enc(c.id) + '/retry-now');
+            } catch (err) {
+              alertError(err);
+            }
+          }),
+        );
+      } else e.append(text('span', 'muted', 'Retried.'));
+      return e;
+    }
+    case 'compaction': {
+      const e = li('compaction');
+      e.dataset.status = it.status;
+      const what = 'Compaction (' + [it.reason, it.mode].filter(Boolean).join(', ') + ')';
+      const st = it.status === 'running' ? 'compacting…' : it.status === 'completed' ? 'done' : it.status + (it.error ? ': ' + it.error : '');
+      if (it.summary) {
+        const d = document.createElement('details');
+        d.append(text('summary', '', what + ' — ' + st), text('div', 'body plain', it.summary));
+        e.append(d);
+      } else e.append(text('span', '', what + ' — ' + st));
+      return e;
+    }
+    case 'notice': {
+      const e = li('notice');
+      e.dataset.notice = it.notice || '';
+      e.append(text('span', '', it.text));
+      return e;
+    }
+    default:
+      return li(it.kind);
+  }
+}
+
+const STATUS_LABEL = {
+  streaming: 'preparing', pending: 'pending', waiting: 'waiting for approval', running: 'running',
+  done: 'done', failed: 'failed', denied: 'denied', forbidden: 'forbidden', interrupted: 'interrupted',
+};
+
+function prettyArgs(s) {
+  try {
+    return JSON.stringify(JSON.parse(s), null, 2);
+  } catch {
+    return s;
+  }
+}
+
+function drawTool(t, c, old) {
+  const e = li('tool');
+  e.dataset.toolCallId = t.toolCallId;
+  e.dataset.status = t.status;
+  if (t.decision) e.dataset.decision = t.decision;
+  const d = document.createElement('details');
+  const wasOpen = old && old.querySelector(':scope > details');
+  d.open = wasOpen ? wasOpen.open : t.status !== 'done' || t.name === 'run_subagent';
+  const sum = document.createElement('summary');
+  const st = text('span', 'status', STATUS_LABEL[t.status] || t.status);
+  if (t.status === 'running' && t.startedAt) {
+    st.dataset.since = String(t.startedAt);
+    tickOne(st);
+  }
+  sum.append(text('span', 'tool-name', t.name || 'tool'), ' ', st);
+  if (t.decision) sum.append(' ', text('span', 'decision decision-' + t.decision, t.decision === 'allow' ? 'allowed' : t.decision === 'deny' ? 'denied' : 'forbidden by policy'));
+  d.append(sum);
+  d.append(text('pre', 'args', prettyArgs(t.args)));
+  if (t.awaitingApproval) {
+    const ap = document.createElement('div');
+    ap.className = 'approval';
+    ap.setAttribute('role', 'group');
+    ap.setAttribute('aria-label', 'Approve ' + (t.name || 'tool call'));
+    const decide = (decision) => async () => {
+      ap.querySelectorAll('button').forEach((b) => (b.disabled = true));
+      try {
+        await api('POST', '/api/sessions/' + enc(c.id) + '/approvals/' + enc(t.toolCallId), { decision });
+        c.feed.model.markDecided(t.path, t.toolCallId);
+        schedule(c);
+      } catch (err) {
+        alertError(err);
+        ap.querySelectorAll('button').forEach((b) => (b.disabled = false));
+      }
+    };
+    ap.append(button('Allow', 'button', decide('allow')), button('Deny', 'button', decide('deny')));
+    d.append(ap);
+  }
+  if (t.output || t.outputDone) d.append(text('pre', 'output', t.output));
+  if (t.child) {
+    const ol = document.createElement('ol');
+    ol.className = 'nested';
+    ol.append(drawSubagent(t.child, c, old && old.querySelector('[data-kind="subagent"]')));
+    d.append(ol);
+  }
+  e.append(d);
+  return e;
+}
+
+function drawSubagent(card, c, old) {
+  const e = li('subagent');
+  e.dataset.sessionId = card.sessionId;
+  e.dataset.status = card.status;
+  const d = document.createElement('details');
+  const wasOpen = old && old.querySelector(':scope > details');
+  d.open = wasOpen ? wasOpen.open : true;
+  d.append(text('summary', '', 'Subagent ' + card.sessionId + ' — ' + card.status));
+  const ol = document.createElement('ol');
+  ol.className = 'transcript nested-log';
+  ol.setAttribute('role', 'log');
+  ol.setAttribute('aria-label', 'Subagent transcript');
+  if (!card.cache) card.cache = new Map();
+  drawList(ol, card.level.items, card.cache, c);
+  d.append(ol);
+  e.append(d);
+  return e;
+}
+
+// Elapsed times and countdowns tick once a second without a redraw.
+function tickOne(el) {
+  const now = Date.now();
+  if (el.dataset.since) el.textContent = 'running ' + Math.max(0, Math.round((now - Number(el.dataset.since)) / 1000)) + 's';
+  if (el.dataset.deadline) {
+    const left = Math.max(0, Math.ceil((Number(el.dataset.deadline) - now) / 1000));
+    el.textContent = left > 0 ? 'Retrying in ' + left + 's.' : 'Retrying…';
+  }
+}
+setInterval(() => {
+  document.querySelectorAll('[data-since],[data-deadline]').forEach(tickOne);
+}, 1000);
+
+async function drawTraces(c) {
+  try {
+    const r = await api('GET', '/api/sessions/' + enc(c.id) + '/traces');
+    if (c !== current) return;
+    const box = $('s-traces');
+    box.replaceChildren(
+      ...(r.traces || []).map((t) => {
+        const a = document.createElement('a');
+        a.href = '/api/sessions/' + enc(c.id) + '/traces/' + t.index;
+        a.download = t.name;
+        a.textContent = 'Trace ' + t.index;
+        a.title = 'Download ' + t.name + ' (' + t.size + ' bytes)';
+        return a;
+      }),
+    );
+  } catch {}
+}
+
+// ---- composer ---------------------------------------------------------------
+
+$('composer').addEventListener('submit', async (e) => {
+  e.preventDefault();
+  const c = current;
+  if (!c) return;
+  const msg = $('message').value;
+  if (!msg.trim()) return;
+  $('composer-error').textContent = '';
+  const running = c.feed.model.taskState !== 'idle';
+  try {
+    if (running) await api('POST', '/api/sessions/' + enc(c.id) + '/steer', { text: msg });
+    else await api('POST', '/api/sessions/' + enc(c.id) + '/tasks', { input: [{ type: 'text', text: msg }] });
+    $('message').value = '';
+  } catch (err) {
+    if (err.code === 'not_running') {
+      // The Task ended meanwhile: send it as a new Task.
+      try {
+        await api('POST', '/api/sessions/' + enc(c.id) + '/tasks', { input: [{ type: 'text', text: msg }] });
+        $('message').value = '';
+        return;
+      } catch (err2) {
+        err = err2;
+      }
+    }
+    $('composer-error').textContent = err.message;
+  }
+});
+
+$('message').addEventListener('keydown', (e) => {
+  if (e.key === 'Enter' && !e.shiftKey && !e.isComposing) {
+    e.preventDefault();
+    $('composer').requestSubmit();
+  }
+});
+
+$('stop').addEventListener('click', async () => {
+  if (!current) return;
+  try {
+    await api('POST', '/api/sessions/' + enc(current.id) + '/abort');
+  } catch (err) {
+    alertError(err);
+  }
+});
+
+$('compact').addEventListener('click', async () => {
+  if (!current) return;
+  $('composer-error').textContent = '';
+  try {
+    await api('POST', '/api/sessions/' + enc(current.id) + '/compact');
+  } catch (err) {
+    alertError(err);
+  }
+});
+
+start();
