@@ -23,6 +23,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"floe.dev/pkg/bus"
+	"floe.dev/pkg/omni/cmdpolicy"
 	"floe.dev/services/engine"
 	"floe.dev/services/gateway"
 	"floe.dev/services/toolrunner"
@@ -347,5 +348,10 @@ func tracerConfig(c *common) *tracer.Config {
 func gatewayConfig(c *common) (*gateway.Config, error) {
 	cfg := gateway.Config{Addr: c.httpAddr, Home: c.home, DefaultModel: c.model}
 	cfg.Tokens = gateway.TokensFromList(os.Getenv("FLOE_API_TOKEN"))
+	p, err := cmdpolicy.Load(os.Getenv("FLOE_COMMAND_POLICY"))
+	if err != nil {
+		return nil, err
+	}
+	cfg.CommandPolicy = p
 	return &cfg, nil
 }

@@ -22,6 +22,7 @@ import (
 	"floe.dev/cmd/floe/internal/stack"
 	"floe.dev/pkg/bus"
 	"floe.dev/pkg/omni"
+	"floe.dev/pkg/omni/cmdpolicy"
 	"floe.dev/pkg/trace"
 )
 
@@ -103,6 +104,9 @@ func cmdRun(ctx context.Context, stopSignals context.CancelFunc, name string, ar
 	rec := &omni.SessionRecord{
 		ID: sid, Model: c.model, Workspace: ws, ApprovalMode: *approve, MaxTurns: *maxTurns,
 		State: omni.StateIdle, CreatedUnixMs: now.UnixMilli(),
+	}
+	if rec.CommandPolicy, err = cmdpolicy.Load(os.Getenv("FLOE_COMMAND_POLICY")); err != nil {
+		return 2, err
 	}
 	opCtx := context.WithoutCancel(ctx)
 	if err := st.Sessions.Create(opCtx, rec); err != nil {

@@ -11,9 +11,15 @@ func Timestamp(t time.Time) string { return t.UTC().Format(TimeLayout) }
 
 func stamp() string { return Timestamp(time.Now()) }
 
-// Model wraps p in a model_msg envelope stamped now.
+// Model wraps p in a model_msg envelope stamped now. A complete message
+// without a stop reason gets "completed": the original writes stop_reason
+// on every complete record (and counts a tool_call as committed only with
+// it), so Floe does too.
 func Model(p Payload) Message {
 	p.markContent()
+	if p.StopReason == "" && CompleteType(p.Type) == "" {
+		p.StopReason = StatusCompleted
+	}
 	return Message{Timestamp: stamp(), Type: KindModel, Payload: p}
 }
 
@@ -38,8 +44,8 @@ func ToolCall(name, arguments, toolCallID string) Message {
 	return Model(Payload{Type: TypeToolCall, Role: RoleAssistant, Name: name, Arguments: arguments, ToolCallID: toolCallID})
 }
 
-// ToolCallOutput builds a complete tool_call_output. stopReason is empty for
-// a successful tool, else failed or aborted.
+// ToolCallOutput builds a complete tool_call_output. stopReason is empty
+// (written as completed) for a successful tool, else failed or aborted.
 func ToolCallOutput(toolCallID, output, stopReason string) Message {
 	return Model(Payload{Type: TypeToolCallOutput, Role: RoleUser, Output: output, ToolCallID: toolCallID, StopReason: stopReason})
 }

@@ -219,6 +219,28 @@ type SessionRecord struct {
 	// interrupted turn flattened into a [turn_aborted] block); never
 	// streamed, never in the Trace.
 	CarryOver []CarryItem `msgpack:"carry_over,omitempty"`
+	// CommandPolicy is the deployment's command policy as it was when the
+	// Session was created (SPEC §7); nil on records that predate it, which
+	// get the factory set.
+	CommandPolicy *CommandPolicy `msgpack:"command_policy,omitempty"`
+}
+
+// CommandPolicy is an ordered list of deny rules matched against the
+// normalized cmd of exec_command before any approval mode is consulted
+// (package omni/cmdpolicy compiles and matches it). Source says where it
+// came from: "factory", "off" (no rules) or the rules file's path.
+type CommandPolicy struct {
+	Source string        `msgpack:"source" json:"source"`
+	Rules  []CommandRule `msgpack:"rules" json:"rules"`
+}
+
+// CommandRule is one deny rule; Pattern is RE2. A rule with Enabled set to
+// false is kept but never matches.
+type CommandRule struct {
+	Name        string `msgpack:"name" json:"name"`
+	Pattern     string `msgpack:"pattern" json:"pattern"`
+	Description string `msgpack:"description,omitempty" json:"description,omitempty"`
+	Enabled     *bool  `msgpack:"enabled,omitempty" json:"enabled,omitempty"`
 }
 
 // CarryItem is model-context-only text inserted before the At-th message of

@@ -266,7 +266,18 @@ func IsPartialType(t string) bool {
 	return false
 }
 
-// CompleteType maps a partial type to its complete type ("" if t is not partial).
+// Stop returns p's stop reason, completed when the field is absent: a
+// reader treats a missing stop_reason as completed (Traces from before it
+// was written on every record).
+func (p *Payload) Stop() string {
+	if p.StopReason == "" {
+		return StatusCompleted
+	}
+	return p.StopReason
+}
+
+// CompleteType maps a partial type to its complete type ("" if t is not a
+// partial type).
 func CompleteType(t string) string {
 	switch t {
 	case TypePartialText:

@@ -32,6 +32,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/rs/zerolog"
 
+	"floe.dev/pkg/omni"
 	"floe.dev/services/gateway/internal/server"
 )
 
@@ -70,6 +71,10 @@ type Config struct {
 	WriteTimeout time.Duration
 	// ShutdownTimeout bounds the graceful shutdown of Run (default 10s).
 	ShutdownTimeout time.Duration
+	// CommandPolicy is the deployment's command policy (SPEC §7), copied
+	// into each Session at creation; nil is the factory set. Load it from
+	// FLOE_COMMAND_POLICY with cmdpolicy.Load.
+	CommandPolicy *omni.CommandPolicy
 }
 
 // Default values.
@@ -162,7 +167,7 @@ func (c *Config) options() server.Options {
 	return server.Options{
 		Tokens: c.Tokens, MaxBody: c.MaxBody, Home: c.Home, DefaultModel: c.DefaultModel,
 		Heartbeat: c.Heartbeat, ControlTimeout: c.ControlTimeout, QueueWait: c.QueueWait,
-		ClientBuffer: c.ClientBuffer, WriteTimeout: c.WriteTimeout,
+		ClientBuffer: c.ClientBuffer, WriteTimeout: c.WriteTimeout, CommandPolicy: c.CommandPolicy,
 	}
 }
 

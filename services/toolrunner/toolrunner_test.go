@@ -44,7 +44,7 @@ func TestJobStreamsPartialsThenOneCompleteOutput(t *testing.T) {
 			h.enqueue(h.execJob(sid, id, tt.cmd))
 			msgs := h.waitOutput(sid, id)
 			p := h.checkSegment(sid, msgs)
-			wantStop := ""
+			wantStop := omni.StatusCompleted
 			if tt.failed {
 				wantStop = omni.StatusFailed
 			}
@@ -368,7 +368,7 @@ func TestBadJobsFailOrAreLoggedAndTheLoopGoesOn(t *testing.T) {
 	}
 
 	p := h.checkSegment("s1", h.waitOutput("s1", "good"))
-	if p.Output != "fine\n" || p.StopReason != "" {
+	if p.Output != "fine\n" || p.StopReason != omni.StatusCompleted {
 		t.Errorf("good job output %q stop %q", p.Output, p.StopReason)
 	}
 	msgs := h.session("s1")
@@ -444,7 +444,7 @@ func TestShutdownLetsJobsFinishWithinGrace(t *testing.T) {
 	}
 	checkNoGoroutines(t)
 	p := h.checkSegment("s1", of(h.session("s1"), "c1"))
-	if p.Output != "done\n" || p.StopReason != "" {
+	if p.Output != "done\n" || p.StopReason != omni.StatusCompleted {
 		t.Errorf("output %q stop %q, want the job to finish", p.Output, p.StopReason)
 	}
 }

@@ -26,6 +26,26 @@ type Session struct {
 	Parent        string `json:"parent,omitempty"`
 	CreatedAt     string `json:"createdAt"`
 	CreatedUnixMs int64  `json:"createdUnixMs"`
+	// CommandPolicy is the command policy snapshotted when the Session was
+	// created (SPEC §7).
+	CommandPolicy *CommandPolicy `json:"commandPolicy,omitempty"`
+}
+
+// CommandPolicy is a Session's command policy: deny rules matched against
+// exec_command's normalized cmd before any approval mode. Source is
+// "factory", "off" or the rules file's path.
+type CommandPolicy struct {
+	Source string        `json:"source"`
+	Rules  []CommandRule `json:"rules"`
+}
+
+// CommandRule is one deny rule; Pattern is RE2. Enabled false keeps the
+// rule listed but off.
+type CommandRule struct {
+	Name        string `json:"name"`
+	Pattern     string `json:"pattern"`
+	Description string `json:"description,omitempty"`
+	Enabled     *bool  `json:"enabled,omitempty"`
 }
 
 // Compaction sets when and how a Session compacts.

@@ -120,7 +120,7 @@ func TestLifecycleSubagent(t *testing.T) {
 		t.Fatalf("subagent pointer before the approval: %v", own)
 	}
 	out := lcPayload(t, rs, "tool_call_output:sub")
-	if out.Output != answer || out.StopReason != "" {
+	if out.Output != answer || out.StopReason != omni.StatusCompleted {
 		t.Fatalf("run_subagent output = %q (%s), want the child's answer", out.Output, out.StopReason)
 	}
 	if names := lcToolNames(t, rs); indexOf(names, "run_subagent") < 0 {

@@ -47,7 +47,7 @@ func TestReconnectAfterMidStreamDisconnect(t *testing.T) {
 	}
 	texts := rcPayloads(rs, omni.TypeText)[1:] // [0] is the prompt
 	if len(texts) != 2 || texts[0].Text != "The answer is for" || texts[0].StopReason != omni.StatusTimeout ||
-		texts[1].Text != "The answer is 42." || texts[1].StopReason != "" {
+		texts[1].Text != "The answer is 42." || texts[1].StopReason != omni.StatusCompleted {
 		t.Fatalf("assistant texts = %+v, want the cut one stamped timeout, then the answer", texts)
 	}
 	ends := rcPayloads(rs, omni.TypeRequestEnd)
@@ -150,7 +150,7 @@ func TestReconnectToolCallOfFailedAttemptRunsOnce(t *testing.T) {
 		t.Fatalf("stream =\n%v\nwant one approval after the call, then one output, both before the retry's request_begin", got)
 	}
 	call := rcPayloads(rs, omni.TypeToolCall)[0]
-	if call.Arguments != args || call.StopReason != "" {
+	if call.Arguments != args || call.StopReason != omni.StatusCompleted {
 		t.Fatalf("tool_call = %+v, want arguments %s and no stop_reason", call, args)
 	}
 	blocks := f.body(1).retriedBlocks()
@@ -297,7 +297,7 @@ func TestReconnectContentFilterStopIsNotSilent(t *testing.T) {
 	texts := rcPayloads(rs, omni.TypeText)
 	last := texts[len(texts)-1]
 	ends := rcPayloads(rs, omni.TypeRequestEnd)
-	if last.Text == "I can" && last.StopReason == "" && ends[0].Status == omni.StatusCompleted {
+	if last.Text == "I can" && last.StopReason == omni.StatusCompleted && ends[0].Status == omni.StatusCompleted {
 		t.Fatalf("a content_filter stop looks like a clean answer: text %q with no stop_reason, request_end %s", last.Text, ends[0].Status)
 	}
 	if len(ends) != 1 || ends[0].Status != omni.StatusFailed {

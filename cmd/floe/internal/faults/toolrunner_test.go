@@ -69,7 +69,7 @@ func TestToolrunnerKilledMidTool(t *testing.T) {
 	if n := c.executions(sid, "call_next"); n != 1 {
 		t.Errorf("call_next ran %d times, want once", n)
 	}
-	if got := o.outputs["call_next"].msg.Payload; got.StopReason != "" || !strings.Contains(got.Output, "after") {
+	if got := o.outputs["call_next"].msg.Payload; got.StopReason != omni.StatusCompleted || !strings.Contains(got.Output, "after") {
 		t.Errorf("call_next output %q (stop_reason %q)", got.Output, got.StopReason)
 	}
 	c.checkIdle(sid, omni.StatusCompleted)

@@ -93,7 +93,7 @@ func (r *Renderer) Message(m *omni.Message) {
 		k := key(m)
 		if r.streamed[k] {
 			delete(r.streamed, k)
-			if p.Type == omni.TypeToolCallOutput && p.StopReason != "" {
+			if p.Type == omni.TypeToolCallOutput && p.Stop() != omni.StatusCompleted {
 				r.line(pre + r.paint(red, "  └ "+p.StopReason))
 			}
 			return

@@ -105,7 +105,7 @@ func (c *Context) Apply(m *omni.Message) {
 			c.attachOutput(*m)
 		case c.open != nil && p.Role == omni.RoleAssistant:
 			c.open.assistant = append(c.open.assistant, *m)
-			if p.Type == omni.TypeToolCall && p.StopReason == "" {
+			if p.Type == omni.TypeToolCall && p.Stop() == omni.StatusCompleted {
 				c.open.calls = append(c.open.calls, p.ToolCallID)
 			}
 		case p.Role == omni.RoleUser:

@@ -150,7 +150,9 @@ func (s *Segmenter) close(b *block, stopReason string) error {
 		m = omni.Text(omni.RoleAssistant, b.content.String())
 	}
 	m.Payload.Fidelity = b.fidelity
-	m.Payload.StopReason = stopReason
+	if stopReason != "" {
+		m.Payload.StopReason = stopReason
+	}
 	b.done = true
 	s.current = nil
 	s.Completed = append(s.Completed, m)

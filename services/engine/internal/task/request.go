@@ -34,7 +34,7 @@ func (r *Runner) request(ctx context.Context) (string, []string) {
 		var calls []string
 		seg := segment.New(func(m *omni.Message) error {
 			r.publish(m, "")
-			if m.Payload.Type == omni.TypeToolCall && m.Payload.StopReason == "" {
+			if m.Payload.Type == omni.TypeToolCall && m.Payload.Stop() == omni.StatusCompleted {
 				calls = append(calls, m.Payload.ToolCallID)
 				r.mu.Lock()
 				r.calls[m.Payload.ToolCallID] = &callState{id: m.Payload.ToolCallID, name: m.Payload.Name}
@@ -240,7 +240,7 @@ func describe(msgs []omni.Message, outputs map[string]string) string {
 		case omni.TypeText:
 			fmt.Fprintf(&b, "%s\n", p.Text)
 		case omni.TypeToolCall:
-			if p.StopReason != "" {
+			if p.Stop() != omni.StatusCompleted {
 				fmt.Fprintf(&b, "(incomplete tool call %s %s %s: not executed)\n", p.ToolCallID, p.Name, p.Arguments)
 				continue
 			}

@@ -70,6 +70,7 @@ func (r *Runner) runSubagent(tc omni.Message) {
 		SystemPrompt: r.rec.SystemPrompt, MaxTurns: r.rec.MaxTurns, Compaction: r.rec.Compaction,
 		Title: args.Description, Principal: r.rec.Principal, CreatedUnixMs: now.UnixMilli(),
 		State: omni.StateRunning, TaskID: childTask.ID, Parent: r.sid, Depth: r.rec.Depth + 1,
+		CommandPolicy: r.rec.CommandPolicy,
 	}
 	if err := r.d.Sessions.Create(ctx, rec); err != nil {
 		fail(fmt.Sprintf("run_subagent: could not create the child Session: %v", err))
@@ -176,7 +177,7 @@ func (r *Runner) forwardChild(ctx context.Context, child, childTask string) (ans
 			return nil
 		}
 		if len(m.Origin) == 0 && m.Type == omni.KindModel && m.Payload.Type == omni.TypeText &&
-			m.Payload.Role == omni.RoleAssistant && m.Payload.StopReason == "" {
+			m.Payload.Role == omni.RoleAssistant && m.Payload.Stop() == omni.StatusCompleted {
 			last = m.Payload.Text
 		}
 		if m.Type == omni.KindEvent && m.Payload.Type == omni.TypeApprovalDecision {

@@ -11,6 +11,7 @@ import (
 
 	"floe.dev/pkg/bus"
 	"floe.dev/pkg/omni"
+	"floe.dev/pkg/omni/cmdpolicy"
 )
 
 // approveLoop decides the calls of one request one at a time, in call
@@ -95,16 +96,20 @@ func (r *Runner) pool() string {
 	return omni.DefaultPool
 }
 
-// decide applies the Session's approval mode, read fresh so a PATCH takes
-// effect mid-run; a human decision is awaited when the mode asks.
+// decide applies the Session's command policy, then its approval mode,
+// read fresh so a PATCH takes effect mid-run; a human decision is awaited
+// when the mode asks.
 func (r *Runner) decide(tc omni.Message) (string, error) {
+	if r.policyForbids(tc) {
+		return omni.DecisionForbidden, nil
+	}
 	mode := r.rec.ApprovalMode
 	if rec, _, err := r.d.Sessions.Get(r.abortCtx, r.sid); err == nil {
 		mode = rec.ApprovalMode
 	}
 	switch mode {
 	case omni.ApproveDenyAll:
-		return omni.DecisionForbidden, nil
+		return omni.DecisionDeny, nil
 	case omni.ApproveReadOnly:
 		if r.toolPerms[tc.Payload.Name] == "r" {
 			return omni.DecisionAllow, nil
@@ -115,6 +120,35 @@ func (r *Runner) decide(tc omni.Message) (string, error) {
 	}
 	return r.ask(tc)
 }
+
+// policyForbids matches an exec_command's cmd against the command policy
+// snapshotted in the Session record (SPEC §7).
+func (r *Runner) policyForbids(tc omni.Message) bool {
+	if tc.Payload.Name != execTool {
+		return false
+	}
+	var args struct {
+		Cmd string `json:"cmd"`
+	}
+	if json.Unmarshal([]byte(tc.Payload.Arguments), &args) != nil || args.Cmd == "" {
+		return false // the tool itself reports the bad arguments
+	}
+	m, err := cmdpolicy.Compile(r.rec.CommandPolicy)
+	if err != nil {
+		// Checked when the policy was loaded; a record that still fails
+		// is treated as denying everything it was meant to catch.
+		r.log.Error().Err(err).Msg("command policy does not compile; exec_command forbidden")
+		return true
+	}
+	rule, hit := m.Match(args.Cmd)
+	if hit {
+		r.log.Info().Str("tool_call_id", tc.Payload.ToolCallID).Str("rule", rule.Name).Msg("command policy forbids the call")
+	}
+	return hit
+}
+
+// execTool is the tool the command policy applies to.
+const execTool = "exec_command"
 
 // ask publishes an approval_request and waits for the human's decision.
 func (r *Runner) ask(tc omni.Message) (string, error) {

@@ -32,6 +32,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"floe.dev/pkg/bus/svc"
+	"floe.dev/pkg/omni/cmdpolicy"
 	"floe.dev/services/gateway"
 )
 
@@ -56,6 +57,10 @@ func run() error {
 	}
 	cfg := gateway.Config{Addr: *addr, Home: *home, DefaultModel: *model}
 	cfg.Tokens = gateway.TokensFromList(os.Getenv("FLOE_API_TOKEN"))
+	var err error
+	if cfg.CommandPolicy, err = cmdpolicy.Load(os.Getenv("FLOE_COMMAND_POLICY")); err != nil {
+		return err
+	}
 	cfg.Defaults()
 	if err := cfg.Validate(); err != nil {
 		return err

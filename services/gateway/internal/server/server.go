@@ -37,6 +37,8 @@ type Options struct {
 	QueueWait      time.Duration
 	ClientBuffer   int
 	WriteTimeout   time.Duration
+	// CommandPolicy is snapshotted into every Session created here.
+	CommandPolicy *omni.CommandPolicy
 }
 
 // Server serves the API. It is an http.Handler.

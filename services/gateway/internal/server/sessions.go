@@ -16,6 +16,7 @@ import (
 
 	"floe.dev/pkg/bus"
 	"floe.dev/pkg/omni"
+	"floe.dev/pkg/omni/cmdpolicy"
 	"floe.dev/pkg/trace"
 	"floe.dev/services/gateway/client"
 )
@@ -67,6 +68,14 @@ func view(r *omni.SessionRecord) client.Session {
 	if v.ApprovalMode == "" {
 		v.ApprovalMode = omni.ApproveAllowAll
 	}
+	p := r.CommandPolicy
+	if p == nil {
+		p = cmdpolicy.Factory() // what the engine applies to older records
+	}
+	v.CommandPolicy = &client.CommandPolicy{Source: p.Source, Rules: make([]client.CommandRule, len(p.Rules))}
+	for i, cr := range p.Rules {
+		v.CommandPolicy.Rules[i] = client.CommandRule{Name: cr.Name, Pattern: cr.Pattern, Description: cr.Description, Enabled: cr.Enabled}
+	}
 	return v
 }
 
@@ -85,6 +94,10 @@ func (s *Server) handleCreate(w http.ResponseWriter, r *http.Request) *apiError 
 		Model: req.Model, Workspace: req.Workspace, ApprovalMode: req.ApprovalMode,
 		SystemPrompt: req.SystemPrompt, MaxTurns: req.MaxTurns, Title: req.Title,
 		Principal: principal(r.Context()), State: omni.StateIdle,
+		CommandPolicy: s.opts.CommandPolicy,
+	}
+	if rec.CommandPolicy == nil {
+		rec.CommandPolicy = cmdpolicy.Factory()
 	}
 	if rec.Model == "" {
 		rec.Model = s.opts.DefaultModel

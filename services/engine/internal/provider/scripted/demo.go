@@ -102,7 +102,7 @@ func planDemo(req *model.Request) *entry {
 	}
 	entries := parseListing(lsOut.Output)
 	readCall, readOut, read := t.lastCall("read_file")
-	if !read && lsOut.StopReason == "" && offered(req, "read_file") {
+	if !read && lsOut.Stop() == omni.StatusCompleted && offered(req, "read_file") {
 		if file := pickFile(entries); file != "" {
 			args, _ := json.Marshal(struct {
 				FilePath string `json:"file_path"`
@@ -116,7 +116,7 @@ func planDemo(req *model.Request) *entry {
 	}
 	var answer strings.Builder
 	switch {
-	case lsOut.StopReason != "":
+	case lsOut.Stop() != omni.StatusCompleted:
 		fmt.Fprintf(&answer, "I couldn't list the workspace: %s", firstLine(lsOut.Output))
 	case len(entries) == 0:
 		answer.WriteString("The workspace is empty.")
@@ -177,7 +177,7 @@ func describeRead(c, out omni.Payload) string {
 	_ = json.Unmarshal([]byte(c.Arguments), &args) // the demo wrote them; a bad value just reads as ""
 	name := args.FilePath
 	switch {
-	case out.StopReason != "":
+	case out.Stop() != omni.StatusCompleted:
 		return fmt.Sprintf("I couldn't read %s: %s", name, firstLine(out.Output))
 	case strings.HasPrefix(out.Output, "[empty file]"):
 		return name + " is empty."
