@@ -163,6 +163,9 @@ type ToolSpec struct {
 	Parameters  json.RawMessage `json:"parameters" msgpack:"parameters"`
 	// Permission is "r" or "rw"; not part of the wire payload.
 	Permission string `json:"-" msgpack:"permission"`
+	// Source says where the tool comes from: "builtin", "engine" or
+	// "mcp:<server>"; not part of the wire payload.
+	Source string `json:"-" msgpack:"source,omitempty"`
 }
 
 // Payload is the union of every payload of SPEC §1, flattened: Type says which

@@ -96,7 +96,7 @@ func (p *Payload) validateEvent() error {
 		if _, err := p.ToolSpecs(); err != nil {
 			return invalid("tool_list_ready: tools: %v", err)
 		}
-	case TypeRequestBegin, TypeAbort:
+	case TypeRequestBegin, TypeAbort, TypeMCPConnectBegin, TypeMCPConnectEnd:
 	case TypeRequestEnd:
 		if !validStatus(p.Status) {
 			return invalid("request_end: unknown status %q", p.Status)

@@ -284,32 +284,38 @@ func (e *engine) onPublishError(_ jetstream.JetStream, m *nats.Msg, err error) {
 	e.log.Error().Err(err).Str("session_id", sid).Msg("async publish failed after its Task ended")
 }
 
-// listTools asks the pool's runners for their tools, caching the answer for
-// a minute; it waits for a runner to come up.
-func (e *engine) listTools(ctx context.Context) ([]omni.ToolSpec, error) {
+// listTools asks the pool's runners for their tools. An answer without
+// MCP servers is cached for a minute; with them every Task start asks
+// again, so it reports the servers' current state. It waits for a runner
+// to come up.
+func (e *engine) listTools(ctx context.Context) (omni.ToolList, error) {
 	e.toolsMu.Lock()
 	defer e.toolsMu.Unlock()
 	if e.tools != nil && time.Since(e.toolsTime) < time.Minute {
-		return e.tools, nil
+		return omni.ToolList{Tools: e.tools}, nil
 	}
 	deadline := time.Now().Add(e.deps.Settings.ToolListTimeout)
 	for {
-		rctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		// A runner may be connecting its MCP servers: wait for its answer
+		// as long as the deadline allows (no runner at all fails at once).
+		rctx, cancel := context.WithDeadline(ctx, deadline)
 		reply, err := e.nc.RequestWithContext(rctx, omni.ToolListSubject(e.cfg.Pool), nil)
 		cancel()
 		if err == nil {
-			var specs []omni.ToolSpec
-			if err := omni.Unpack(reply.Data, &specs); err != nil {
-				return nil, fmt.Errorf("tool list: %w", err)
+			var list omni.ToolList
+			if err := omni.Unpack(reply.Data, &list); err != nil {
+				return omni.ToolList{}, fmt.Errorf("tool list: %w", err)
 			}
-			e.tools, e.toolsTime = specs, time.Now()
-			return specs, nil
+			if len(list.MCP) == 0 {
+				e.tools, e.toolsTime = list.Tools, time.Now()
+			}
+			return list, nil
 		}
 		if ctx.Err() != nil {
-			return nil, ctx.Err()
+			return omni.ToolList{}, ctx.Err()
 		}
 		if time.Now().After(deadline) {
-			return nil, fmt.Errorf("no tool runner answered on pool %q: %w", e.cfg.Pool, err)
+			return omni.ToolList{}, fmt.Errorf("no tool runner answered on pool %q: %w", e.cfg.Pool, err)
 		}
 		sleep(ctx, 200*time.Millisecond)
 	}

@@ -32,6 +32,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"floe.dev/pkg/omni"
+	"floe.dev/services/toolrunner/internal/mcptools"
 	"floe.dev/services/toolrunner/internal/runner"
 	"floe.dev/services/toolrunner/internal/tools"
 )
@@ -46,8 +47,8 @@ const (
 )
 
 // ToolListSubject returns floe.toollist.<pool>: a request there (any body)
-// is answered by one runner of the pool with the msgpack []omni.ToolSpec of
-// its tools.
+// is answered by one runner of the pool with the msgpack omni.ToolList of
+// its tools (built-in and MCP) and its MCP servers' connect results.
 func ToolListSubject(pool string) string { return runner.ToolListSubject(pool) }
 
 // Config configures one runner. Zero fields take their defaults (Defaults);
@@ -75,6 +76,13 @@ type Config struct {
 	// context ends; jobs still running then are cancelled and complete with
 	// a failed output. Default 10s.
 	ShutdownGrace time.Duration
+	// MCPConfig is the path of the MCP servers file (SPEC §7,
+	// FLOE_MCP_CONFIG); empty means no MCP servers. Validate reads it.
+	MCPConfig string
+	// Environ builds the environment of the processes tools start (MCP
+	// stdio servers) from extra "K=V" entries, which win. Default: the
+	// toolrunner's environment plus extra.
+	Environ func(extra ...string) []string
 }
 
 // Defaults sets every zero field to its default.
@@ -124,8 +132,16 @@ func (c *Config) Validate() error {
 	case c.ShutdownGrace < 0:
 		return fmt.Errorf("%w: shutdown grace %v must not be negative", ErrInvalidConfig, c.ShutdownGrace)
 	}
+	if c.MCPConfig != "" {
+		if _, err := mcptools.Load(c.MCPConfig); err != nil {
+			return fmt.Errorf("%w: %w", ErrInvalidConfig, err)
+		}
+	}
 	return nil
 }
+
+// MCPConfigVar is the variable naming the MCP servers file.
+const MCPConfigVar = mcptools.ConfigVar
 
 // Run executes tool jobs of cfg.Pool from nc until ctx ends. It waits for
 // the FLOE_TOOLS stream to exist (it does not create it: bus.Setup does) and
@@ -142,16 +158,31 @@ func Run(ctx context.Context, nc *nats.Conn, cfg Config, log zerolog.Logger) err
 	if err := cfg.Validate(); err != nil {
 		return err
 	}
+	var mcpCfg *mcptools.Config
+	if cfg.MCPConfig != "" {
+		c, err := mcptools.Load(cfg.MCPConfig)
+		if err != nil {
+			return fmt.Errorf("%w: %w", ErrInvalidConfig, err)
+		}
+		mcpCfg = c
+	}
+	builtin := tools.Builtin(tools.Options{
+		MaxOutput:      cfg.MaxOutput,
+		DefaultTimeout: cfg.DefaultTimeout,
+	})
+	box := mcptools.NewToolbox(builtin, mcptools.NewManager(mcpCfg, mcptools.Options{
+		Log:     log.With().Str("runner", cfg.RunnerID).Logger(),
+		Environ: cfg.Environ,
+	}))
+	// The MCP servers stop after the last job: Run has returned.
+	defer box.Close()
 	return runner.Run(ctx, nc, runner.Config{
 		Pool:              cfg.Pool,
 		Concurrency:       cfg.Concurrency,
 		RunnerID:          cfg.RunnerID,
 		HeartbeatInterval: cfg.HeartbeatInterval,
 		ShutdownGrace:     cfg.ShutdownGrace,
-		Tools: tools.Builtin(tools.Options{
-			MaxOutput:      cfg.MaxOutput,
-			DefaultTimeout: cfg.DefaultTimeout,
-		}),
+		Tools:             box,
 	}, log)
 }
 

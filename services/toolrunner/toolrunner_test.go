@@ -315,17 +315,21 @@ func TestToolListServesBuiltinSpecs(t *testing.T) {
 	if ct := resp.Header.Get(bus.HeaderContentType); ct != omni.ContentTypeMsgpack {
 		t.Errorf("Content-Type = %q, want %q", ct, omni.ContentTypeMsgpack)
 	}
-	var specs []omni.ToolSpec
-	if err := omni.Unpack(resp.Data, &specs); err != nil {
+	var list omni.ToolList
+	if err := omni.Unpack(resp.Data, &list); err != nil {
 		t.Fatal(err)
+	}
+	specs := list.Tools
+	if list.Runner == "" || list.MCP != nil {
+		t.Errorf("runner %q, mcp results %v; want the runner's id and no MCP results", list.Runner, list.MCP)
 	}
 	want := map[string]string{"exec_command": "rw", "read_file": "r", "write_file": "rw", "edit_file": "rw"}
 	if len(specs) != len(want) {
 		t.Errorf("got %d tools, want %d", len(specs), len(want))
 	}
 	for _, s := range specs {
-		if perm, ok := want[s.Name]; !ok || s.Permission != perm {
-			t.Errorf("tool %q permission %q, want %q", s.Name, s.Permission, want[s.Name])
+		if perm, ok := want[s.Name]; !ok || s.Permission != perm || s.Source != "builtin" {
+			t.Errorf("tool %q permission %q source %q, want %q builtin", s.Name, s.Permission, s.Source, want[s.Name])
 		}
 		var schema struct {
 			Type string `json:"type"`

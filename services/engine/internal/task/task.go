@@ -59,8 +59,9 @@ type Deps struct {
 	Settings Settings
 	// Resolve returns the provider of a model reference.
 	Resolve func(ref string) (model.Provider, model.Info, error)
-	// Tools lists the runner pool's tools (cached by the engine).
-	Tools func(ctx context.Context) ([]omni.ToolSpec, error)
+	// Tools lists the runner pool's tools and its MCP servers' connect
+	// results (cached by the engine while there are none).
+	Tools func(ctx context.Context) (omni.ToolList, error)
 }
 
 // Outcome statuses of a Task.
@@ -467,10 +468,11 @@ func (r *Runner) run(ctx context.Context) string {
 // publish carries a Msg-Id derived from the Task, so an engine that takes
 // over a redelivered Task does not publish it twice.
 func (r *Runner) start(ctx context.Context) error {
-	tools, err := r.d.Tools(r.abortCtx)
+	list, err := r.d.Tools(r.abortCtx)
 	if err != nil {
 		return fmt.Errorf("list tools: %w", err)
 	}
+	tools := list.Tools
 	if r.rec.Depth < r.d.Settings.MaxSubagentDepth {
 		tools = append(append([]omni.ToolSpec(nil), tools...), SubagentSpec())
 	}
@@ -479,11 +481,31 @@ func (r *Runner) start(ctx context.Context) error {
 	for _, t := range tools {
 		r.toolPerms[t.Name] = t.Permission
 	}
-	if r.fc.Meta == nil {
+	first := r.fc.Meta == nil
+	if first {
 		meta := r.sessionMeta()
 		if _, err := r.publishOnce(ctx, &meta, r.task.ID+"/meta"); err != nil {
 			return err
 		}
+	}
+	// With MCP servers, every Task start reports how they connected and
+	// the tool list they make (SPEC §7), since either may have changed.
+	mcp := len(list.MCP) > 0 && r.task.Kind != omni.TaskCompact
+	if mcp {
+		servers := make([]string, len(list.MCP))
+		for i, res := range list.MCP {
+			servers[i] = res.Server
+		}
+		begin := omni.MCPConnectBegin(servers)
+		if _, err := r.publishOnce(ctx, &begin, r.task.ID+"/mcp-begin"); err != nil {
+			return err
+		}
+		end := omni.MCPConnectEnd(list.MCP)
+		if _, err := r.publishOnce(ctx, &end, r.task.ID+"/mcp-end"); err != nil {
+			return err
+		}
+	}
+	if first || mcp {
 		tl := omni.ToolListReady(tools)
 		if _, err := r.publishOnce(ctx, &tl, r.task.ID+"/tools"); err != nil {
 			return err

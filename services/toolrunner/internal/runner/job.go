@@ -326,7 +326,7 @@ func (j *job) finish(res tools.Result) {
 	if res.Failed {
 		stop = omni.StatusFailed
 	}
-	if err := j.r.publishOutput(j.sid, j.id, res.Output, stop); err != nil {
+	if err := j.r.publishOutput(j.sid, j.id, res.Output, stop, res.Images); err != nil {
 		j.log.Error().Err(err).Msg("publish complete tool output failed; the engine will report the outcome as unknown")
 	}
 }
@@ -350,8 +350,8 @@ func (j *job) tryCancel() (ok bool, acks []jetstream.PubAckFuture) {
 // stream to store it, retrying failed attempts for up to publishBudget. Its
 // Nats-Msg-Id makes retries and any competing copy (the engine declaring
 // the job lost) collapse into one stored message.
-func (r *runner) publishOutput(sid, id, output, stopReason string) error {
-	m := omni.ToolCallOutput(id, output, stopReason)
+func (r *runner) publishOutput(sid, id, output, stopReason string, images []string) error {
+	m := omni.ToolCallOutputImages(id, output, stopReason, images)
 	data, err := omni.Marshal(&m)
 	if err != nil {
 		return fmt.Errorf("encode tool output: %w", err)

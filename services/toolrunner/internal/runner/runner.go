@@ -76,7 +76,7 @@ type Config struct {
 	RunnerID          string
 	HeartbeatInterval time.Duration
 	ShutdownGrace     time.Duration
-	Tools             *tools.Registry
+	Tools             Toolbox
 
 	// Tuning; zero takes the default.
 	FetchWait  time.Duration // longest wait of one pull request
@@ -96,12 +96,20 @@ func (c *Config) defaults() {
 	}
 }
 
+// Toolbox is the set of tools a runner offers and executes.
+type Toolbox interface {
+	// List returns the tools and, when MCP servers are configured, how
+	// each connected; it may connect servers, bounded by ctx.
+	List(ctx context.Context) ([]omni.ToolSpec, []omni.MCPConnectResult)
+	// Execute runs one call; see tools.Registry.Execute.
+	Execute(ctx context.Context, call tools.Call, emit tools.Emit) tools.Result
+}
+
 type runner struct {
-	cfg   Config
-	nc    *nats.Conn
-	js    jetstream.JetStream
-	log   zerolog.Logger
-	specs []omni.ToolSpec
+	cfg Config
+	nc  *nats.Conn
+	js  jetstream.JetStream
+	log zerolog.Logger
 
 	slots chan struct{} // one token per running (or starting) job
 	jobs  sync.WaitGroup
@@ -127,9 +135,6 @@ func Run(ctx context.Context, nc *nats.Conn, cfg Config, log zerolog.Logger) err
 		slots:     make(chan struct{}, cfg.Concurrency),
 		active:    make(map[string]*job),
 		cancelled: newCancelMemory(cancelTTL, cancelMax),
-	}
-	for _, s := range cfg.Tools.Specs() {
-		r.specs = append(r.specs, omni.ToolSpec{Name: s.Name, Description: s.Description, Parameters: s.Parameters, Permission: s.Permission})
 	}
 	// Jobs outlive ctx by the shutdown grace period; drainJobs ends them.
 	jobsCtx, cancelJobs := context.WithCancelCause(context.WithoutCancel(ctx))

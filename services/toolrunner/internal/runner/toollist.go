@@ -1,15 +1,25 @@
 package runner
 
 import (
+	"context"
+
 	"github.com/nats-io/nats.go"
 
 	"floe.dev/pkg/bus"
+	"floe.dev/pkg/omni"
 )
 
-// listLoop answers tool list requests from ch until stop is closed. The
-// subscription is in a queue group, so one runner of the pool answers each
-// request.
+// listLoop answers tool list requests from ch until stop is closed, each
+// with an omni.ToolList. The subscription is in a queue group, so one
+// runner of the pool answers each request. Listing may connect MCP
+// servers; stop ends the wait for them.
 func (r *runner) listLoop(ch <-chan *nats.Msg, stop <-chan struct{}) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() {
+		<-stop
+		cancel()
+	}()
 	for {
 		select {
 		case <-stop:
@@ -18,7 +28,11 @@ func (r *runner) listLoop(ch <-chan *nats.Msg, stop <-chan struct{}) {
 			if m.Reply == "" {
 				continue
 			}
-			nm, err := bus.PackMsg(m.Reply, r.specs)
+			specs, mcp := r.cfg.Tools.List(ctx)
+			if ctx.Err() != nil {
+				return
+			}
+			nm, err := bus.PackMsg(m.Reply, omni.ToolList{Runner: r.cfg.RunnerID, Tools: specs, MCP: mcp})
 			if err == nil {
 				err = r.nc.PublishMsg(nm)
 			}

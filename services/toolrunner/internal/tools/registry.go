@@ -152,6 +152,41 @@ func (r *Registry) Execute(ctx context.Context, call Call, emit Emit) Result {
 			}
 		}
 	}
+	return r.execute(ctx, e.tool, call, args, timeout, out)
+}
+
+// Checked is a tool that validates its own arguments, such as an MCP tool
+// whose JSON Schema is richer than the subset NewRegistry compiles.
+type Checked interface {
+	Tool
+	// Check validates the raw arguments (empty means {}) and returns the
+	// JSON object to run with, or an error saying what is wrong.
+	Check(arguments string) (json.RawMessage, error)
+	// Timeout bounds one call; zero takes the registry's DefaultTimeout.
+	Timeout() time.Duration
+}
+
+// ExecuteChecked runs t, which is not registered, under the rules of
+// Execute: arguments checked first, timeout, output cap, notes, panics
+// recovered.
+func (r *Registry) ExecuteChecked(ctx context.Context, t Checked, call Call, emit Emit) Result {
+	out := newOutput(r.opts.MaxOutput, emit)
+	args, err := t.Check(call.Arguments)
+	if err != nil {
+		msg := fmt.Sprintf("invalid arguments for %s: %v", call.Name, err)
+		return Result{Output: out.finish(msg), Failed: true}
+	}
+	timeout := t.Timeout()
+	if timeout <= 0 {
+		timeout = r.opts.DefaultTimeout
+	}
+	return r.execute(ctx, t, call, args, min(timeout, r.opts.MaxTimeout), out)
+}
+
+// Names returns the registered tools' names in registration order.
+func (r *Registry) Names() []string { return r.names() }
+
+func (r *Registry) execute(ctx context.Context, t Tool, call Call, args json.RawMessage, timeout time.Duration, out *output) Result {
 	ctx, cancel := context.WithTimeoutCause(ctx, timeout, errTimedOut)
 	defer cancel()
 
@@ -159,7 +194,7 @@ func (r *Registry) Execute(ctx context.Context, call Call, emit Emit) Result {
 	var notes []string
 	if ctx.Err() == nil {
 		var panicked bool
-		res, panicked = run(ctx, e.tool, call, args, out.toolEmit)
+		res, panicked = run(ctx, t, call, args, out.toolEmit)
 		if panicked {
 			notes = append(notes, res.Output)
 			res = Result{Failed: true}
@@ -173,7 +208,7 @@ func (r *Registry) Execute(ctx context.Context, call Call, emit Emit) Result {
 			notes = append(notes, canceledNote(cause))
 		}
 	}
-	return Result{Output: out.finish(res.Output, notes...), Failed: res.Failed || len(notes) > 0}
+	return Result{Output: out.finish(res.Output, notes...), Failed: res.Failed || len(notes) > 0, Images: res.Images}
 }
 
 // run calls t.Run, turning a panic into panicked with the note in Output.

@@ -43,6 +43,9 @@ type Call struct {
 type Result struct {
 	Output string
 	Failed bool
+	// Images are data URLs (data:<mime>;base64,…) the tool returned
+	// besides its text, passed to the model as the output's images.
+	Images []string
 }
 
 // Emit receives output fragments in order as they are produced. Execute
