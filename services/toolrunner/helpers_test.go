@@ -28,6 +28,10 @@ const wait = 20 * time.Second
 // TestMain gives exec_command's login shells an empty HOME, so the
 // developer's shell profile cannot add output to the tests' commands.
 func TestMain(m *testing.M) {
+	if os.Getenv(stdioServerVar) != "" {
+		serveStdio() // this binary is the MCP server a test started
+		return
+	}
 	home, err := os.MkdirTemp("", "toolrunner-home-")
 	if err != nil {
 		panic(err)

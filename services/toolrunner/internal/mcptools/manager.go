@@ -61,7 +61,7 @@ type Manager struct {
 
 	ctx    context.Context // ends at Close: connects and restarts stop
 	cancel context.CancelFunc
-	mu     sync.Mutex     // guards closed and wg.Add against Close's wg.Wait
+	mu     sync.Mutex // guards closed and wg.Add against Close's wg.Wait
 	closed bool
 	wg     sync.WaitGroup // connects, watchers (one per live session) and their restarts
 }
