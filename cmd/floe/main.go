@@ -76,7 +76,7 @@ FLOE_NATS_LISTEN, FLOE_HTTP_ADDR, FLOE_MODEL, FLOE_API_TOKEN, FLOE_RETRY_BASE_MS
 FLOE_RETRY_CAP_MS, FLOE_RETRY_MAX, FLOE_REQUEST_TIMEOUT_MS, OPENAI_BASE_URL,
 OPENAI_API_KEY, ANTHROPIC_BASE_URL, ANTHROPIC_API_KEY; external NATS:
 FLOE_NATS_CREDS, FLOE_NATS_USER, FLOE_NATS_PASSWORD, FLOE_NATS_PASSWORD_FILE,
-FLOE_REPLICAS, FLOE_SETUP.
+FLOE_REPLICAS, FLOE_SETUP; tools: FLOE_MCP_CONFIG, FLOE_TOOL_ENV.
 `)
 	return b.String()
 }
@@ -335,10 +335,15 @@ func engineConfig(c *common) (*engine.Config, error) {
 	return &cfg, nil
 }
 
-func toolrunnerConfig() *toolrunner.Config {
-	cfg := toolrunner.Config{}
+// toolrunnerConfig reads FLOE_MCP_CONFIG and checks the file, so a bad
+// one stops the command at start with the file and position named.
+func toolrunnerConfig() (*toolrunner.Config, error) {
+	cfg := toolrunner.Config{MCPConfig: os.Getenv(toolrunner.MCPConfigVar)}
 	cfg.Defaults()
-	return &cfg
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	return &cfg, nil
 }
 
 func tracerConfig(c *common) *tracer.Config {

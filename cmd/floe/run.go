@@ -89,10 +89,14 @@ func cmdRun(ctx context.Context, stopSignals context.CancelFunc, name string, ar
 	if err != nil {
 		return 2, err
 	}
+	trc, err := toolrunnerConfig()
+	if err != nil {
+		return 1, err
+	}
 	log := c.logger()
 	st, err := stack.Start(ctx, stack.Options{
 		Home: c.home, NatsURL: c.natsURL, Listen: c.listen, Bus: busCfg, Connect: connect,
-		Engine: eng, Toolrunner: toolrunnerConfig(), Tracer: tracerConfig(c),
+		Engine: eng, Toolrunner: trc, Tracer: tracerConfig(c),
 	}, log)
 	if err != nil {
 		return 1, err

@@ -36,10 +36,14 @@ func cmdServe(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
+	trc, err := toolrunnerConfig()
+	if err != nil {
+		return err
+	}
 	log := c.logger()
 	st, err := stack.Start(ctx, stack.Options{
 		Home: c.home, NatsURL: c.natsURL, Listen: c.listen, Bus: busCfg, Connect: connect,
-		Engine: eng, Toolrunner: toolrunnerConfig(), Tracer: tracerConfig(c), Gateway: gw,
+		Engine: eng, Toolrunner: trc, Tracer: tracerConfig(c), Gateway: gw,
 	}, log)
 	if err != nil {
 		return err
@@ -118,7 +122,9 @@ func service(ctx context.Context, name string, args []string) error {
 			o.Engine.Pool = *pool
 		}
 	case "toolrunner":
-		o.Toolrunner = toolrunnerConfig()
+		if o.Toolrunner, err = toolrunnerConfig(); err != nil {
+			return err
+		}
 		if *pool != "" {
 			o.Toolrunner.Pool = *pool
 		}

@@ -129,7 +129,7 @@ func newGoServer(g *goServer, badSchema bool) *sdk.Server {
 		return text(fmt.Sprint(os.Getpid())), nil
 	})
 	s.AddTool(&sdk.Tool{Name: "env", InputSchema: obj}, func(context.Context, *sdk.CallToolRequest) (*sdk.CallToolResult, error) {
-		return text("secret=" + os.Getenv("FLOE_TEST_SECRET")), nil
+		return text("secret=" + os.Getenv("FLOE_TEST_SECRET") + " leaked=" + os.Getenv("FLOE_TEST_MCP_EXPANDED")), nil
 	})
 	return s
 }

@@ -233,8 +233,10 @@ func TestMCPStdioServerIsLazyExpandsEnvAndIsStoppedAtShutdown(t *testing.T) {
 		t.Errorf("server processes %v before anything needed them, want none (lazy start)", kids)
 	}
 	const sid = "s-mcp-lazy"
-	if p := h.call(sid, "v1", "mcp__go__env", `{}`); !strings.HasPrefix(p.Output, "secret=s3cret") {
-		t.Errorf("server env: %q, want the expanded secret", p.Output)
+	// The declared env is expanded; the toolrunner's own variables stay
+	// out (the same allow-list as exec_command).
+	if p := h.call(sid, "v1", "mcp__go__env", `{}`); p.Output != "secret=s3cret leaked=" {
+		t.Errorf("server env: %q, want the expanded secret and nothing else", p.Output)
 	}
 	pid, _ := strconv.Atoi(h.call(sid, "p1", "mcp__go__pid", `{}`).Output)
 	if kids := stdioChildren(t); len(kids) != 1 || kids[0] != pid {

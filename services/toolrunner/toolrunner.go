@@ -77,12 +77,10 @@ type Config struct {
 	// a failed output. Default 10s.
 	ShutdownGrace time.Duration
 	// MCPConfig is the path of the MCP servers file (SPEC §7,
-	// FLOE_MCP_CONFIG); empty means no MCP servers. Validate reads it.
+	// FLOE_MCP_CONFIG); empty means no MCP servers. Validate reads it. A
+	// stdio server gets the same allow-listed environment as
+	// exec_command (FLOE_TOOL_ENV) plus its declared env.
 	MCPConfig string
-	// Environ builds the environment of the processes tools start (MCP
-	// stdio servers) from extra "K=V" entries, which win. Default: the
-	// toolrunner's environment plus extra.
-	Environ func(extra ...string) []string
 }
 
 // Defaults sets every zero field to its default.
@@ -171,8 +169,7 @@ func Run(ctx context.Context, nc *nats.Conn, cfg Config, log zerolog.Logger) err
 		DefaultTimeout: cfg.DefaultTimeout,
 	})
 	box := mcptools.NewToolbox(builtin, mcptools.NewManager(mcpCfg, mcptools.Options{
-		Log:     log.With().Str("runner", cfg.RunnerID).Logger(),
-		Environ: cfg.Environ,
+		Log: log.With().Str("runner", cfg.RunnerID).Logger(),
 	}))
 	// The MCP servers stop after the last job: Run has returned.
 	defer box.Close()

@@ -6,7 +6,8 @@
 //	toolrunner --nats nats://n1:4222,nats://n2:4222 [--pool gpu] [--concurrency 8]
 //
 // Settings: --nats (FLOE_NATS_URL, required), --pool (FLOE_POOL),
-// --concurrency (FLOE_TOOL_CONCURRENCY), --log-level (FLOE_LOG_LEVEL).
+// --concurrency (FLOE_TOOL_CONCURRENCY), --mcp-config (FLOE_MCP_CONFIG),
+// --log-level (FLOE_LOG_LEVEL).
 // Tools run `bash -lc` in the Session's Workspace, which must be the same
 // path on every runner (a shared volume).
 //
@@ -45,13 +46,14 @@ func run() error {
 	m := svc.NewMain("toolrunner", fs)
 	pool := fs.String("pool", os.Getenv("FLOE_POOL"), "runner pool whose jobs to run (FLOE_POOL, default \"default\")")
 	concurrency := fs.Int("concurrency", envInt("FLOE_TOOL_CONCURRENCY"), "tool jobs run at once (FLOE_TOOL_CONCURRENCY, default 8)")
+	mcpConfig := fs.String("mcp-config", os.Getenv(toolrunner.MCPConfigVar), "MCP servers file (FLOE_MCP_CONFIG)")
 	if err := fs.Parse(os.Args[1:]); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return nil
 		}
 		return err
 	}
-	cfg := toolrunner.Config{Pool: *pool, Concurrency: *concurrency}
+	cfg := toolrunner.Config{Pool: *pool, Concurrency: *concurrency, MCPConfig: *mcpConfig}
 	cfg.Defaults()
 	if err := cfg.Validate(); err != nil {
 		return err

@@ -17,6 +17,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"floe.dev/pkg/omni"
+	"floe.dev/services/toolrunner/internal/toolenv"
 )
 
 // Restart backoff of a server that died or failed to connect: the delay
@@ -38,8 +39,9 @@ var ErrClosed = errors.New("mcp: toolrunner shutting down")
 type Options struct {
 	Log zerolog.Logger
 	// Environ builds a stdio server's process environment from the
-	// server's declared env ("K=V" entries, which must win). Default: the
-	// toolrunner's environment plus those entries.
+	// server's declared env ("K=V" entries, which must win). Default
+	// toolenv.Environ: the allow-listed part of the toolrunner's
+	// environment (FLOE_TOOL_ENV), never its secrets, plus those entries.
 	Environ func(extra ...string) []string
 	// Lookup resolves ${VAR} in env, headers and url. Default os.LookupEnv.
 	Lookup func(string) (string, bool)
@@ -84,7 +86,7 @@ func (m *Manager) spawn(f func()) bool {
 // NewManager returns a Manager of cfg's servers; nil cfg means none.
 func NewManager(cfg *Config, opts Options) *Manager {
 	if opts.Environ == nil {
-		opts.Environ = func(extra ...string) []string { return append(os.Environ(), extra...) }
+		opts.Environ = toolenv.Environ
 	}
 	if opts.Lookup == nil {
 		opts.Lookup = os.LookupEnv
