@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -46,6 +47,9 @@ func Follow(ctx context.Context, js jetstream.JetStream, sessionID string, class
 	if err != nil {
 		return fmt.Errorf("bus: follow %s: %w", sessionID, err)
 	}
+	// Deleted when Follow returns, however it returns: the server would
+	// otherwise keep it until its inactivity threshold.
+	defer DeleteConsumer(js, cons)
 	if untilCaughtUp {
 		info, err := cons.Info(ctx)
 		if err != nil {
@@ -59,16 +63,9 @@ func Follow(ctx context.Context, js jetstream.JetStream, sessionID string, class
 	if err != nil {
 		return fmt.Errorf("bus: follow %s: %w", sessionID, err)
 	}
-	done := make(chan struct{})
-	defer close(done)
-	go func() {
-		select {
-		case <-ctx.Done():
-			it.Stop()
-		case <-done:
-			it.Stop()
-		}
-	}()
+	defer it.Stop()
+	stop := context.AfterFunc(ctx, it.Stop)
+	defer stop()
 	for {
 		m, err := it.Next()
 		if err != nil {
@@ -92,6 +89,20 @@ func Follow(ctx context.Context, js jetstream.JetStream, sessionID string, class
 			return nil
 		}
 	}
+}
+
+// DeleteConsumer deletes the server-side consumer behind cons (for an
+// ordered consumer, its current one): stopping a consume loop does not, and
+// an undeleted consumer lingers on the server until its inactivity
+// threshold. Errors are ignored: the threshold still removes it.
+func DeleteConsumer(js jetstream.JetStream, cons jetstream.Consumer) {
+	info := cons.CachedInfo()
+	if info == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	js.DeleteConsumer(ctx, info.Stream, info.Name)
 }
 
 // ErrStop may be returned by a Follow callback to end it without error.

@@ -275,7 +275,7 @@ func (r *Runner) followOutputs(ctx context.Context, startSeq uint64) (stop func(
 	if err != nil {
 		return nil, fmt.Errorf("follow outputs: %w", err)
 	}
-	return func() { cc.Stop(); <-cc.Closed() }, nil
+	return func() { cc.Stop(); <-cc.Closed(); bus.DeleteConsumer(r.d.JS, cons) }, nil
 }
 
 // onControl serves floe.ctl.<sid>.<verb> for the Task's lifetime.

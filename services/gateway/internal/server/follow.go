@@ -44,7 +44,7 @@ func (s *Server) follow(ctx context.Context, sid string, classes []string, start
 	}
 	f.it, err = cons.Messages(jetstream.PullMaxMessages(256))
 	if err != nil {
-		f.deleteConsumer()
+		bus.DeleteConsumer(f.js, cons)
 		return nil, fmt.Errorf("consume %s: %w", sid, err)
 	}
 	return f, nil
@@ -53,17 +53,7 @@ func (s *Server) follow(ctx context.Context, sid string, classes []string, start
 // close stops delivery and deletes the server-side consumer.
 func (f *follower) close() {
 	f.it.Stop()
-	f.deleteConsumer()
-}
-
-func (f *follower) deleteConsumer() {
-	info := f.cons.CachedInfo()
-	if info == nil {
-		return
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-	defer cancel()
-	f.js.DeleteConsumer(ctx, omni.SessionsStream, info.Name)
+	bus.DeleteConsumer(f.js, f.cons)
 }
 
 // scan delivers the matching messages stored from start, in stream order,

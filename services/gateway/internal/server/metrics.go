@@ -1,88 +1,77 @@
 package server
 
 import (
-	"fmt"
-	"io"
-	"sort"
+	"errors"
 	"strconv"
-	"strings"
-	"sync"
-	"sync/atomic"
+
+	"github.com/prometheus/client_golang/prometheus"
 )
 
-// metrics holds the gateway's counters; /metrics writes them in the
-// Prometheus text exposition format (hand-written: a handful of series do
-// not justify a client library).
+// metrics are the gateway's series, registered on the Registerer the
+// gateway was given (Options.Metrics) and served on /metrics.
 type metrics struct {
-	mu       sync.Mutex
-	requests map[reqKey]uint64 // guarded by mu
+	requests *prometheus.CounterVec
 
-	sseClients   atomic.Int64
-	sseEvents    atomic.Uint64
-	sseSlow      atomic.Uint64
-	sseResyncs   atomic.Uint64
-	sseReplayed  atomic.Uint64
-	sseConnected atomic.Uint64
+	sseClients    prometheus.Gauge
+	sseSessions   prometheus.Gauge
+	sseConnected  prometheus.Counter
+	sseEvents     prometheus.Counter
+	sseReplayed   prometheus.Counter
+	sseResyncs    prometheus.Counter
+	sseReconnects prometheus.Counter
+	sseSlow       prometheus.Counter
+	sseLatency    prometheus.Histogram
 }
 
-type reqKey struct {
-	route  string
-	status int
+// latencyBuckets cover 50 µs to about 1.6 s.
+var latencyBuckets = prometheus.ExponentialBuckets(50e-6, 2, 16)
+
+func newMetrics(reg prometheus.Registerer) *metrics {
+	m := &metrics{
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "floe_gateway_http_requests_total", Help: "HTTP requests served, by route pattern and status code.",
+		}, []string{"route", "status"}),
+		sseClients:    prometheus.NewGauge(prometheus.GaugeOpts{Name: "floe_gateway_sse_clients", Help: "SSE connections currently open."}),
+		sseSessions:   prometheus.NewGauge(prometheus.GaugeOpts{Name: "floe_gateway_sse_sessions", Help: "Sessions with at least one SSE client on this gateway."}),
+		sseConnected:  prometheus.NewCounter(prometheus.CounterOpts{Name: "floe_gateway_sse_connections_total", Help: "SSE connections accepted."}),
+		sseEvents:     prometheus.NewCounter(prometheus.CounterOpts{Name: "floe_gateway_sse_events_sent_total", Help: "SSE events written to clients (stream events, snapshots and re-sent approvals)."}),
+		sseReplayed:   prometheus.NewCounter(prometheus.CounterOpts{Name: "floe_gateway_sse_replayed_events_total", Help: "SSE events sent while replaying a Last-Event-ID gap."}),
+		sseResyncs:    prometheus.NewCounter(prometheus.CounterOpts{Name: "floe_gateway_sse_resync_total", Help: "SSE reconnects answered with resync_required."}),
+		sseReconnects: prometheus.NewCounter(prometheus.CounterOpts{Name: "floe_gateway_sse_reconnects_total", Help: "SSE connections that came with a Last-Event-ID."}),
+		sseSlow:       prometheus.NewCounter(prometheus.CounterOpts{Name: "floe_gateway_sse_slow_disconnects_total", Help: "SSE clients disconnected because their buffer filled."}),
+		sseLatency: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "floe_gateway_publish_to_sse_seconds",
+			Help:    "From a message's storage in FLOE_SESSIONS to its write to an SSE client (live events; replayed gaps are not counted).",
+			Buckets: latencyBuckets,
+		}),
+	}
+	m.requests = register(reg, m.requests)
+	m.sseClients = register(reg, m.sseClients)
+	m.sseSessions = register(reg, m.sseSessions)
+	m.sseConnected = register(reg, m.sseConnected)
+	m.sseEvents = register(reg, m.sseEvents)
+	m.sseReplayed = register(reg, m.sseReplayed)
+	m.sseResyncs = register(reg, m.sseResyncs)
+	m.sseReconnects = register(reg, m.sseReconnects)
+	m.sseSlow = register(reg, m.sseSlow)
+	m.sseLatency = register(reg, m.sseLatency)
+	return m
 }
 
-func newMetrics() *metrics { return &metrics{requests: make(map[reqKey]uint64)} }
+// register registers c, or returns the collector already registered under
+// its name: two gateways on one registry share their series.
+func register[C prometheus.Collector](reg prometheus.Registerer, c C) C {
+	if err := reg.Register(c); err != nil {
+		var are prometheus.AlreadyRegisteredError
+		if errors.As(err, &are) {
+			if old, ok := are.ExistingCollector.(C); ok {
+				return old
+			}
+		}
+	}
+	return c
+}
 
 func (m *metrics) request(route string, status int) {
-	m.mu.Lock()
-	m.requests[reqKey{route, status}]++
-	m.mu.Unlock()
-}
-
-// write emits every series in the text exposition format, version 0.0.4.
-func (m *metrics) write(w io.Writer) error {
-	m.mu.Lock()
-	keys := make([]reqKey, 0, len(m.requests))
-	for k := range m.requests {
-		keys = append(keys, k)
-	}
-	counts := make(map[reqKey]uint64, len(keys))
-	for _, k := range keys {
-		counts[k] = m.requests[k]
-	}
-	m.mu.Unlock()
-	sort.Slice(keys, func(i, j int) bool {
-		if keys[i].route != keys[j].route {
-			return keys[i].route < keys[j].route
-		}
-		return keys[i].status < keys[j].status
-	})
-
-	var b strings.Builder
-	b.WriteString("# HELP floe_gateway_http_requests_total HTTP requests served, by route pattern and status code.\n")
-	b.WriteString("# TYPE floe_gateway_http_requests_total counter\n")
-	for _, k := range keys {
-		fmt.Fprintf(&b, "floe_gateway_http_requests_total{route=\"%s\",status=\"%d\"} %d\n", escapeLabel(k.route), k.status, counts[k])
-	}
-	gauge := func(name, help string, v int64) {
-		fmt.Fprintf(&b, "# HELP %s %s\n# TYPE %s gauge\n%s %d\n", name, help, name, name, v)
-	}
-	counter := func(name, help string, v uint64) {
-		fmt.Fprintf(&b, "# HELP %s %s\n# TYPE %s counter\n%s %s\n", name, help, name, name, strconv.FormatUint(v, 10))
-	}
-	gauge("floe_gateway_sse_clients", "SSE connections currently open.", m.sseClients.Load())
-	counter("floe_gateway_sse_connections_total", "SSE connections accepted.", m.sseConnected.Load())
-	counter("floe_gateway_sse_events_sent_total", "SSE events written to clients (stream events, snapshots and re-sent approvals).", m.sseEvents.Load())
-	counter("floe_gateway_sse_replayed_events_total", "SSE events sent while replaying a Last-Event-ID gap.", m.sseReplayed.Load())
-	counter("floe_gateway_sse_resync_total", "SSE reconnects answered with resync_required.", m.sseResyncs.Load())
-	counter("floe_gateway_sse_slow_disconnects_total", "SSE clients disconnected because their buffer filled.", m.sseSlow.Load())
-	_, err := io.WriteString(w, b.String())
-	return err
-}
-
-func escapeLabel(s string) string {
-	if !strings.ContainsAny(s, "\\\"\n") {
-		return s
-	}
-	r := strings.NewReplacer(`\`, `\\`, `"`, `\"`, "\n", `\n`)
-	return r.Replace(s)
+	m.requests.WithLabelValues(route, strconv.Itoa(status)).Inc()
 }

@@ -19,6 +19,8 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/rs/zerolog"
 
 	"floe.dev/pkg/bus"
@@ -39,6 +41,10 @@ type Options struct {
 	WriteTimeout   time.Duration
 	// CommandPolicy is snapshotted into every Session created here.
 	CommandPolicy *omni.CommandPolicy
+	// Metrics receives the gateway's series and Gatherer is what /metrics
+	// serves; nil: a registry of the gateway's own.
+	Metrics  prometheus.Registerer
+	Gatherer prometheus.Gatherer
 }
 
 // Server serves the API. It is an http.Handler.
@@ -53,6 +59,9 @@ type Server struct {
 	mux      *http.ServeMux
 	metrics  *metrics
 	events   eventsHub // /api/events
+	tail     *tail
+	replays  chan struct{} // a slot per running replay (maxReplays)
+	promh    http.Handler
 
 	// ctx ends when the server closes: long-lived handlers (SSE) end with it.
 	ctx    context.Context
@@ -78,13 +87,23 @@ func New(ctx context.Context, nc *nats.Conn, opts Options, log zerolog.Logger) (
 	if err != nil {
 		return nil, fmt.Errorf("gateway: open stream %s: %w (is the bus layout set up?)", omni.SessionsStream, err)
 	}
+	if opts.Metrics == nil {
+		reg := prometheus.NewRegistry()
+		opts.Metrics, opts.Gatherer = reg, reg
+	}
+	if opts.Gatherer == nil {
+		opts.Gatherer = prometheus.DefaultGatherer
+	}
 	sctx, cancel := context.WithCancel(context.Background())
 	s := &Server{
 		nc: nc, js: js, stream: stream, sessions: sessions,
 		opts: opts, log: log, auth: newAuthenticator(opts.Tokens),
-		mux: http.NewServeMux(), metrics: newMetrics(),
-		ctx: sctx, cancel: cancel,
+		mux: http.NewServeMux(), metrics: newMetrics(opts.Metrics),
+		promh: promhttp.HandlerFor(opts.Gatherer, promhttp.HandlerOpts{}),
+		ctx:   sctx, cancel: cancel,
 	}
+	s.tail = newTail(s)
+	s.replays = make(chan struct{}, maxReplays)
 	s.routes()
 	return s, nil
 }
@@ -96,6 +115,7 @@ func (s *Server) Close() {
 	s.mu.Unlock()
 	s.cancel()
 	s.streams.Wait()
+	s.tail.close()
 }
 
 // track registers a long-lived handler; false once Close has begun.
@@ -143,6 +163,5 @@ func (s *Server) handleHealth(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) handleMetrics(w http.ResponseWriter, r *http.Request) {
-	w.Header().Set("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
-	s.metrics.write(w)
+	s.promh.ServeHTTP(w, r)
 }

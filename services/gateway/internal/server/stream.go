@@ -5,11 +5,11 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"io"
 	"net/http"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -19,31 +19,40 @@ import (
 
 // SSE fan-out contract.
 //
-// Every SSE client gets its own ordered JetStream consumer on the Session's
-// client classes (partial, model, event, nested, server), positioned at the
-// sequence after its Last-Event-ID (or at the stream's end for a fresh
-// connection), and its own bounded buffer of Options.ClientBuffer events
-// between that consumer and the HTTP writer. There is no shared in-process
-// broadcast: JetStream is the fan-out, so
+// A gateway holds one live subscription to FLOE_SESSIONS for all the SSE
+// clients it serves (the tail, tail.go), however many clients and Sessions:
+// the consumers on the stream do not grow with the clients. Each client
+// has a bounded queue of Options.ClientBuffer events that the tail fills
+// and the client's writer drains:
 //
-//   - ordering: a client receives the Session's messages in stream order,
-//     each exactly once per connection, ids strictly increasing;
-//   - isolation: consumers are pull-based and the engine publishes to the
-//     stream, never to clients, so a client that stops reading slows neither
-//     the engine nor any other client;
-//   - slow clients: when a client's buffer is full (it reads slower than the
-//     Session produces, or a write blocks past Options.WriteTimeout) it is
-//     disconnected. Nothing is lost: it reconnects with Last-Event-ID and the
-//     gap is replayed from JetStream, or it gets resync_required when the
-//     gap has left retention.
+//   - ordering: a client receives its Session's client classes (partial,
+//     model, event, nested, server) in stream order, each exactly once per
+//     connection, ids strictly increasing;
+//   - isolation: the engine publishes to the stream, never to clients, and
+//     the tail never waits for a client, so a client that stops reading
+//     slows neither the engine nor any other client;
+//   - slow clients: when a client's queue is full (it reads slower than
+//     its Session produces, or a write blocks past Options.WriteTimeout) it
+//     is disconnected. Nothing is lost: it reconnects with Last-Event-ID
+//     and the gap is replayed from JetStream, or it gets resync_required
+//     when the gap has left retention.
+//
+// Reconnects: the client registers with the tail first (which returns the
+// tail's position P), then its gap [Last-Event-ID+1, P] is replayed by a
+// short-lived ordered consumer deleted right after, then the snapshot, then
+// its queue, whose entries at or below the last replayed sequence are
+// dropped: no gap and no duplicate at the handover.
 //
 // Snapshot placement: the authoritative task_state (from the Session
 // record) and the pending approval_requests (asked from the owning engine)
-// are read when the consumer has caught up with what was stored when it was
-// created — immediately for a fresh connection — and queued between the
-// replayed gap and the live tail of that same consumer. Everything published
-// after the snapshot was read comes after it on the connection; nothing is
-// skipped and nothing is sent twice.
+// are read after the replay and written between it and the live tail.
+// Everything published after the snapshot was read comes after it on the
+// connection; nothing is skipped and nothing is sent twice.
+//
+// An idle connection costs its handler's goroutine (waiting on its queue,
+// a heartbeat ticker and its context) and net/http's: no consumer, no
+// goroutine of its own, no buffer between batches (each batch is built in
+// a pooled buffer and written at once).
 
 type streamMode int
 
@@ -53,13 +62,12 @@ const (
 	modeResync                   // stale id: resync_required, snapshot, live
 )
 
-// sseItem is one entry of a client's buffer: a stream message (seq > 0) or
-// a group of id-less events (snapshot, resync_required).
+// sseItem is one entry of a client's queue: a stream message.
 type sseItem struct {
 	seq    uint64
-	server bool
+	stored int64 // when the stream stored it, unix ns
+	server bool  // on the server class: event: server_event
 	data   []byte
-	extra  [][]byte // id-less server events
 }
 
 // parseEventID splits <epoch>-<seq>.
@@ -76,59 +84,35 @@ func parseEventID(id string) (epoch int64, seq uint64, ok bool) {
 // epochOf identifies the stream's incarnation: its creation time in unix ms.
 func epochOf(info *jetstream.StreamInfo) int64 { return info.Created.UnixMilli() }
 
-type sseStream struct {
-	s     *Server
-	sid   string
+// position is where a client's stream starts: the mode, and for a replay
+// the first sequence of the gap.
+type position struct {
 	epoch int64
 	mode  streamMode
-	f     *follower
+	start uint64
 }
 
-// openStream decides where a client's consumer starts and creates it. A
-// replay start is re-checked after the consumer exists, because a consumer
-// created at an evicted sequence silently starts later.
-func (s *Server) openStream(ctx context.Context, sid, lastID string) (*sseStream, error) {
-	forceResync := false
-	for attempt := 0; ; attempt++ {
-		info, err := s.stream.Info(ctx)
-		if err != nil {
-			return nil, err
-		}
-		st := &sseStream{s: s, sid: sid, epoch: epochOf(info), mode: modeFresh}
-		first, last := info.State.FirstSeq, info.State.LastSeq
-		start := last + 1
-		if lastID != "" {
-			epoch, seq, ok := parseEventID(lastID)
-			switch {
-			case forceResync || !ok || epoch != st.epoch || seq > last:
-				st.mode = modeResync
-			case seq+1 <= last && seq+1 < first:
-				st.mode = modeResync
-			default:
-				st.mode, start = modeReplay, seq+1
-			}
-		}
-		st.f, err = s.follow(ctx, sid, omni.ClientClasses, start)
-		if err != nil {
-			return nil, err
-		}
-		if st.mode != modeReplay || start > last {
-			return st, nil
-		}
-		after, err := s.stream.Info(ctx)
-		if err != nil {
-			st.f.close()
-			return nil, err
-		}
-		if epochOf(after) == st.epoch && after.State.FirstSeq <= start {
-			return st, nil
-		}
-		st.f.close()
-		if attempt >= 2 {
-			return nil, errors.New("stream kept changing while positioning the consumer")
-		}
-		forceResync = true
+// locate decides the mode from the Last-Event-ID and the stream's state.
+func (s *Server) locate(ctx context.Context, lastID string) (position, error) {
+	info, err := s.stream.Info(ctx)
+	if err != nil {
+		return position{}, err
 	}
+	p := position{epoch: epochOf(info), mode: modeFresh}
+	if lastID == "" {
+		return p, nil
+	}
+	first, last := info.State.FirstSeq, info.State.LastSeq
+	epoch, seq, ok := parseEventID(lastID)
+	switch {
+	case !ok || epoch != p.epoch || seq > last:
+		p.mode = modeResync
+	case seq+1 <= last && seq+1 < first:
+		p.mode = modeResync
+	default:
+		p.mode, p.start = modeReplay, seq+1
+	}
+	return p, nil
 }
 
 func (s *Server) handleStream(w http.ResponseWriter, r *http.Request) *apiError {
@@ -140,234 +124,325 @@ func (s *Server) handleStream(w http.ResponseWriter, r *http.Request) *apiError 
 	if lastID == "" {
 		lastID = r.URL.Query().Get("lastEventId")
 	}
-	ctx, cancel := context.WithCancel(r.Context())
-	defer cancel()
-	stopOnClose := context.AfterFunc(s.ctx, cancel)
-	defer stopOnClose()
 	if !s.track() {
 		return errorf(http.StatusServiceUnavailable, omni.CodeUnavailable, "the gateway is shutting down")
 	}
 	defer s.streams.Done()
+	// The stream ends with the server, the client, or the tail cutting it
+	// off.
+	ctx, cancel := context.WithCancel(s.ctx)
+	defer cancel()
 
-	st, err := s.openStream(ctx, rec.ID, lastID)
+	pos, err := s.locate(ctx, lastID)
 	if err != nil {
 		return unavailable("open stream", err)
 	}
-	defer st.f.close()
+	k := &sseConn{s: s, sid: rec.ID, pos: pos, cancel: cancel}
+	k.c = &sseClient{sid: rec.ID, q: newQueue(s.opts.ClientBuffer), kick: k.kick}
+	if k.live, err = s.tail.subscribe(ctx, k.c); err != nil {
+		return unavailable("open stream", err)
+	}
+	switch pos.mode {
+	case modeFresh:
+		k.last = k.live
+	case modeReplay:
+		k.last = pos.start - 1 // the client has everything up to its id
+	}
 
+	stop := context.AfterFunc(r.Context(), cancel)
+	defer stop()
 	h := w.Header()
-	h.Set("Content-Type", "text/event-stream")
-	h.Set("Cache-Control", "no-cache")
-	h.Set("Connection", "keep-alive")
-	h.Set("X-Accel-Buffering", "no")
+	for k, v := range sseHeaders {
+		h.Set(k, v)
+	}
 	w.WriteHeader(http.StatusOK)
 	rc := http.NewResponseController(w)
 	rc.Flush()
+	k.out = &httpSink{w: w, rc: rc, timeout: s.opts.WriteTimeout}
+	k.serve(ctx)
+	return nil
+}
 
-	m := s.metrics
-	m.sseConnected.Add(1)
-	m.sseClients.Add(1)
-	defer m.sseClients.Add(-1)
-	if st.mode == modeResync {
-		m.sseResyncs.Add(1)
+var sseHeaders = map[string]string{
+	"Content-Type":      "text/event-stream",
+	"Cache-Control":     "no-cache",
+	"X-Accel-Buffering": "no",
+}
+
+// sseConn is one SSE connection's writer.
+type sseConn struct {
+	s      *Server
+	sid    string
+	pos    position
+	c      *sseClient
+	cancel context.CancelFunc
+	out    *httpSink
+	live   uint64 // the tail's position when the client registered
+	last   uint64 // the last stream sequence written (or skipped as seen)
+	buf    []byte // the batch being built; nil between batches
+	slow   atomic.Bool
+}
+
+// kick is the tail cutting this client off.
+func (k *sseConn) kick(slow bool) {
+	if slow {
+		k.slow.Store(true)
 	}
-	log := s.log.With().Str("session_id", rec.ID).Logger()
-	log.Debug().Int("mode", int(st.mode)).Str("last_event_id", lastID).Msg("sse client connected")
+	k.cancel()
+}
 
-	q := newQueue(s.opts.ClientBuffer)
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		st.pump(ctx, cancel, q)
+// serve writes the stream: resync_required or the replayed gap, the
+// snapshot, then the live tail until ctx ends.
+func (k *sseConn) serve(ctx context.Context) {
+	s := k.s
+	defer s.tail.unsubscribe(k.c)
+	m := s.metrics
+	m.sseConnected.Inc()
+	m.sseClients.Inc()
+	defer m.sseClients.Dec()
+	defer func() {
+		if k.slow.Load() {
+			m.sseSlow.Inc()
+			s.log.Info().Str("session_id", k.sid).Int("buffer", k.c.q.limit).Msg("sse client too slow: disconnected")
+		}
 	}()
-	defer wg.Wait()
-	defer st.f.it.Stop() // unblocks the pump's Next; runs before wg.Wait
-	defer cancel()
+	if k.pos.mode != modeFresh {
+		m.sseReconnects.Inc()
+	}
+	resync := k.pos.mode == modeResync
+	if k.pos.mode == modeReplay && k.pos.start <= k.live {
+		err := k.replay(ctx)
+		switch {
+		case errors.Is(err, errGapGone):
+			resync, k.last = true, 0
+		case err != nil:
+			if ctx.Err() == nil {
+				s.log.Warn().Err(err).Str("session_id", k.sid).Msg("sse replay failed")
+			}
+			return
+		}
+	}
+	if k.pos.mode == modeReplay && k.last < k.live {
+		k.last = k.live // nothing of the Session in the rest of the gap
+	}
+	if resync {
+		m.sseResyncs.Inc()
+		k.serverEvent(resyncEvent)
+	}
+	for _, ev := range k.snapshot(ctx) {
+		k.serverEvent(ev)
+	}
+	if k.flush() != nil {
+		return
+	}
 
-	// The ResponseWriter buffers (4 KiB) by itself: an idle connection
-	// keeps no buffer of ours, and a batch costs one flush.
-	bw := &errWriter{w: w}
 	hb := time.NewTicker(s.opts.Heartbeat)
 	defer hb.Stop()
-	flush := func() bool {
-		rc.SetWriteDeadline(time.Now().Add(s.opts.WriteTimeout))
-		return bw.err == nil && rc.Flush() == nil
-	}
 	var batch []sseItem
 	for {
 		select {
 		case <-ctx.Done():
-			return nil
+			return
 		case <-hb.C:
-			bw.WriteString(": heartbeat\n\n")
-			if !flush() {
-				return nil
+			k.buf = append(k.pooled(), ": heartbeat\n\n"...)
+			if k.flush() != nil {
+				return
 			}
-		case <-q.notify:
+		case <-k.c.q.notify:
 			var closed bool
-			batch, closed = q.drain(batch)
-			if len(batch) > 0 {
-				rc.SetWriteDeadline(time.Now().Add(s.opts.WriteTimeout))
-				for i := range batch {
-					st.write(bw, batch[i])
-					batch[i] = sseItem{} // release the message for GC
+			batch, closed = k.c.q.drain(batch)
+			now := time.Now().UnixNano()
+			for i := range batch {
+				if it := &batch[i]; it.seq > k.last {
+					k.event(it.seq, it.server, it.data)
+					m.sseLatency.Observe(float64(now-it.stored) / 1e9)
 				}
-				if !flush() {
-					return nil
-				}
+				batch[i] = sseItem{} // release the message for GC
 			}
-			if closed {
-				return nil
-			}
-		}
-	}
-}
-
-var serverEventLine = []byte("event: server_event\n")
-
-// errWriter writes to w until the first error, which it keeps.
-type errWriter struct {
-	w   io.Writer
-	err error
-}
-
-func (e *errWriter) Write(b []byte) (int, error) {
-	if e.err != nil {
-		return 0, e.err
-	}
-	n, err := e.w.Write(b)
-	e.err = err
-	return n, err
-}
-
-func (e *errWriter) WriteString(s string) (int, error) {
-	if e.err != nil {
-		return 0, e.err
-	}
-	n, err := io.WriteString(e.w, s)
-	e.err = err
-	return n, err
-}
-
-func (st *sseStream) write(bw *errWriter, it sseItem) {
-	m := st.s.metrics
-	if it.seq > 0 {
-		var b [48]byte
-		id := append(b[:0], "id: "...)
-		id = strconv.AppendInt(id, st.epoch, 10)
-		id = append(id, '-')
-		id = strconv.AppendUint(id, it.seq, 10)
-		id = append(id, '\n')
-		bw.Write(id)
-		if it.server {
-			bw.Write(serverEventLine)
-		}
-		writeData(bw, it.data)
-		m.sseEvents.Add(1)
-	}
-	for _, ev := range it.extra {
-		bw.Write(serverEventLine)
-		writeData(bw, ev)
-		m.sseEvents.Add(1)
-	}
-}
-
-// writeData writes the data lines and the blank line ending an event. The
-// bus carries single-line JSON, written as it is; a multi-line payload is
-// split into several data lines, which SSE joins back with newlines.
-func writeData(bw *errWriter, data []byte) {
-	data = bytes.TrimRight(data, "\r\n")
-	for {
-		line, rest, more := bytes.Cut(data, []byte{'\n'})
-		bw.WriteString("data: ")
-		bw.Write(bytes.TrimSuffix(line, []byte{'\r'}))
-		bw.WriteString("\n")
-		if !more {
-			break
-		}
-		data = rest
-	}
-	bw.WriteString("\n")
-}
-
-var resyncEvent = []byte(`{"type":"resync_required"}`)
-
-// pump moves the consumer's messages into the client's queue and places
-// the snapshot once the consumer has caught up. A full queue disconnects
-// the client (cancel); pump closes the queue when it returns.
-func (st *sseStream) pump(ctx context.Context, cancel context.CancelFunc, q *queue) {
-	defer q.close()
-	s := st.s
-	send := func(it sseItem) bool {
-		if q.push(it) {
-			return true
-		}
-		s.metrics.sseSlow.Add(1)
-		s.log.Info().Str("session_id", st.sid).Int("buffer", q.limit).Msg("sse client too slow: disconnected")
-		cancel()
-		return false
-	}
-	snapshotSent := false
-	snapshot := func() bool {
-		snapshotSent = true
-		return send(sseItem{extra: st.snapshot(ctx)})
-	}
-	switch {
-	case st.mode == modeResync:
-		if !send(sseItem{extra: [][]byte{resyncEvent}}) || !snapshot() {
-			return
-		}
-	case st.mode == modeFresh || st.f.pending == 0:
-		if !snapshot() {
-			return
-		}
-	}
-	var delivered uint64
-	for {
-		m, err := st.f.it.Next()
-		if err != nil {
-			if ctx.Err() == nil && !errors.Is(err, jetstream.ErrMsgIteratorClosed) {
-				s.log.Warn().Err(err).Str("session_id", st.sid).Msg("sse consumer failed")
-			}
-			cancel()
-			return
-		}
-		md, err := m.Metadata()
-		if err != nil {
-			continue
-		}
-		_, class, _ := omni.ParseSessionSubject(m.Subject())
-		if !send(sseItem{seq: md.Sequence.Stream, server: class == omni.ClassServer, data: m.Data()}) {
-			return
-		}
-		if !snapshotSent {
-			s.metrics.sseReplayed.Add(1)
-			delivered++
-			if (delivered >= st.f.pending || md.NumPending == 0) && !snapshot() {
+			if k.flush() != nil || closed {
 				return
 			}
 		}
 	}
 }
 
+// errGapGone: messages of the gap left the stream while it was being
+// replayed (or the stream was recreated).
+var errGapGone = errors.New("the gap is no longer retained")
+
+// replay writes the Session's messages from pos.start up to at least the
+// tail's position at registration, from a short-lived consumer.
+func (k *sseConn) replay(ctx context.Context) error {
+	s := k.s
+	select {
+	case s.replays <- struct{}{}:
+		defer func() { <-s.replays }()
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	f, err := s.follow(ctx, k.sid, omni.ClientClasses, k.pos.start)
+	if err != nil {
+		return err
+	}
+	defer f.close()
+	// A consumer created at an evicted sequence silently starts later.
+	after, err := s.stream.Info(ctx)
+	if err != nil {
+		return err
+	}
+	if epochOf(after) != k.pos.epoch || after.State.FirstSeq > k.pos.start {
+		return errGapGone
+	}
+	if f.pending == 0 {
+		return nil
+	}
+	stop := context.AfterFunc(ctx, f.it.Stop)
+	defer stop()
+	var n uint64
+	for {
+		msg, err := f.it.Next()
+		if err != nil {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			return err
+		}
+		md, err := msg.Metadata()
+		if err != nil {
+			return err
+		}
+		_, class, _ := omni.ParseSessionSubject(msg.Subject())
+		k.event(md.Sequence.Stream, class == omni.ClassServer, msg.Data())
+		s.metrics.sseReplayed.Inc()
+		if len(k.buf) >= replayBatch {
+			if err := k.flush(); err != nil {
+				return err
+			}
+		}
+		n++
+		if n >= f.pending || md.NumPending == 0 {
+			return nil
+		}
+	}
+}
+
+// maxReplays bounds the replays running at once, each one short-lived
+// consumer: a reconnect storm waits its turn instead of multiplying the
+// consumers on the stream.
+const maxReplays = 32
+
+// replayBatch is the most a replay buffers before writing.
+const replayBatch = 64 << 10
+
+var bufPool = sync.Pool{New: func() any { b := make([]byte, 0, 4096); return &b }}
+
+// pooled returns k.buf, taking a buffer from the pool when there is none.
+func (k *sseConn) pooled() []byte {
+	if k.buf == nil {
+		k.buf = (*bufPool.Get().(*[]byte))[:0]
+	}
+	return k.buf
+}
+
+// release returns k.buf to the pool; an idle connection holds no buffer.
+func (k *sseConn) release() {
+	if k.buf == nil {
+		return
+	}
+	if cap(k.buf) <= 256<<10 {
+		b := k.buf[:0]
+		bufPool.Put(&b)
+	}
+	k.buf = nil
+}
+
+// flush writes the batch built so far, if any.
+func (k *sseConn) flush() error {
+	if len(k.buf) == 0 {
+		return nil
+	}
+	err := k.out.write(k.buf)
+	k.release()
+	return err
+}
+
+var serverEventLine = []byte("event: server_event\n")
+
+// event appends one stream event with its id.
+func (k *sseConn) event(seq uint64, server bool, data []byte) {
+	b := append(k.pooled(), "id: "...)
+	b = strconv.AppendInt(b, k.pos.epoch, 10)
+	b = append(b, '-')
+	b = strconv.AppendUint(b, seq, 10)
+	b = append(b, '\n')
+	if server {
+		b = append(b, serverEventLine...)
+	}
+	k.buf = appendData(b, data)
+	k.last = seq
+	k.s.metrics.sseEvents.Inc()
+}
+
+// serverEvent appends an id-less server event (snapshot, resync_required).
+func (k *sseConn) serverEvent(data []byte) {
+	k.buf = appendData(append(k.pooled(), serverEventLine...), data)
+	k.s.metrics.sseEvents.Inc()
+}
+
+// appendData appends the data lines and the blank line ending an event.
+// The bus carries single-line JSON, written as it is; a multi-line payload
+// is split into several data lines, which SSE joins back with newlines.
+func appendData(b, data []byte) []byte {
+	data = bytes.TrimRight(data, "\r\n")
+	for {
+		line, rest, more := bytes.Cut(data, []byte{'\n'})
+		b = append(b, "data: "...)
+		b = append(b, bytes.TrimSuffix(line, []byte{'\r'})...)
+		b = append(b, '\n')
+		if !more {
+			break
+		}
+		data = rest
+	}
+	return append(b, '\n')
+}
+
+var resyncEvent = []byte(`{"type":"resync_required"}`)
+
 // snapshot returns the authoritative task_state from the Session record,
 // then every approval_request still pending at the owning engine.
-func (st *sseStream) snapshot(ctx context.Context) [][]byte {
+func (k *sseConn) snapshot(ctx context.Context) [][]byte {
+	s := k.s
 	ev := omni.ServerEvent{Type: omni.ServerTaskState, State: omni.StateIdle}
-	rec, _, err := st.s.sessions.Get(ctx, st.sid)
+	rec, _, err := s.sessions.Get(ctx, k.sid)
 	if err == nil {
 		ev.State = stateOf(rec)
 		if ev.State == omni.StateIdle {
 			ev.Status = rec.LastStatus
 		}
 	} else if ctx.Err() == nil {
-		st.s.log.Warn().Err(err).Str("session_id", st.sid).Msg("sse snapshot: read session")
+		s.log.Warn().Err(err).Str("session_id", k.sid).Msg("sse snapshot: read session")
 	}
 	b, _ := json.Marshal(ev)
 	out := [][]byte{b}
 	if ev.State != omni.StateIdle {
-		out = append(out, st.s.pending(ctx, st.sid)...)
+		out = append(out, s.pending(ctx, k.sid)...)
 	}
 	return out
+}
+
+// httpSink writes a batch through the ResponseWriter and flushes it,
+// within the write timeout.
+type httpSink struct {
+	w       http.ResponseWriter
+	rc      *http.ResponseController
+	timeout time.Duration
+}
+
+func (hs *httpSink) write(p []byte) error {
+	hs.rc.SetWriteDeadline(time.Now().Add(hs.timeout))
+	if _, err := hs.w.Write(p); err != nil {
+		return err
+	}
+	return hs.rc.Flush()
 }

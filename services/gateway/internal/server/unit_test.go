@@ -1,10 +1,13 @@
 package server
 
 import (
-	"bytes"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
 
 func TestParseEventID(t *testing.T) {
@@ -85,30 +88,30 @@ func TestWriteData(t *testing.T) {
 		"line1\r\nl2\n": "data: line1\ndata: l2\n\n",
 	}
 	for in, want := range tests {
-		var b bytes.Buffer
-		writeData(&errWriter{w: &b}, []byte(in))
-		if b.String() != want {
-			t.Errorf("writeData(%q) = %q, want %q", in, b.String(), want)
+		if got := string(appendData(nil, []byte(in))); got != want {
+			t.Errorf("appendData(%q) = %q, want %q", in, got, want)
 		}
 	}
 }
 
 func TestMetricsExpositionEscapesLabels(t *testing.T) {
-	m := newMetrics()
+	reg := prometheus.NewRegistry()
+	m := newMetrics(reg)
 	m.request(`GET /a"b\c`, 200)
 	m.request("GET /x", 404)
 	m.request("GET /x", 404)
-	var b strings.Builder
-	if err := m.write(&b); err != nil {
-		t.Fatal(err)
+	if again := newMetrics(reg); again.requests != m.requests {
+		t.Error("a second gateway on the same registry got its own series")
 	}
+	rec := httptest.NewRecorder()
+	promhttp.HandlerFor(reg, promhttp.HandlerOpts{}).ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
 	for _, want := range []string{
 		`floe_gateway_http_requests_total{route="GET /a\"b\\c",status="200"} 1`,
 		`floe_gateway_http_requests_total{route="GET /x",status="404"} 2`,
 		"# TYPE floe_gateway_sse_clients gauge",
 	} {
-		if !strings.Contains(b.String(), want) {
-			t.Errorf("exposition lacks %q:\n%s", want, b.String())
+		if !strings.Contains(rec.Body.String(), want) {
+			t.Errorf("exposition lacks %q:\n%s", want, rec.Body.String())
 		}
 	}
 }

@@ -1,0 +1,286 @@
+package gateway_test
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"floe.dev/pkg/bus"
+	"floe.dev/pkg/bus/bustest"
+	"floe.dev/pkg/omni"
+	"floe.dev/services/gateway"
+	"floe.dev/services/gateway/client"
+)
+
+// sessionConsumers is the number of consumers on FLOE_SESSIONS.
+func sessionConsumers(t testing.TB, env *bustest.Env) int {
+	t.Helper()
+	s, err := env.JS.Stream(ctxT(t), omni.SessionsStream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := s.Info(ctxT(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return info.State.Consumers
+}
+
+func TestSSEClientsShareOneStreamConsumer(t *testing.T) {
+	t.Parallel()
+	env := newBus(t)
+	startEngine(t, env, func(e *fakeEngine) { e.Deltas = 30 })
+	g := startGateway(t, env, "", nil)
+	base := sessionConsumers(t, env)
+	var sids []string
+	var cols []*collector
+	for range 3 {
+		s := createSession(t, g.Alice, client.CreateSession{})
+		sids = append(sids, s.ID)
+		for range 8 {
+			c := openStream(t, g.Alice, s.ID, "")
+			c.next() // snapshot
+			cols = append(cols, c)
+		}
+	}
+	if n := sessionConsumers(t, env); n != base+1 {
+		t.Fatalf("%d consumers on %s with 24 SSE clients on 3 Sessions, want %d (one for the gateway)", n, omni.SessionsStream, base+1)
+	}
+	for _, sid := range sids {
+		submit(t, g.Alice, sid, "go")
+	}
+	for i, c := range cols {
+		c.until("end", idleEvent)
+		equalStreams(t, withIDs(t, c.got), busStream(t, env, sids[i/8]))
+	}
+	// A reconnect replays its gap from a consumer of its own, deleted once
+	// the gap is written.
+	last := cols[0].got[3].ID
+	c := openStream(t, g.Alice, sids[0], last)
+	c.until("end", idleEvent)
+	want := busStream(t, env, sids[0])
+	equalStreams(t, withIDs(t, c.got), want[slicesIndexSeq(want, seqOf(t, last))+1:])
+	eventually(t, "replay consumer deleted", func() bool { return sessionConsumers(t, env) == base+1 })
+}
+
+func slicesIndexSeq(s []streamed, seq uint64) int {
+	for i, m := range s {
+		if m.Seq == seq {
+			return i
+		}
+	}
+	return -1
+}
+
+// rawSSE is a minimal SSE reader on its own TCP connection: one goroutine
+// per client in the load test, and what it records is exactly what the
+// gateway wrote.
+type rawSSE struct {
+	conn net.Conn
+	body io.ReadCloser
+	r    *bufio.Reader
+}
+
+func dialRaw(addr, sid, lastID string) (*rawSSE, error) {
+	conn, err := net.DialTimeout("tcp", addr, 10*time.Second)
+	if err != nil {
+		return nil, err
+	}
+	hdr := ""
+	if lastID != "" {
+		hdr = "Last-Event-ID: " + lastID + "\r\n"
+	}
+	fmt.Fprintf(conn, "GET /api/sessions/%s/stream HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\n%s\r\n", sid, aliceToken, hdr)
+	conn.SetReadDeadline(time.Now().Add(waitLimit))
+	resp, err := http.ReadResponse(bufio.NewReaderSize(conn, 1024), nil)
+	if err != nil {
+		conn.Close()
+		return nil, err
+	}
+	if resp.StatusCode != http.StatusOK {
+		conn.Close()
+		return nil, fmt.Errorf("stream %s: HTTP %d", sid, resp.StatusCode)
+	}
+	return &rawSSE{conn: conn, body: resp.Body, r: bufio.NewReaderSize(resp.Body, 1024)}, nil
+}
+
+// next returns the next event's id ("" for id-less events) and data.
+func (c *rawSSE) next(deadline time.Time) (id string, data []byte, err error) {
+	c.conn.SetReadDeadline(deadline)
+	have := false
+	for {
+		l, err := c.r.ReadSlice('\n')
+		if err != nil {
+			return "", nil, err
+		}
+		l = bytes.TrimRight(l, "\r\n")
+		switch {
+		case len(l) == 0:
+			if have {
+				return id, data, nil
+			}
+		case bytes.HasPrefix(l, []byte("id: ")):
+			id = string(l[4:])
+		case bytes.HasPrefix(l, []byte("data: ")):
+			data, have = append([]byte(nil), l[6:]...), true
+		}
+	}
+}
+
+func (c *rawSSE) close() { c.conn.Close() }
+
+// TestSSELoadEveryClientSeesItsSessionExactlyOnce runs many SSE clients on
+// many Sessions while partials flow, some clients reconnecting with
+// Last-Event-ID mid-run: every client's ids strictly increase and, joined
+// over its reconnects, equal its Session's stream exactly (no gap, no
+// duplicate). The CI size is small; FLOE_SSE_LOAD=full runs the acceptance
+// size, 10,000 clients on 1,000 Sessions.
+func TestSSELoadEveryClientSeesItsSessionExactlyOnce(t *testing.T) {
+	sessions, perSession, msgs := 20, 10, 30
+	if os.Getenv("FLOE_SSE_LOAD") == "full" {
+		sessions, perSession, msgs = 1000, 10, 20
+	} else {
+		t.Parallel()
+	}
+	env := bustest.Start(t, bus.Config{MaxConsumers: 100})
+	g := startGateway(t, env, "", func(c *gateway.Config) { c.Heartbeat = 5 * time.Second })
+	addr := strings.TrimPrefix(g.URL, "http://")
+	sids := make([]string, sessions)
+	for i := range sids {
+		sids[i] = createSession(t, g.Alice, client.CreateSession{}).ID
+	}
+
+	clients := sessions * perSession
+	type result struct {
+		ids        []uint64
+		reconnects int
+		err        error
+	}
+	results := make([]result, clients)
+	var ready, done sync.WaitGroup
+	ready.Add(clients)
+	done.Add(clients)
+	start := make(chan struct{})
+	var openErr atomic.Value
+	deadline := time.Now().Add(5 * time.Minute)
+	for i := range clients {
+		go func() {
+			defer done.Done()
+			res := &results[i]
+			sid := sids[i%sessions]
+			readyOnce := sync.OnceFunc(ready.Done)
+			defer readyOnce()
+			c, err := dialRaw(addr, sid, "")
+			if err == nil {
+				_, _, err = c.next(deadline) // the snapshot: live from here
+			}
+			if err != nil {
+				openErr.Store(err)
+				res.err = err
+				return
+			}
+			readyOnce()
+			<-start
+			// Every fourth client drops its connection after a few events
+			// and comes back with its Last-Event-ID.
+			dropAt := -1
+			if i%4 == 1 {
+				dropAt = 3 + i%(msgs/2)
+			}
+			lastID := ""
+			for len(res.ids) < msgs {
+				if len(res.ids) == dropAt {
+					c.close()
+					dropAt = -1
+					if c, err = dialRaw(addr, sid, lastID); err != nil {
+						res.err = err
+						return
+					}
+					res.reconnects++
+				}
+				id, _, err := c.next(deadline)
+				if err != nil {
+					res.err = fmt.Errorf("after %d events: %w", len(res.ids), err)
+					c.close()
+					return
+				}
+				if id == "" {
+					continue // snapshot after the replayed gap
+				}
+				lastID = id
+				res.ids = append(res.ids, seqOf(t, id))
+			}
+			c.close()
+		}()
+	}
+	ready.Wait()
+	if err := openErr.Load(); err != nil {
+		t.Fatalf("opening streams: %v", err)
+	}
+	if n := sessionConsumers(t, env); n != 1 {
+		t.Fatalf("%d consumers on %s with %d SSE clients, want 1", n, omni.SessionsStream, clients)
+	}
+	close(start)
+	publishEach(t, env, sids, msgs)
+	done.Wait()
+
+	want := make(map[string][]uint64, sessions)
+	for _, sid := range sids {
+		for _, m := range busStream(t, env, sid) {
+			want[sid] = append(want[sid], m.Seq)
+		}
+	}
+	reconnects := 0
+	for i, res := range results {
+		if res.err != nil {
+			t.Fatalf("client %d: %v", i, res.err)
+		}
+		reconnects += res.reconnects
+		w := want[sids[i%sessions]]
+		if fmt.Sprint(res.ids) != fmt.Sprint(w) {
+			t.Fatalf("client %d (%d reconnects) got ids %v, want %v", i, res.reconnects, res.ids, w)
+		}
+	}
+	t.Logf("%d clients on %d Sessions, %d events each, %d reconnects with Last-Event-ID", clients, sessions, msgs, reconnects)
+}
+
+// publishEach publishes n partial deltas on every Session, round-robin,
+// asynchronously.
+func publishEach(t testing.TB, env *bustest.Env, sids []string, n int) {
+	t.Helper()
+	js, _ := jetstream.New(env.Conn, jetstream.WithPublishAsyncMaxPending(4096))
+	for i := range n {
+		for _, sid := range sids {
+			m := omni.Partial(omni.TypeText, omni.EventDelta, "d"+strconv.Itoa(i)+" ", "", "")
+			msg, _ := bus.SessionMsg(sid, &m, "")
+			for {
+				_, err := js.PublishMsgAsync(msg)
+				if err == nil {
+					break
+				}
+				if !errors.Is(err, jetstream.ErrTooManyStalledMsgs) {
+					t.Fatal(err)
+				}
+				<-js.PublishAsyncComplete()
+			}
+		}
+	}
+	select {
+	case <-js.PublishAsyncComplete():
+	case <-time.After(waitLimit):
+		t.Fatal("publish acks missing")
+	}
+}
