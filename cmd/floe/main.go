@@ -352,7 +352,7 @@ func tracerConfig(c *common) *tracer.Config {
 
 func gatewayConfig(c *common) (*gateway.Config, error) {
 	cfg := gateway.Config{Addr: c.httpAddr, Home: c.home, DefaultModel: c.model}
-	cfg.Tokens = gateway.TokensFromList(os.Getenv("FLOE_API_TOKEN"))
+	cfg.FromEnv(os.Getenv)
 	p, err := cmdpolicy.Load(os.Getenv("FLOE_COMMAND_POLICY"))
 	if err != nil {
 		return nil, err

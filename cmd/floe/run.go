@@ -24,6 +24,7 @@ import (
 	"floe.dev/pkg/omni"
 	"floe.dev/pkg/omni/cmdpolicy"
 	"floe.dev/pkg/trace"
+	"floe.dev/services/gateway"
 )
 
 func randHex(n int) string {
@@ -68,6 +69,9 @@ func cmdRun(ctx context.Context, stopSignals context.CancelFunc, name string, ar
 	}
 	if st, err := os.Stat(ws); err != nil || !st.IsDir() {
 		return 2, fmt.Errorf("workspace %s is not a directory", ws)
+	}
+	if ws, err = checkWorkspace(c.home, ws); err != nil {
+		return 2, err
 	}
 	if c.logLevel == "info" && os.Getenv("FLOE_LOG_LEVEL") == "" {
 		c.logLevel = "warn" // keep the terminal for the Session
@@ -267,4 +271,24 @@ func interspersed(fs *flag.FlagSet, args []string) []string {
 		rest = append(rest, a)
 	}
 	return append(flags, append([]string{"--"}, rest...)...)
+}
+
+// checkWorkspace applies the gateway's Workspace rule to a local command:
+// ws must lie inside FLOE_WORKSPACE_ROOTS (default: $FLOE_HOME/workspaces
+// and the user's home directory) or the current directory, and is never
+// "/". It returns ws with its links resolved.
+func checkWorkspace(home, ws string) (string, error) {
+	roots := gateway.WorkspaceRootsFromList(os.Getenv("FLOE_WORKSPACE_ROOTS"))
+	if roots == nil {
+		roots = gateway.DefaultWorkspaceRoots(home)
+	}
+	shown := strings.Join(roots, ":")
+	if cwd, err := os.Getwd(); err == nil && cwd != "/" {
+		roots = append(roots, cwd)
+	}
+	real, err := gateway.CheckWorkspace(ws, roots)
+	if err != nil {
+		return "", fmt.Errorf("%w (allowed: %s and the current directory; set FLOE_WORKSPACE_ROOTS, colon-separated)", err, shown)
+	}
+	return real, nil
 }

@@ -139,7 +139,10 @@ func TestSessionLifecycle(t *testing.T) {
 	if fi, err := os.Stat(s.Workspace); err != nil || !fi.IsDir() {
 		t.Fatalf("workspace not created: %v", err)
 	}
-	ws := filepath.Join(t.TempDir(), "ws")
+	ws := filepath.Join(g.Home, "workspaces", "project") // inside a default root
+	if err := os.MkdirAll(ws, 0o755); err != nil {
+		t.Fatal(err)
+	}
 	s2 := createSession(t, g.Alice, client.CreateSession{Model: "openai:gpt-x", Workspace: ws, ApprovalMode: omni.ApproveReadOnly,
 		SystemPrompt: "be brief", MaxTurns: 7, Compaction: &client.Compaction{MaxContextLength: 1000, Mode: "discard"}})
 	if s2.Workspace != ws || s2.Model != "openai:gpt-x" || s2.MaxTurns != 7 || s2.Compaction == nil || s2.Compaction.Mode != "discard" {

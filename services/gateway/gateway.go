@@ -26,6 +26,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -33,6 +34,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"floe.dev/pkg/omni"
+	"floe.dev/services/gateway/internal/confine"
 	"floe.dev/services/gateway/internal/server"
 )
 
@@ -54,6 +56,17 @@ type Config struct {
 	// DefaultModel is the model of Sessions created without one
 	// (default "scripted:demo").
 	DefaultModel string
+	// WorkspaceRoots are the directories (FLOE_WORKSPACE_ROOTS) a
+	// Session's requested workspace must lie inside, as an existing
+	// directory; "/" is never one. Nil means Home/workspaces and the home
+	// directory of the user running the gateway. Sessions created without
+	// a workspace get Home/workspaces/<session id>, the only directory the
+	// gateway ever creates.
+	WorkspaceRoots []string
+	// ScriptsDir (FLOE_SCRIPTS_DIR) is the directory whose script files a
+	// Session may name as scripted:<path>; empty allows scripted:demo
+	// only. DefaultModel is the operator's and always allowed.
+	ScriptsDir string
 	// Heartbeat is the interval of SSE heartbeat comments (default 20s).
 	Heartbeat time.Duration
 	// ControlTimeout bounds one control request to an engine (default 5s).
@@ -97,6 +110,9 @@ func (c *Config) Defaults() {
 	if c.DefaultModel == "" {
 		c.DefaultModel = DefaultModel
 	}
+	if c.WorkspaceRoots == nil && c.Home != "" {
+		c.WorkspaceRoots = confine.DefaultRoots(c.Home)
+	}
 	if c.Heartbeat == 0 {
 		c.Heartbeat = DefaultHeartbeat
 	}
@@ -132,6 +148,12 @@ func (c *Config) Validate() error {
 	if p, m, ok := strings.Cut(c.DefaultModel, ":"); !ok || p == "" || m == "" {
 		return fmt.Errorf("gateway: DefaultModel %q is not provider:model_id", c.DefaultModel)
 	}
+	if err := confine.CheckRoots(c.WorkspaceRoots); err != nil {
+		return fmt.Errorf("gateway: %w", err)
+	}
+	if c.ScriptsDir != "" && !filepath.IsAbs(c.ScriptsDir) {
+		return fmt.Errorf("gateway: ScriptsDir %q is not an absolute path", c.ScriptsDir)
+	}
 	if c.Heartbeat < 0 || c.ControlTimeout < 0 || c.QueueWait < 0 || c.WriteTimeout < 0 || c.ShutdownTimeout < 0 {
 		return errors.New("gateway: durations must not be negative")
 	}
@@ -166,6 +188,7 @@ func isLoopback(host string) bool {
 func (c *Config) options() server.Options {
 	return server.Options{
 		Tokens: c.Tokens, MaxBody: c.MaxBody, Home: c.Home, DefaultModel: c.DefaultModel,
+		WorkspaceRoots: c.WorkspaceRoots, ScriptsDir: c.ScriptsDir,
 		Heartbeat: c.Heartbeat, ControlTimeout: c.ControlTimeout, QueueWait: c.QueueWait,
 		ClientBuffer: c.ClientBuffer, WriteTimeout: c.WriteTimeout, CommandPolicy: c.CommandPolicy,
 	}
@@ -244,6 +267,31 @@ func Run(ctx context.Context, nc *nats.Conn, cfg Config, log zerolog.Logger) err
 	}
 	return nil
 }
+
+// FromEnv sets the fields configured by the environment, read through
+// getenv (os.Getenv): Tokens from FLOE_API_TOKEN, WorkspaceRoots from
+// FLOE_WORKSPACE_ROOTS (unset: the defaults) and ScriptsDir from
+// FLOE_SCRIPTS_DIR.
+func (c *Config) FromEnv(getenv func(string) string) {
+	c.Tokens = TokensFromList(getenv("FLOE_API_TOKEN"))
+	c.WorkspaceRoots = WorkspaceRootsFromList(getenv("FLOE_WORKSPACE_ROOTS"))
+	c.ScriptsDir = getenv("FLOE_SCRIPTS_DIR")
+}
+
+// WorkspaceRootsFromList parses FLOE_WORKSPACE_ROOTS, colon-separated
+// directories, into Config.WorkspaceRoots (nil when list is empty: the
+// defaults).
+func WorkspaceRootsFromList(list string) []string { return confine.Roots(list) }
+
+// DefaultWorkspaceRoots are the roots used when none are configured:
+// home/workspaces and the current user's home directory.
+func DefaultWorkspaceRoots(home string) []string { return confine.DefaultRoots(home) }
+
+// CheckWorkspace checks that dir is an existing directory inside one of
+// roots, never "/", and returns it with its symbolic links resolved: the
+// rule the gateway applies to a requested workspace, for other front ends
+// (floe run) to apply too.
+func CheckWorkspace(dir string, roots []string) (string, error) { return confine.Workspace(dir, roots) }
 
 // TokensFromList turns FLOE_API_TOKEN's comma-separated list into
 // Config.Tokens. An entry "name:token" gives the token the principal name

@@ -147,7 +147,8 @@ func (c *cluster) env(name string, extra ...string) []string {
 	if err := os.MkdirAll(home, 0o755); err != nil {
 		c.t.Fatal(err)
 	}
-	env := append(baseEnv(), "HOME="+home, "FLOE_HOME="+c.home, "FLOE_NATS_URL="+c.url(), "FLOE_LOG_LEVEL=info")
+	env := append(baseEnv(), "HOME="+home, "FLOE_HOME="+c.home, "FLOE_NATS_URL="+c.url(), "FLOE_LOG_LEVEL=info",
+		"FLOE_WORKSPACE_ROOTS="+c.ws, "FLOE_SCRIPTS_DIR="+c.dir) // the gateway's: c.script writes into c.dir
 	return append(env, extra...)
 }
 

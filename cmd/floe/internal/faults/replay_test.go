@@ -36,7 +36,8 @@ func TestReplaySessionScriptPrintsTheStream(t *testing.T) {
 	}
 	natsPort, httpPort := freePort(t), freePort(t)
 	env := append(baseEnv(), "HOME="+filepath.Join(dir, "home"), "FLOE_HOME="+home,
-		fmt.Sprintf("FLOE_NATS_LISTEN=127.0.0.1:%d", natsPort), fmt.Sprintf("FLOE_HTTP_ADDR=127.0.0.1:%d", httpPort))
+		fmt.Sprintf("FLOE_NATS_LISTEN=127.0.0.1:%d", natsPort), fmt.Sprintf("FLOE_HTTP_ADDR=127.0.0.1:%d", httpPort),
+		"FLOE_WORKSPACE_ROOTS="+ws, "FLOE_SCRIPTS_DIR="+dir)
 	var ps procs
 	serve := startProc(t, dir, "serve", bins.floe, env, "serve")
 	ps.add(serve)

@@ -66,7 +66,7 @@ func start(t *testing.T) *env {
 	// else took it meanwhile, try another.
 	for attempt := 0; ; attempt++ {
 		addr = freeAddr(t)
-		gw := gateway.Config{Addr: addr, Home: home, ShutdownTimeout: 5 * time.Second}
+		gw := gateway.Config{Addr: addr, Home: home, ShutdownTimeout: 5 * time.Second, ScriptsDir: os.TempDir()}
 		var err error
 		st, err = stack.Start(context.Background(), stack.Options{
 			Home: home, Listen: "off", Bus: bus.Config{Memory: true},
@@ -166,7 +166,7 @@ func (e *env) tryGateway(addr string) (*gwInstance, error) {
 	ctx, cancel := context.WithCancel(context.Background())
 	g := &gwInstance{addr: addr, url: "http://" + addr, cancel: cancel, done: make(chan error, 1), nc: nc}
 	go func() {
-		g.done <- gateway.Run(ctx, nc, gateway.Config{Addr: addr, Home: e.home, ShutdownTimeout: 5 * time.Second}, testLogger())
+		g.done <- gateway.Run(ctx, nc, gateway.Config{Addr: addr, Home: e.home, ShutdownTimeout: 5 * time.Second, ScriptsDir: os.TempDir()}, testLogger())
 	}()
 	var runErr error
 	err = waitHealthy(g.url, func() error {
@@ -240,6 +240,12 @@ func (e *env) session(c *client.Client, req client.CreateSession) string {
 
 func createSession(t *testing.T, c *client.Client, req client.CreateSession) string {
 	t.Helper()
+	if req.Workspace != "" {
+		// The gateway creates only default Workspaces.
+		if err := os.MkdirAll(req.Workspace, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
 	s, err := c.CreateSession(ctxT(t), req)
 	if err != nil {
 		t.Fatal(err)

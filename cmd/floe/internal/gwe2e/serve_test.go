@@ -80,7 +80,8 @@ func (h *serveHome) env() []string {
 	}
 	env = append(env, "HOME="+h.dir, "FLOE_HOME="+h.floeHome(),
 		"FLOE_HTTP_ADDR="+h.httpAddr, "FLOE_NATS_LISTEN="+h.natsAddr, "FLOE_MODEL="+h.model,
-		"FLOE_RETRY_BASE_MS=20", "FLOE_RETRY_CAP_MS=100", "FLOE_LOG_LEVEL=info")
+		"FLOE_RETRY_BASE_MS=20", "FLOE_RETRY_CAP_MS=100", "FLOE_LOG_LEVEL=info",
+		"FLOE_SCRIPTS_DIR="+os.TempDir()) // the tests' scripts live in t.TempDir()
 	return append(env, h.extraEnv...) // last: they override
 }
 

@@ -56,7 +56,7 @@ func run() error {
 		return err
 	}
 	cfg := gateway.Config{Addr: *addr, Home: *home, DefaultModel: *model}
-	cfg.Tokens = gateway.TokensFromList(os.Getenv("FLOE_API_TOKEN"))
+	cfg.FromEnv(os.Getenv)
 	var err error
 	if cfg.CommandPolicy, err = cmdpolicy.Load(os.Getenv("FLOE_COMMAND_POLICY")); err != nil {
 		return err

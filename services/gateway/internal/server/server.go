@@ -34,6 +34,8 @@ type Options struct {
 	MaxBody        int64
 	Home           string
 	DefaultModel   string
+	WorkspaceRoots []string // resolved by the caller: never nil in use
+	ScriptsDir     string
 	Heartbeat      time.Duration
 	ControlTimeout time.Duration
 	QueueWait      time.Duration

@@ -19,6 +19,7 @@ import (
 	"floe.dev/pkg/omni/cmdpolicy"
 	"floe.dev/pkg/trace"
 	"floe.dev/services/gateway/client"
+	"floe.dev/services/gateway/internal/confine"
 )
 
 // visible reports whether the caller may see r: with authentication off
@@ -79,6 +80,9 @@ func view(r *omni.SessionRecord) client.Session {
 	return v
 }
 
+// scriptedProvider is the provider part of scripted model references.
+const scriptedProvider = "scripted"
+
 func badRequest(format string, args ...any) *apiError {
 	return errorf(http.StatusBadRequest, omni.CodeBadRequest, format, args...)
 }
@@ -104,6 +108,15 @@ func (s *Server) handleCreate(w http.ResponseWriter, r *http.Request) *apiError 
 	}
 	if p, m, ok := strings.Cut(rec.Model, ":"); !ok || p == "" || m == "" {
 		return badRequest("model %q is not provider:model_id", rec.Model)
+	} else if p == scriptedProvider && rec.Model != s.opts.DefaultModel {
+		// A script path is a file the engine reads: only scripts from
+		// the configured directory (the operator's own default model
+		// aside).
+		id, err := confine.ScriptedModel(m, s.opts.ScriptsDir)
+		if err != nil {
+			return badRequest("%v", err)
+		}
+		rec.Model = scriptedProvider + ":" + id
 	}
 	if rec.ApprovalMode == "" {
 		rec.ApprovalMode = omni.ApproveAllowAll
@@ -126,8 +139,14 @@ func (s *Server) handleCreate(w http.ResponseWriter, r *http.Request) *apiError 
 		}
 		rec.Compaction = omni.CompactionConfig{MaxContextLength: c.MaxContextLength, MaxSessionTurns: c.MaxSessionTurns, Mode: c.Mode}
 	}
-	if rec.Workspace != "" && !filepath.IsAbs(rec.Workspace) {
-		return badRequest("workspace %q is not an absolute path", rec.Workspace)
+	if rec.Workspace != "" {
+		// The gateway never creates a requested Workspace: it must exist
+		// inside an allowed root, and the Session keeps its resolved path.
+		ws, err := confine.Workspace(rec.Workspace, s.opts.WorkspaceRoots)
+		if err != nil {
+			return badRequest("%v", err)
+		}
+		rec.Workspace = ws
 	}
 
 	now := time.Now()
@@ -139,8 +158,10 @@ func (s *Server) handleCreate(w http.ResponseWriter, r *http.Request) *apiError 
 		if req.Workspace == "" {
 			ws = filepath.Join(s.opts.Home, "workspaces", rec.ID)
 		}
-		if err := os.MkdirAll(ws, 0o755); err != nil {
-			return internalError("create workspace", err)
+		if req.Workspace == "" {
+			if err := os.MkdirAll(ws, 0o755); err != nil {
+				return internalError("create workspace", err)
+			}
 		}
 		rec.Workspace = filepath.Clean(ws)
 		err = s.sessions.Create(r.Context(), rec)

@@ -158,7 +158,12 @@ func parseScript(name string, data []byte) (*script, error) {
 	p := &parser{name: name, data: data}
 	var v any
 	if err := json.Unmarshal(data, &v); err != nil {
-		se := &ScriptError{Name: name, Msg: "invalid JSON: " + err.Error()}
+		// The decoder's message may quote the offending byte: say only
+		// where, never what, since a script path may name any file.
+		se := &ScriptError{Name: name, Msg: "invalid JSON"}
+		if err.Error() == "unexpected end of JSON input" {
+			se.Msg += ": unexpected end of input"
+		}
 		if syn, ok := errors.AsType[*json.SyntaxError](err); ok {
 			se.Line = p.line(int(syn.Offset) - 1)
 		}

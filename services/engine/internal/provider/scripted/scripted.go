@@ -4,11 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"slices"
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 
 	"floe.dev/pkg/omni"
 	"floe.dev/services/engine/internal/model"
@@ -54,14 +56,69 @@ func Open(nameOrPath string) (*Provider, error) {
 	return Load(nameOrPath)
 }
 
+// MaxScriptSize caps a script file: a larger one is refused before it is
+// read.
+const MaxScriptSize = 4 << 20
+
+// ErrNotRegular is returned by Load for a path that is not a regular file
+// (a FIFO, a device such as /dev/zero, a socket, a directory).
+var ErrNotRegular = errors.New("not a regular file")
+
+// ErrTooLarge is returned by Load for a file over MaxScriptSize.
+var ErrTooLarge = fmt.Errorf("larger than %d bytes", MaxScriptSize)
+
 // Load reads and validates the script file at path. The model id is path.
-// A malformed script is a *ScriptError naming the file, line and field.
+// A path that is not a regular file is refused with ErrNotRegular, one over
+// MaxScriptSize with ErrTooLarge, both before anything is read (a FIFO
+// never blocks, /dev/zero is never read). A malformed script is a
+// *ScriptError naming the file, line and field; no error quotes the file's
+// contents.
 func Load(path string) (*Provider, error) {
-	data, err := os.ReadFile(path)
+	data, err := readScript(path)
 	if err != nil {
-		return nil, fmt.Errorf("load scripted model: %w", err)
+		return nil, fmt.Errorf("load scripted model %q: %w", path, err)
 	}
 	return Parse(path, data)
+}
+
+func readScript(path string) ([]byte, error) {
+	check := func(fi os.FileInfo) error {
+		switch {
+		case !fi.Mode().IsRegular():
+			return ErrNotRegular
+		case fi.Size() > MaxScriptSize:
+			return ErrTooLarge
+		}
+		return nil
+	}
+	fi, err := os.Stat(path)
+	if err != nil {
+		return nil, err
+	}
+	if err := check(fi); err != nil {
+		return nil, err
+	}
+	// O_NONBLOCK: should path be swapped for a FIFO after the Stat, opening
+	// it does not wait for a writer; the Stat of the open file decides.
+	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK, 0)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	if fi, err = f.Stat(); err != nil {
+		return nil, err
+	}
+	if err := check(fi); err != nil {
+		return nil, err
+	}
+	data, err := io.ReadAll(io.LimitReader(f, MaxScriptSize+1))
+	if err != nil {
+		return nil, err
+	}
+	if len(data) > MaxScriptSize {
+		return nil, ErrTooLarge
+	}
+	return data, nil
 }
 
 // Parse validates the script in data; name is the model id and prefixes

@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 	"unicode/utf8"
@@ -717,5 +718,51 @@ func TestDocExample(t *testing.T) {
 		if err != nil || joinBlocks(got)[0] != want {
 			t.Errorf("got %q, %v; want %q", joinBlocks(got)[0], err, want)
 		}
+	}
+}
+
+func TestLoadRefusesNonRegularAndLargeFilesBeforeReading(t *testing.T) {
+	dir := t.TempDir()
+	fifo := filepath.Join(dir, "fifo")
+	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	big := filepath.Join(dir, "big.json")
+	f, err := os.Create(big)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Truncate(2 << 30); err != nil { // sparse: 2 GiB without the disk
+		t.Fatal(err)
+	}
+	f.Close()
+	secret := filepath.Join(dir, "secret")
+	if err := os.WriteFile(secret, []byte("root:$6$SECRETHASH:19000:0:99999:7:::\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		path string
+		want error
+	}{
+		{"/dev/zero", ErrNotRegular},
+		{fifo, ErrNotRegular}, // would block forever if opened for reading
+		{dir, ErrNotRegular},
+		{big, ErrTooLarge},
+	}
+	for _, tt := range tests {
+		done := make(chan error, 1)
+		go func() { _, err := Open(tt.path); done <- err }()
+		select {
+		case err := <-done:
+			if !errors.Is(err, tt.want) {
+				t.Errorf("Open(%s) = %v, want %v", tt.path, err, tt.want)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("Open(%s) blocked", tt.path)
+		}
+	}
+	_, err = Open(secret)
+	if err == nil || strings.Contains(err.Error(), "root") || strings.Contains(err.Error(), "SECRET") {
+		t.Errorf("Open(non-JSON file) = %v, want an error that quotes none of the file", err)
 	}
 }

@@ -1,0 +1,137 @@
+package gateway_test
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+
+	"floe.dev/pkg/omni"
+	"floe.dev/services/gateway"
+	"floe.dev/services/gateway/client"
+)
+
+// createErr creates a Session and returns the API error (nil on 201).
+func createErr(t *testing.T, c *client.Client, req client.CreateSession) (*client.Session, error) {
+	t.Helper()
+	return c.CreateSession(ctxT(t), req)
+}
+
+func TestWorkspaceOutsideTheRootsIsRefused(t *testing.T) {
+	t.Parallel()
+	env := newBus(t)
+	g := startGateway(t, env, "", nil)
+	root := filepath.Join(g.Home, "workspaces")
+	outside := t.TempDir() // not under Home, nor the user's home
+	if err := os.MkdirAll(filepath.Join(root, "ok"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(outside, filepath.Join(root, "link-out")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(filepath.Join(root, "ok"), filepath.Join(root, "link-in")); err != nil {
+		t.Fatal(err)
+	}
+	for _, ws := range []string{
+		"/",
+		"/etc",
+		outside,
+		filepath.Join(root, "link-out"),           // a link inside a root to outside
+		filepath.Join(root, "..", "..", "..", ".."), // climbs out
+		filepath.Join(outside, "new"),             // would be created outside
+		filepath.Join(root, "missing"),            // inside, but never created
+		"relative/dir",
+	} {
+		_, err := createErr(t, g.Alice, client.CreateSession{Workspace: ws})
+		if !client.IsCode(err, omni.CodeBadRequest) {
+			t.Errorf("workspace %q: %v, want 400 bad_request", ws, err)
+		}
+	}
+	for _, p := range []string{filepath.Join(outside, "new"), filepath.Join(root, "missing")} {
+		if _, err := os.Stat(p); !os.IsNotExist(err) {
+			t.Errorf("%s was created (%v); the gateway creates only default Workspaces", p, err)
+		}
+	}
+	s, err := createErr(t, g.Alice, client.CreateSession{Workspace: filepath.Join(root, "link-in")})
+	if err != nil || s.Workspace != filepath.Join(root, "ok") {
+		t.Errorf("workspace through a link inside the root = %+v, %v; want its resolved path", s, err)
+	}
+
+	// Configured roots replace the defaults, and "/" is never a root.
+	g2 := startGateway(t, env, "", func(c *gateway.Config) { c.WorkspaceRoots = []string{outside} })
+	if _, err := createErr(t, g2.Alice, client.CreateSession{Workspace: outside}); err != nil {
+		t.Errorf("workspace = a configured root: %v", err)
+	}
+	if _, err := createErr(t, g2.Alice, client.CreateSession{Workspace: filepath.Join(g2.Home, "workspaces")}); !client.IsCode(err, omni.CodeBadRequest) {
+		t.Errorf("workspace under the replaced default root: %v, want 400", err)
+	}
+	cfg := testConfig(t.TempDir())
+	cfg.WorkspaceRoots = []string{"/"}
+	cfg.Defaults()
+	if err := cfg.Validate(); err == nil {
+		t.Error(`Validate accepted the workspace root "/"`)
+	}
+}
+
+func TestScriptedModelIsNotAFileReadPrimitive(t *testing.T) {
+	t.Parallel()
+	env := newBus(t)
+	scripts := t.TempDir()
+	good := filepath.Join(scripts, "good.json")
+	if err := os.WriteFile(good, []byte(`{"requests":[]}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	fifo := filepath.Join(scripts, "fifo.json")
+	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	big := filepath.Join(scripts, "big.json")
+	if f, err := os.Create(big); err != nil {
+		t.Fatal(err)
+	} else {
+		f.Truncate(2 << 30) // sparse
+		f.Close()
+	}
+	secret := filepath.Join(t.TempDir(), "secret")
+	if err := os.WriteFile(secret, []byte("root:SECRETHASH\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(secret, filepath.Join(scripts, "link.json")); err != nil {
+		t.Fatal(err)
+	}
+	g := startGateway(t, env, "", func(c *gateway.Config) { c.ScriptsDir = scripts })
+	for _, model := range []string{
+		"scripted:/dev/zero",
+		"scripted:" + fifo,
+		"scripted:fifo.json",
+		"scripted:/etc/shadow",
+		"scripted:" + secret,
+		"scripted:link.json", // a link in the directory to outside
+		"scripted:../" + filepath.Base(filepath.Dir(secret)) + "/secret",
+		"scripted:" + big,
+		"scripted:missing.json",
+	} {
+		_, err := createErr(t, g.Alice, client.CreateSession{Model: model})
+		if !client.IsCode(err, omni.CodeBadRequest) {
+			t.Errorf("model %q: %v, want 400 bad_request", model, err)
+		} else if strings.Contains(err.Error(), "SECRET") || strings.Contains(err.Error(), "root:") {
+			t.Errorf("model %q: error %q echoes the file", model, err)
+		}
+	}
+	for model, want := range map[string]string{"scripted:demo": "scripted:demo", "scripted:good.json": "scripted:" + good, "scripted:" + good: "scripted:" + good} {
+		s, err := createErr(t, g.Alice, client.CreateSession{Model: model})
+		if err != nil || s.Model != want {
+			t.Errorf("model %q = %+v, %v; want 201 with model %q", model, s, err, want)
+		}
+	}
+
+	// Without FLOE_SCRIPTS_DIR only the demo plays.
+	g2 := startGateway(t, env, "", nil)
+	if _, err := createErr(t, g2.Alice, client.CreateSession{Model: "scripted:" + good}); !client.IsCode(err, omni.CodeBadRequest) {
+		t.Errorf("script without a scripts directory: %v, want 400", err)
+	}
+	if _, err := createErr(t, g2.Alice, client.CreateSession{Model: "scripted:demo"}); err != nil {
+		t.Errorf("scripted:demo without a scripts directory: %v", err)
+	}
+}
