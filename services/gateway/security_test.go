@@ -37,10 +37,10 @@ func TestWorkspaceOutsideTheRootsIsRefused(t *testing.T) {
 		"/",
 		"/etc",
 		outside,
-		filepath.Join(root, "link-out"),           // a link inside a root to outside
+		filepath.Join(root, "link-out"), // a link inside a root to outside
 		filepath.Join(root, "..", "..", "..", ".."), // climbs out
-		filepath.Join(outside, "new"),             // would be created outside
-		filepath.Join(root, "missing"),            // inside, but never created
+		filepath.Join(outside, "new"),               // would be created outside
+		filepath.Join(root, "missing"),              // inside, but never created
 		"relative/dir",
 	} {
 		_, err := createErr(t, g.Alice, client.CreateSession{Workspace: ws})
