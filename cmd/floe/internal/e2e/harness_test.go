@@ -30,6 +30,8 @@ type env struct {
 
 type envOpts struct {
 	runners int // tool runner replicas (default 1)
+	// mcpConfig is the runners' FLOE_MCP_CONFIG file (empty: none).
+	mcpConfig string
 	engine  func(*engine.Config)
 	noTrace bool
 }
@@ -68,7 +70,7 @@ func start(t *testing.T, o envOpts) *env {
 		}
 		ctx, cancel := context.WithCancel(context.Background())
 		done := make(chan struct{})
-		cfg := toolrunner.Config{RunnerID: fmt.Sprintf("runner-%d", i)}
+		cfg := toolrunner.Config{RunnerID: fmt.Sprintf("runner-%d", i), MCPConfig: o.mcpConfig}
 		cfg.Defaults()
 		go func() {
 			defer close(done)
