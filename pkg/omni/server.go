@@ -41,4 +41,5 @@ const (
 	CodeNothingToCompact = "nothing_to_compact"
 	CodeInternal         = "internal"
 	CodeUnavailable      = "unavailable"
+	CodeRequestTimeout   = "request_timeout" // the request body did not arrive in time
 )

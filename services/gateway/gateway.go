@@ -24,6 +24,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	stdlog "log"
 	"net"
 	"net/http"
 	"path/filepath"
@@ -79,6 +80,12 @@ type Config struct {
 	// client whose buffer fills is disconnected and resumes with
 	// Last-Event-ID.
 	ClientBuffer int
+	// ReadHeaderTimeout bounds reading a request's headers (default 10s);
+	// a client that stalls before its headers end is disconnected.
+	ReadHeaderTimeout time.Duration
+	// ReadBodyTimeout bounds reading a request's body (default 30s); a
+	// client that stalls mid-body gets 408 and is disconnected.
+	ReadBodyTimeout time.Duration
 	// WriteTimeout bounds one write to an SSE client (default 15s); a
 	// client that accepts nothing for that long is disconnected.
 	WriteTimeout time.Duration
@@ -125,6 +132,12 @@ func (c *Config) Defaults() {
 	if c.ClientBuffer == 0 {
 		c.ClientBuffer = DefaultClientBuffer
 	}
+	if c.ReadHeaderTimeout == 0 {
+		c.ReadHeaderTimeout = 10 * time.Second
+	}
+	if c.ReadBodyTimeout == 0 {
+		c.ReadBodyTimeout = 30 * time.Second
+	}
 	if c.WriteTimeout == 0 {
 		c.WriteTimeout = 15 * time.Second
 	}
@@ -154,7 +167,8 @@ func (c *Config) Validate() error {
 	if c.ScriptsDir != "" && !filepath.IsAbs(c.ScriptsDir) {
 		return fmt.Errorf("gateway: ScriptsDir %q is not an absolute path", c.ScriptsDir)
 	}
-	if c.Heartbeat < 0 || c.ControlTimeout < 0 || c.QueueWait < 0 || c.WriteTimeout < 0 || c.ShutdownTimeout < 0 {
+	if c.Heartbeat < 0 || c.ControlTimeout < 0 || c.QueueWait < 0 || c.WriteTimeout < 0 || c.ShutdownTimeout < 0 ||
+		c.ReadHeaderTimeout < 0 || c.ReadBodyTimeout < 0 {
 		return errors.New("gateway: durations must not be negative")
 	}
 	if c.ClientBuffer < 1 {
@@ -188,7 +202,7 @@ func isLoopback(host string) bool {
 func (c *Config) options() server.Options {
 	return server.Options{
 		Tokens: c.Tokens, MaxBody: c.MaxBody, Home: c.Home, DefaultModel: c.DefaultModel,
-		WorkspaceRoots: c.WorkspaceRoots, ScriptsDir: c.ScriptsDir,
+		WorkspaceRoots: c.WorkspaceRoots, ScriptsDir: c.ScriptsDir, ReadBodyTimeout: c.ReadBodyTimeout,
 		Heartbeat: c.Heartbeat, ControlTimeout: c.ControlTimeout, QueueWait: c.QueueWait,
 		ClientBuffer: c.ClientBuffer, WriteTimeout: c.WriteTimeout, CommandPolicy: c.CommandPolicy,
 	}
@@ -232,10 +246,12 @@ func Run(ctx context.Context, nc *nats.Conn, cfg Config, log zerolog.Logger) err
 	}
 	hs := &http.Server{
 		Handler:           srv,
-		ReadHeaderTimeout: 10 * time.Second,
+		ReadHeaderTimeout: cfg.ReadHeaderTimeout,
 		IdleTimeout:       2 * time.Minute,
 		MaxHeaderBytes:    64 << 10,
-		ErrorLog:          nil,
+		// net/http's own messages are about single connections (a
+		// client that hung up mid-write, a bad TLS hello): debug level.
+		ErrorLog: stdlog.New(debugWriter{log}, "", 0),
 	}
 	served := make(chan error, 1)
 	go func() { served <- hs.Serve(ln) }()
@@ -292,6 +308,14 @@ func DefaultWorkspaceRoots(home string) []string { return confine.DefaultRoots(h
 // rule the gateway applies to a requested workspace, for other front ends
 // (floe run) to apply too.
 func CheckWorkspace(dir string, roots []string) (string, error) { return confine.Workspace(dir, roots) }
+
+// debugWriter logs each line net/http writes at debug level.
+type debugWriter struct{ log zerolog.Logger }
+
+func (d debugWriter) Write(p []byte) (int, error) {
+	d.log.Debug().Msg(strings.TrimSpace(string(p)))
+	return len(p), nil
+}
 
 // TokensFromList turns FLOE_API_TOKEN's comma-separated list into
 // Config.Tokens. An entry "name:token" gives the token the principal name

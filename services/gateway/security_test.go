@@ -1,12 +1,19 @@
 package gateway_test
 
 import (
+	"context"
+	"io"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
+	"github.com/rs/zerolog"
+
+	"floe.dev/pkg/bus/bustest"
 	"floe.dev/pkg/omni"
 	"floe.dev/services/gateway"
 	"floe.dev/services/gateway/client"
@@ -133,5 +140,89 @@ func TestScriptedModelIsNotAFileReadPrimitive(t *testing.T) {
 	}
 	if _, err := createErr(t, g2.Alice, client.CreateSession{Model: "scripted:demo"}); err != nil {
 		t.Errorf("scripted:demo without a scripts directory: %v", err)
+	}
+}
+
+func TestStalledRequestsAreCutOff(t *testing.T) {
+	t.Parallel()
+	env := newBus(t)
+	nc := bustest.Connect(t, env.Server)
+	addr := freePort(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		done <- gateway.Run(ctx, nc, gateway.Config{Addr: addr, Home: t.TempDir(), Tokens: map[string]string{aliceToken: "alice"},
+			ReadHeaderTimeout: 300 * time.Millisecond, ReadBodyTimeout: 300 * time.Millisecond}, zerolog.Nop())
+	}()
+	t.Cleanup(func() { cancel(); <-done })
+	c := client.New("http://"+addr, client.WithToken(aliceToken))
+	eventually(t, "gateway up", func() bool { return c.Health(context.Background()) == nil })
+
+	// answer sends what and then stalls; it returns what the server sent
+	// until it closed the connection.
+	answer := func(what string) string {
+		conn, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		if _, err := io.WriteString(conn, what); err != nil {
+			t.Fatal(err)
+		}
+		conn.SetReadDeadline(time.Now().Add(waitLimit)) // the test's bound, not the server's
+		b, err := io.ReadAll(conn)
+		if err != nil {
+			t.Fatalf("after %q the server kept the stalled connection open: %v; got %q", what, err, b)
+		}
+		return string(b)
+	}
+	if got := answer("POST /api/sessions HTTP/1.1\r\nHost: x\r\nContent-Type: app"); strings.Contains(got, " 201 ") {
+		t.Errorf("stalled headers answered %q", got)
+	}
+	got := answer("POST /api/sessions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " + aliceToken +
+		"\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n{\"title\":\"")
+	if !strings.HasPrefix(got, "HTTP/1.1 408 ") || !strings.Contains(got, omni.CodeRequestTimeout) {
+		t.Errorf("stalled body answered %q, want 408 %s", got, omni.CodeRequestTimeout)
+	}
+	if list, err := c.ListSessions(ctxT(t)); err != nil || len(list) != 0 {
+		t.Errorf("sessions after stalled requests = %v, %v; want none", list, err)
+	}
+}
+
+func TestPromptOverTheBusLimitIs413BeforeQueueing(t *testing.T) {
+	t.Parallel()
+	env := newBus(t)
+	g := startGateway(t, env, "", nil)
+	ctx := ctxT(t)
+	s := createSession(t, g.Alice, client.CreateSession{})
+	// The body fits the 8 MiB cap; the prompt message the engine would
+	// publish (envelope and escaping added) does not fit the bus's 8 MiB.
+	body := `{"input":[{"type":"text","text":"` + strings.Repeat("a", gateway.DefaultMaxBody-100) + `"}]}`
+	if len(body) > gateway.DefaultMaxBody {
+		t.Fatal("test body over the cap")
+	}
+	status, code := raw(t, "POST", g.URL+"/api/sessions/"+s.ID+"/tasks", aliceToken, "application/json", []byte(body))
+	if status != 413 || code != omni.CodeTooLarge {
+		t.Errorf("huge prompt = %d %s, want 413 %s", status, code, omni.CodeTooLarge)
+	}
+	// Escaping counts: 1.5 MiB of control characters is 9 MiB of JSON.
+	body = `{"input":[{"type":"text","text":"` + strings.Repeat(`\u0001`, 1<<20+512<<10) + `"}]}`
+	if status, code := raw(t, "POST", g.URL+"/api/sessions/"+s.ID+"/tasks", aliceToken, "application/json", []byte(body)); status != 413 {
+		t.Errorf("prompt that grows when escaped = %d %s, want 413", status, code)
+	}
+	got, err := g.Alice.GetSession(ctx, s.ID)
+	if err != nil || got.State != omni.StateIdle {
+		t.Errorf("session after 413 = %+v, %v; want idle", got, err)
+	}
+	st, err := env.JS.Stream(ctx, omni.TasksStream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info, err := st.Info(ctx); err != nil || info.State.Msgs != 0 {
+		t.Errorf("tasks queued after 413: %+v, %v", info, err)
+	}
+	// A large prompt that fits is accepted.
+	if _, err := g.Alice.SubmitTask(ctx, s.ID, client.TaskRequest{Input: []client.InputPart{{Type: client.InputText, Text: strings.Repeat("b", 4<<20)}}}); err != nil {
+		t.Errorf("4 MiB prompt: %v, want 202", err)
 	}
 }

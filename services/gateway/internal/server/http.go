@@ -11,7 +11,9 @@ import (
 	"io"
 	"mime"
 	"net/http"
+	"os"
 	"strings"
+	"time"
 
 	"floe.dev/pkg/omni"
 	"floe.dev/services/gateway/client"
@@ -75,9 +77,14 @@ func (s *Server) serve(h handlerFunc) http.HandlerFunc {
 		if e == nil {
 			return
 		}
-		if e.Status >= 500 {
+		switch {
+		case r.Context().Err() != nil:
+			// The client went away (or stalled, or the server is
+			// stopping): whatever failed failed because of that.
+			s.log.Debug().Err(e.Err).Str("route", r.Pattern).Str("code", e.Code).Msg("client disconnected")
+		case e.Status >= 500:
 			s.log.Error().Err(e.Err).Str("route", r.Pattern).Str("session_id", r.PathValue("id")).Str("code", e.Code).Msg("request failed")
-		} else if e.Err != nil {
+		case e.Err != nil:
 			s.log.Debug().Err(e.Err).Str("route", r.Pattern).Str("code", e.Code).Msg("request rejected")
 		}
 		writeError(w, e)
@@ -91,11 +98,25 @@ func (s *Server) decodeBody(w http.ResponseWriter, r *http.Request, dst any, opt
 	if r.ContentLength > s.opts.MaxBody {
 		return errorf(http.StatusRequestEntityTooLarge, omni.CodeTooLarge, "request body is larger than %d bytes", s.opts.MaxBody)
 	}
+	// A client that sends headers and then stalls (or trickles) its body
+	// holds a connection and a goroutine: the body has ReadBodyTimeout.
+	rc := http.NewResponseController(w)
+	deadline := s.opts.ReadBodyTimeout > 0 && rc.SetReadDeadline(time.Now().Add(s.opts.ReadBodyTimeout)) == nil
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.opts.MaxBody))
+	if deadline && err == nil {
+		// Kept on failure: net/http drains what is left of the body of a
+		// stalled client before it closes the connection.
+		_ = rc.SetReadDeadline(time.Time{})
+	}
 	if err != nil {
 		var mbe *http.MaxBytesError
 		if errors.As(err, &mbe) {
 			return errorf(http.StatusRequestEntityTooLarge, omni.CodeTooLarge, "request body is larger than %d bytes", s.opts.MaxBody)
+		}
+		if errors.Is(err, os.ErrDeadlineExceeded) {
+			w.Header().Set("Connection", "close")
+			return &apiError{Status: http.StatusRequestTimeout, Code: omni.CodeRequestTimeout,
+				Message: fmt.Sprintf("request body not received within %v", s.opts.ReadBodyTimeout), Err: err}
 		}
 		return &apiError{Status: http.StatusBadRequest, Code: omni.CodeBadRequest, Message: "read request body failed", Err: err}
 	}

@@ -30,17 +30,18 @@ import (
 // Options are the server's settings; the gateway's Config fills them with
 // defaults applied.
 type Options struct {
-	Tokens         map[string]string
-	MaxBody        int64
-	Home           string
-	DefaultModel   string
-	WorkspaceRoots []string // resolved by the caller: never nil in use
-	ScriptsDir     string
-	Heartbeat      time.Duration
-	ControlTimeout time.Duration
-	QueueWait      time.Duration
-	ClientBuffer   int
-	WriteTimeout   time.Duration
+	Tokens          map[string]string
+	MaxBody         int64
+	Home            string
+	DefaultModel    string
+	WorkspaceRoots  []string // resolved by the caller: never nil in use
+	ScriptsDir      string
+	ReadBodyTimeout time.Duration
+	Heartbeat       time.Duration
+	ControlTimeout  time.Duration
+	QueueWait       time.Duration
+	ClientBuffer    int
+	WriteTimeout    time.Duration
 	// CommandPolicy is snapshotted into every Session created here.
 	CommandPolicy *omni.CommandPolicy
 	// Metrics receives the gateway's series and Gatherer is what /metrics

@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"time"
 
@@ -71,6 +72,9 @@ func (s *Server) handleTask(w http.ResponseWriter, r *http.Request) *apiError {
 		input[i] = omni.InputPart{Type: p.Type, Text: p.Text, ImageURL: p.ImageURL}
 	}
 	task := omni.Task{Kind: omni.TaskRun, SessionID: rec.ID, Input: input, ThinkingLevel: req.ThinkingLevel}
+	if e := s.fitsBus(&task); e != nil {
+		return e
+	}
 	return s.submit(w, r, rec, omni.StateRunning, task)
 }
 
@@ -95,6 +99,39 @@ func (s *Server) handleCompact(w http.ResponseWriter, r *http.Request) *apiError
 	}
 	task := omni.Task{Kind: omni.TaskCompact, SessionID: rec.ID}
 	return s.submit(w, r, rec, omni.StateCompacting, task)
+}
+
+// busHeadroom is what a message needs on the bus beyond its body: subject,
+// headers (message id, content type) and the envelope's timestamp.
+const busHeadroom = 4 << 10
+
+// fitsBus answers 413 when task, or one of the prompt messages the engine
+// will publish for its input (a JSON-escaped text can be several times
+// longer than its decoded form), would exceed the bus's maximum message
+// size: refused here, before anything is queued, rather than a Task that
+// fails when the engine publishes its prompt.
+func (s *Server) fitsBus(task *omni.Task) *apiError {
+	limit := s.nc.MaxPayload() - busHeadroom
+	if limit <= 0 {
+		return nil // not connected: the publish reports it
+	}
+	tooLarge := func(what string, n int) *apiError {
+		return errorf(http.StatusRequestEntityTooLarge, omni.CodeTooLarge,
+			"%s is %d bytes as a bus message, over the bus's limit of %d", what, n, limit)
+	}
+	if b, err := omni.Pack(task); err == nil && len(b) > int(limit) {
+		return tooLarge("the task", len(b))
+	}
+	for i, in := range task.Input {
+		m := omni.UserText(in.Text)
+		if in.Type == client.InputImageURL {
+			m = omni.Model(omni.Payload{Type: omni.TypeImageURL, Role: omni.RoleUser, ImageURL: in.ImageURL})
+		}
+		if b, err := omni.Marshal(&m); err == nil && len(b) > int(limit) {
+			return tooLarge(fmt.Sprintf("input[%d]", i), len(b))
+		}
+	}
+	return nil
 }
 
 // submit moves the record from idle to state with a compare-and-set (one
