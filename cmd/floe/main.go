@@ -49,6 +49,7 @@ func init() {
 		{"serve", "[flags]", "all-in-one server: embedded JetStream + every service + HTTP gateway", errOnly(cmdServe)},
 		{"attach", "<session-id> [flags]", "render a Session live from a gateway", cmdAttach},
 		{"replay", "<session-id> [flags]", "print a Session's stream from JetStream", errOnly(cmdReplay)},
+		{"tools", "[--pool P] [flags]", "list the tools a running deployment offers, by pool, with their source", errOnly(cmdTools)},
 		{"setup", "--nats URL [flags]", "create or update the JetStream layout on an external NATS", errOnly(cmdSetup)},
 		{"engine", "--nats URL [flags]", "the engine alone, against an external NATS", cmdService},
 		{"toolrunner", "--nats URL [flags]", "the tool runner alone, against an external NATS", cmdService},
