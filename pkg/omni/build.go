@@ -89,7 +89,7 @@ type Meta struct {
 	SessionID          string
 	Provider           string
 	ModelID            string
-	ModelContextWindow int64
+	ModelContextWindow int64 // 0 or less: not known, written as "unknown"
 	SystemPrompt       string
 	Workspace          string
 	Source             string // "subagent" for a child Session
@@ -101,6 +101,9 @@ func SessionMeta(m Meta) Message {
 	p := Payload{SessionID: m.SessionID, Provider: m.Provider, ModelID: m.ModelID,
 		ModelContextWindow: m.ModelContextWindow, SystemPrompt: m.SystemPrompt,
 		Workspace: m.Workspace, Source: m.Source, AgentState: m.AgentState}
+	if p.ModelContextWindow <= 0 {
+		p.ModelContextWindow, p.ContextWindowUnknown = 0, true
+	}
 	for _, f := range []string{"session_id", "provider", "model_id", "model_context_window", "system_prompt", "workspace", "agent_state"} {
 		p.present |= 1 << uint(fieldIndex[f])
 	}

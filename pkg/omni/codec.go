@@ -93,6 +93,10 @@ var fields = [...]fieldDef{
 	nf("turns", func(p *Payload) *int64 { return &p.Turns }),
 }
 
+// idxWindow is model_context_window's index: an integer, or the string
+// "unknown" (Payload.ContextWindowUnknown).
+var idxWindow = int(fieldIndex["model_context_window"])
+
 var fieldIndex = func() map[string]fieldRef {
 	m := make(map[string]fieldRef, len(fields))
 	for i, f := range fields {
@@ -134,7 +138,7 @@ func (p *Payload) isSet(i int) bool {
 	case kString:
 		return *f.str(p) != ""
 	case kInt:
-		return *f.num(p) != 0
+		return *f.num(p) != 0 || (i == idxWindow && p.ContextWindowUnknown)
 	case kRaw:
 		return len(*f.raw(p)) != 0
 	default:
@@ -331,6 +335,10 @@ func (p *Payload) appendField(dst []byte, i int, first bool) []byte {
 	case kString:
 		dst = appendString(dst, *f.str(p))
 	case kInt:
+		if i == idxWindow && p.ContextWindowUnknown {
+			dst = append(dst, `"unknown"`...)
+			break
+		}
 		dst = strconv.AppendInt(dst, *f.num(p), 10)
 	case kRaw:
 		r := *f.raw(p)
@@ -450,7 +458,19 @@ func Unmarshal(b []byte, m *Message) error {
 			if val[0] != '{' {
 				return fmt.Errorf("%w: payload is not an object", ErrSyntax)
 			}
-			return m.Payload.decode(val)
+			err := m.Payload.decode(val, false)
+			if err != nil && !errors.Is(err, ErrSyntax) {
+				// A payload type Floe does not know (the original's
+				// goal_finished, …) may use a known field name for a value
+				// of another type: keep such a field as an unknown one, byte
+				// for byte, rather than fail the record.
+				var lp Payload
+				if lp.decode(val, true) == nil && lp.Type != "" && !knownTypes[lp.Type] {
+					m.Payload = lp
+					return nil
+				}
+			}
+			return err
 		default:
 			if err := decodeOrigin(val, &m.Origin); err != nil {
 				return err
@@ -535,10 +555,15 @@ func decodeOrigin(val []byte, out *[]string) error {
 	}
 }
 
-func (p *Payload) decode(b []byte) error {
+// decode decodes a payload object. lenient keeps a known field whose value
+// has the wrong JSON type as an unknown field instead of failing.
+func (p *Payload) decode(b []byte, lenient bool) error {
 	p.order = make([]fieldRef, 0, 8)
 	_, err := scanObject(b, 0, func(key, val []byte) error {
 		ref, known := payloadRef(key)
+		if known && lenient && !fitsKind(fields[ref].kind, val) {
+			known = false
+		}
 		if !known {
 			p.order = append(p.order, extraBase+fieldRef(len(p.extra)))
 			p.extra = append(p.extra, rawField{key: string(key), value: append([]byte(nil), val...)})
@@ -561,6 +586,10 @@ func (p *Payload) decode(b []byte) error {
 				return err
 			}
 		case kInt:
+			if i == idxWindow && string(val) == `"unknown"` {
+				p.ContextWindowUnknown = true
+				break
+			}
 			n, err := parseInt(val)
 			if err != nil {
 				return fmt.Errorf("omni: field %q: %w", f.name, err)
@@ -584,6 +613,40 @@ func (p *Payload) decode(b []byte) error {
 	})
 	return err
 }
+
+// fitsKind reports whether the JSON value val has the type a field of kind
+// k holds (null fits every kind).
+func fitsKind(k fieldKind, val []byte) bool {
+	if string(val) == "null" {
+		return true
+	}
+	switch k {
+	case kString:
+		return val[0] == '"'
+	case kInt:
+		_, err := parseInt(val)
+		return err == nil || string(val) == `"unknown"`
+	case kUsage:
+		var u Usage
+		return val[0] == '{' && json.Unmarshal(val, &u) == nil
+	}
+	return true
+}
+
+// knownTypes are the payload types Floe interprets; a payload of any other
+// type is kept as it is.
+var knownTypes = func() map[string]bool {
+	m := map[string]bool{}
+	for _, t := range []string{
+		TypeText, TypeThinking, TypeToolCall, TypeToolCallOutput, TypeImageURL, TypeInlineData, TypeInlineThinking,
+		TypePartialText, TypePartialThinking, TypePartialToolCall, TypePartialToolCallOutput,
+		TypeToolListReady, TypeRequestBegin, TypeRequestEnd, TypeApprovalDecision, TypeTokenUsage,
+		TypeCompactionBegin, TypeCompactionEnd, TypeAbort, TypeSubagent, TypeMCPConnectBegin, TypeMCPConnectEnd,
+	} {
+		m[t] = true
+	}
+	return m
+}()
 
 // payloadRef looks up the known payload field a raw quoted key names.
 func payloadRef(key []byte) (fieldRef, bool) {

@@ -9,6 +9,7 @@ package omni
 
 import (
 	"encoding/json"
+	"strings"
 	"time"
 )
 
@@ -101,8 +102,24 @@ func MaxTurnsNotice(n int) string {
 	return "[reached max turns (" + itoa(int64(n)) + "); stopping]"
 }
 
-// Block wraps text in a system block: [tag]text[/tag].
-func Block(tag, text string) string { return "[" + tag + "]" + text + "[/" + tag + "]" }
+// Block wraps text in a system block as the original writes it:
+// "[tag]\ntext\n[/tag]".
+func Block(tag, text string) string { return "[" + tag + "]\n" + text + "\n[/" + tag + "]" }
+
+// ParseBlock returns the body of s when s is one system block with tag:
+// "[tag]\nbody\n[/tag]" (the original's form, Block's) or "[tag]body[/tag]"
+// (the older form). Surrounding whitespace is ignored.
+func ParseBlock(s, tag string) (body string, ok bool) {
+	s = strings.TrimSpace(s)
+	open, end := "["+tag+"]", "[/"+tag+"]"
+	if len(s) < len(open)+len(end) || !strings.HasPrefix(s, open) || !strings.HasSuffix(s, end) {
+		return "", false
+	}
+	body = s[len(open) : len(s)-len(end)]
+	body = strings.TrimPrefix(body, "\n")
+	body = strings.TrimSuffix(body, "\n")
+	return body, true
+}
 
 // System block tags.
 const (
@@ -199,10 +216,14 @@ type Payload struct {
 	Provider           string
 	ModelID            string
 	ModelContextWindow int64
-	SystemPrompt       string
-	Workspace          string
-	Source             string
-	AgentState         string
+	// ContextWindowUnknown: model_context_window is (or is written as) the
+	// string "unknown", as the original writes it when the model's window
+	// is not known; ModelContextWindow is then 0.
+	ContextWindowUnknown bool
+	SystemPrompt         string
+	Workspace            string
+	Source               string
+	AgentState           string
 
 	// events
 	Tools        json.RawMessage // tool_list_ready: [{name,description,parameters}]

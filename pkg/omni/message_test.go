@@ -81,8 +81,8 @@ func TestFixedStrings(t *testing.T) {
 	if got := MaxTurnsNotice(25); got != "[reached max turns (25); stopping]" {
 		t.Errorf("MaxTurnsNotice(25) = %q", got)
 	}
-	if got := Block(TagSummary, "s"); got != "[summary]s[/summary]" {
-		t.Errorf("Block(summary, s) = %q, want [summary]s[/summary]", got)
+	if got := Block(TagSummary, "s"); got != "[summary]\ns\n[/summary]" {
+		t.Errorf("Block(summary, s) = %q, want [summary]\\ns\\n[/summary]", got)
 	}
 	if got := (Usage{1, 2, 3, 4}).Add(Usage{10, 20, 30, 40}); got != (Usage{11, 22, 33, 44}) {
 		t.Errorf("Usage.Add = %+v, want {11 22 33 44}", got)

@@ -133,7 +133,11 @@ func (p *Payload) validateEvent() error {
 	case "":
 		return invalid("event_msg without payload type")
 	default:
-		return invalid("unknown event_msg type %q", p.Type)
+		if knownTypes[p.Type] {
+			return invalid("model_msg type %q in an event_msg", p.Type)
+		}
+		// Event types Floe does not know (the original's goal_finished,
+		// …) are kept byte for byte and never fail a read (SPEC §1).
 	}
 	return nil
 }

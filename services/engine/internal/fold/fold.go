@@ -42,7 +42,9 @@ type Context struct {
 
 	// Compacting is true between compaction_begin and compaction_end.
 	Compacting      bool
-	compactionText  strings.Builder
+	compactionText  string          // the last completed attempt's answer
+	attemptText     strings.Builder // the attempt in progress
+	attemptOpen     bool
 	compactionBegin omni.Payload
 	// Summary is the summary of the last completed summarize compaction.
 	Summary string
@@ -98,8 +100,14 @@ func (c *Context) Apply(m *omni.Message) {
 	case omni.KindModel:
 		switch {
 		case c.Compacting:
+			// The compaction prompt and the attempts' answers are not
+			// conversation; only the answer of the last completed attempt
+			// (or, without request brackets, every answer) is kept.
 			if p.Type == omni.TypeText && p.Role == omni.RoleAssistant {
-				c.compactionText.WriteString(p.Text)
+				c.attemptText.WriteString(p.Text)
+				if !c.attemptOpen {
+					c.compactionText = c.attemptText.String()
+				}
 			}
 		case p.Type == omni.TypeToolCallOutput:
 			c.attachOutput(*m)
@@ -109,6 +117,13 @@ func (c *Context) Apply(m *omni.Message) {
 				c.open.calls = append(c.open.calls, p.ToolCallID)
 			}
 		case p.Role == omni.RoleUser:
+			// The [context_summary] text that opens the context after a
+			// compaction (the next Trace file's first user record) is the
+			// summary itself, kept once however the Trace is read.
+			if body, ok := omni.ParseBlock(p.Text, omni.TagContextSummary); ok && p.Type == omni.TypeText && len(c.entries) == 0 {
+				c.Summary = body
+				return
+			}
 			mm := *m
 			c.entries = append(c.entries, entry{msg: &mm})
 		}
@@ -126,12 +141,21 @@ func (c *Context) applyEvent(m *omni.Message) {
 		}
 	case omni.TypeRequestBegin:
 		if c.Compacting {
+			c.attemptText.Reset()
+			c.attemptOpen = true
 			return
 		}
 		c.open = &turn{}
 		clear(c.openOutput)
 	case omni.TypeRequestEnd:
-		if c.Compacting || c.open == nil {
+		if c.Compacting {
+			if c.attemptOpen && p.Status == omni.StatusCompleted {
+				c.compactionText = c.attemptText.String()
+			}
+			c.attemptOpen = false
+			return
+		}
+		if c.open == nil {
 			return
 		}
 		t := c.open
@@ -179,7 +203,9 @@ func (c *Context) applyEvent(m *omni.Message) {
 		}
 	case omni.TypeCompactionBegin:
 		c.Compacting = true
-		c.compactionText.Reset()
+		c.compactionText = ""
+		c.attemptText.Reset()
+		c.attemptOpen = false
 		c.compactionBegin = *p
 	case omni.TypeCompactionEnd:
 		if !c.Compacting {
@@ -197,7 +223,7 @@ func (c *Context) applyEvent(m *omni.Message) {
 		c.LastRequestTotal = 0
 		c.Summary = ""
 		if p.Mode == omni.ModeSummarize {
-			c.Summary = ExtractSummary(c.compactionText.String())
+			c.Summary = ExtractSummary(c.compactionText)
 		}
 	}
 }

@@ -91,7 +91,7 @@ func TestFoldCompactionReplacesContextWithSummary(t *testing.T) {
 	rec = append(rec, request(omni.StatusCompleted, omni.Text(omni.RoleAssistant, "new answer"))...)
 	c := Load(rec)
 	got := summary(c.Messages())
-	want := []string{"text:user:[context_summary]we talked[/context_summary]", "text:user:new", "text:assistant:new answer"}
+	want := []string{"text:user:" + omni.Block(omni.TagContextSummary, "we talked"), "text:user:new", "text:assistant:new answer"}
 	if !slices.Equal(got, want) {
 		t.Fatalf("Messages() =\n%v\nwant\n%v", got, want)
 	}
