@@ -32,8 +32,8 @@ type envOpts struct {
 	runners int // tool runner replicas (default 1)
 	// mcpConfig is the runners' FLOE_MCP_CONFIG file (empty: none).
 	mcpConfig string
-	engine  func(*engine.Config)
-	noTrace bool
+	engine    func(*engine.Config)
+	noTrace   bool
 }
 
 func start(t *testing.T, o envOpts) *env {

@@ -1,0 +1,114 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
+)
+
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
+
+// `floe tools` against a running `floe serve` lists the built-in and MCP
+// tools with their source and permission, and the MCP servers' state; a
+// config file that does not parse stops `floe run` at start naming the
+// file and position.
+func TestToolsListsAPoolsToolsWithTheirSource(t *testing.T) {
+	bin := buildFloe(t)
+	s := sdk.NewServer(&sdk.Implementation{Name: "floe-tools-test", Version: "1"}, nil)
+	s.AddTool(&sdk.Tool{Name: "echo", Annotations: &sdk.ToolAnnotations{ReadOnlyHint: true}, InputSchema: json.RawMessage(`{"type":"object"}`)},
+		func(context.Context, *sdk.CallToolRequest) (*sdk.CallToolResult, error) {
+			return &sdk.CallToolResult{Content: []sdk.Content{&sdk.TextContent{Text: "hi"}}}, nil
+		})
+	mcp := httptest.NewServer(sdk.NewStreamableHTTPHandler(func(*http.Request) *sdk.Server { return s }, nil))
+	defer mcp.Close()
+
+	home := t.TempDir()
+	cfg := filepath.Join(home, "mcp.json")
+	body := fmt.Sprintf(`{"servers": {"go": {"url": %q}, "gone": {"command": "/nonexistent/floe-mcp"}}}`, mcp.URL+"/mcp")
+	if err := os.WriteFile(cfg, []byte(body), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	natsAddr := freeAddr(t)
+	env := append(cleanEnv(home), "FLOE_MCP_CONFIG="+cfg, "FLOE_NATS_LISTEN="+natsAddr, "FLOE_HTTP_ADDR="+freeAddr(t))
+	serve := exec.Command(bin, "serve")
+	serve.Env = env
+	var serveLog bytes.Buffer
+	serve.Stdout, serve.Stderr = &serveLog, &serveLog
+	if err := serve.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		_ = serve.Process.Signal(syscall.SIGTERM)
+		done := make(chan error, 1)
+		go func() { done <- serve.Wait() }()
+		select {
+		case <-done:
+		case <-time.After(30 * time.Second):
+			_ = serve.Process.Kill()
+			<-done
+		}
+	}()
+
+	var out []byte
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), 40*time.Second)
+		cmd := exec.CommandContext(ctx, bin, "tools")
+		cmd.Env = env
+		var err error
+		out, err = cmd.CombinedOutput()
+		cancel()
+		if err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("floe tools: %v\n%s\nserve log:\n%s", err, out, serveLog.String())
+		}
+		time.Sleep(300 * time.Millisecond)
+	}
+	for _, re := range []string{
+		`pool default \(answered by \S+\): 5 tools`,
+		`exec_command\s+builtin\s+rw`,
+		`read_file\s+builtin\s+r\n`,
+		`mcp__go__echo\s+mcp:go\s+r\n`,
+		`go\s+http\s+completed\s+1`,
+		`gone\s+stdio\s+failed\s+0\s+.*/nonexistent/floe-mcp`,
+	} {
+		if !regexp.MustCompile(re).Match(out) {
+			t.Errorf("floe tools output lacks %s:\n%s", re, out)
+		}
+	}
+
+	bad := filepath.Join(home, "bad.json")
+	if err := os.WriteFile(bad, []byte("{\n  \"servers\": {\"a\": {\"command\": \"x\"},}\n}\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	run := exec.Command(bin, "run", "hello")
+	run.Env = append(cleanEnv(t.TempDir()), "FLOE_MCP_CONFIG="+bad)
+	msg, err := run.CombinedOutput()
+	if err == nil || !strings.Contains(string(msg), "FLOE_MCP_CONFIG "+bad) || !strings.Contains(string(msg), "line 2, column") {
+		t.Errorf("floe run with a bad MCP config: %v\n%s", err, msg)
+	}
+}
