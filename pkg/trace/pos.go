@@ -204,7 +204,9 @@ func EncodePos(home string, p Pos) ([]byte, error) {
 // Files returns every Trace file of a Session in index order, as paths
 // under home; none (and no error) when the Session has no Trace. A Session
 // whose id encodes its creation (SessionCreated) is looked up in that UTC
-// date's directory only; any other id in every date directory. It lists
+// date's directory only, and only when its file 001 exists there (so a new
+// Session costs one stat, whatever the directory holds); any other id in
+// every date directory. It lists
 // what is on disk: files past the Session's Pos may be unrecorded
 // writes of a crashed tracer.
 func Files(home, sessionID string) ([]string, error) {
@@ -213,6 +215,13 @@ func Files(home, sessionID string) ([]string, error) {
 	}
 	var dirs []string
 	if created, ok := omni.SessionCreated(sessionID); ok {
+		// A new Session has no file 001: answer that without listing the
+		// day's directory, which holds every Session created that day
+		// (listing it for each new Session slowed tracing down with the
+		// day's Session count).
+		if _, err := os.Lstat(File(home, created, sessionID, 1)); errors.Is(err, fs.ErrNotExist) {
+			return nil, nil
+		}
 		dirs = []string{Dir(home, created)}
 	} else {
 		entries, err := os.ReadDir(filepath.Join(home, "traces"))

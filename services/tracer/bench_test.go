@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -26,6 +25,28 @@ import (
 func BenchmarkTrace100k(b *testing.B) {
 	for _, sessions := range []int{100, 1} {
 		b.Run(fmt.Sprintf("sessions=%d", sessions), func(b *testing.B) { benchTrace(b, sessions, 100000/sessions) })
+	}
+}
+
+// BenchmarkTraceManySessions is the tracer as a day's Sessions accumulate:
+// 100k records over 100 Sessions, against the same 100k records over 10 000
+// Sessions created that day (10 records each, one Session after another, as
+// they are created through a day), every Session starting with its
+// session_meta and with a partial beside every record (the stream carries
+// more than the Trace classes). Records are published while the tracer
+// runs; the rate is from the first publish until the ack floor reaches the
+// last record. The two rates should be close: nothing per record or per
+// new Session may grow with the day's Sessions.
+func BenchmarkTraceManySessions(b *testing.B) {
+	for _, sessions := range []int{100, 10000} {
+		b.Run(fmt.Sprintf("sessions=%d", sessions), func(b *testing.B) {
+			for b.Loop() {
+				rate, cpu := tt.TraceRate(b, sessions, 100000/sessions, sessions <= 100)
+				b.ReportMetric(rate, "records/s")
+				b.ReportMetric(cpu, "cpu-µs/record")
+			}
+			b.ReportMetric(0, "ns/op")
+		})
 	}
 }
 
@@ -56,7 +77,7 @@ func benchTrace(b *testing.B, sessions, perSession int) {
 		cfg.Durable = fmt.Sprintf("bench-%d", i)
 		rctx, cancel := context.WithCancel(ctx)
 		done := make(chan error, 1)
-		began, cpuBegan := time.Now(), cpuTime()
+		began, cpuBegan := time.Now(), tt.CPUTime()
 		go func() { done <- tracer.Run(rctx, env.Conn, cfg, zerolog.Nop()) }()
 		bustest.Eventually(b, 5*time.Minute, "all records traced", func() bool {
 			c, err := env.JS.Consumer(ctx, omni.SessionsStream, cfg.Durable)
@@ -67,7 +88,7 @@ func benchTrace(b *testing.B, sessions, perSession int) {
 			return err == nil && info.AckFloor.Stream >= last
 		})
 		total += time.Since(began)
-		cpu += cpuTime() - cpuBegan
+		cpu += tt.CPUTime() - cpuBegan
 		cancel()
 		if err := <-done; err != nil {
 			b.Fatal(err)
@@ -78,13 +99,4 @@ func benchTrace(b *testing.B, sessions, perSession int) {
 	// CPU of the whole process (tracer and embedded nats-server), which
 	// says more than wall time on a busy machine.
 	b.ReportMetric(float64(cpu.Microseconds())/records, "cpu-µs/record")
-}
-
-// cpuTime is the process's user and system CPU time so far.
-func cpuTime() time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		return 0
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }

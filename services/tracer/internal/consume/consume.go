@@ -205,14 +205,16 @@ func (r *runner) run(ctx context.Context) error {
 
 // consumerConfig is the durable consumer Run uses.
 func (r *runner) consumerConfig() jetstream.ConsumerConfig {
-	filters := make([]string, len(omni.TraceClasses))
-	for i, c := range omni.TraceClasses {
-		filters[i] = omni.SessionSubject("*", c)
-	}
+	// The whole stream, not the four Trace classes: nats-server matches a
+	// filtered consumer's filters against every subject of a message block
+	// for each message it delivers (so with the Sessions of a day in the
+	// blocks, tracing slowed to a crawl), while a filter equal to the
+	// stream's subjects is no filter at all. The other classes are skipped
+	// here (handle) and acknowledged with the next commit.
 	return jetstream.ConsumerConfig{
 		Durable:        r.o.Durable,
 		Description:    "Floe tracer: writes Session Traces",
-		FilterSubjects: filters,
+		FilterSubject:  omni.SessionSubjects,
 		DeliverPolicy:  jetstream.DeliverAllPolicy,
 		AckPolicy:      jetstream.AckAllPolicy,
 		AckWait:        r.o.AckWait,
@@ -447,9 +449,12 @@ func (r *runner) handle(m jetstream.Msg) (seq uint64, err error) {
 	}
 	seq = md.Sequence.Stream
 	sid, class, ok := omni.ParseSessionSubject(subject)
-	if !ok || !traceClass(class) {
-		r.log.Warn().Str("subject", subject).Uint64("seq", seq).Msg("skipping message on a non-trace subject")
+	if !ok {
+		r.log.Warn().Str("subject", subject).Uint64("seq", seq).Msg("skipping message on a non-session subject")
 		return seq, nil
+	}
+	if !traceClass(class) {
+		return seq, nil // partial, nested, server: not Trace records
 	}
 	if !omni.ValidSessionID(sid) || strings.ContainsAny(sid, `/\`) {
 		r.log.Warn().Str("subject", subject).Uint64("seq", seq).Msg("skipping message whose session id cannot name a file")

@@ -7,17 +7,23 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"strconv"
+	"strings"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/rs/zerolog"
 
 	"floe.dev/pkg/bus"
+	"floe.dev/pkg/bus/bustest"
 	"floe.dev/pkg/omni"
 	"floe.dev/pkg/trace"
+	"floe.dev/services/tracer"
 )
 
 // Item is one message to publish: a subject and its body.
@@ -271,3 +277,80 @@ func quote(b []byte) string {
 }
 
 func itoa(n int) string { return strconv.Itoa(n) }
+
+// TraceRate measures a tracer writing records records of each of sessions
+// new Sessions of one day (each starting with its session_meta, with a
+// partial beside every record), published while the tracer runs; with
+// interleave the Sessions take turns record by record, otherwise they come
+// one after another as Sessions created through a day do. It returns
+// records per second, from the first publish until the tracer's ack floor
+// reaches the last record, and the process's CPU per record.
+func TraceRate(t testing.TB, sessions, records int, interleave bool) (rate, cpuPerRecord float64) {
+	t.Helper()
+	env := bustest.Start(t, bus.Config{})
+	text := strings.Repeat("lorem ipsum ", 5)
+	sid := func(i int) string { return fmt.Sprintf("session-2026-11-29-20-10-22-%08x", i) }
+	record := func(i, r int) []Item {
+		id := sid(i)
+		if r == 0 {
+			return []Item{Msg(t, id, omni.SessionMeta(omni.Meta{SessionID: id, Provider: "scripted", ModelID: "demo", ModelContextWindow: 128000}))}
+		}
+		return []Item{Msg(t, id, omni.Partial(omni.TypeText, omni.EventDelta, text, "", "")), Msg(t, id, omni.UserText(text))}
+	}
+	items := make([]Item, 0, 2*sessions*records)
+	if interleave {
+		for r := range records {
+			for i := range sessions {
+				items = append(items, record(i, r)...)
+			}
+		}
+	} else {
+		for i := range sessions {
+			for r := range records {
+				items = append(items, record(i, r)...)
+			}
+		}
+	}
+	cfg := tracer.Defaults()
+	cfg.Home = t.TempDir()
+	cfg.Durable = "bench"
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	began, cpuBegan := time.Now(), CPUTime()
+	go func() { done <- tracer.Run(ctx, env.Conn, cfg, zerolog.Nop()) }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+	}()
+	PublishAsync(t, env.JS, items...)
+	st, err := env.JS.Stream(ctx, omni.SessionsStream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := st.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	last := info.State.LastSeq
+	bustest.Eventually(t, 10*time.Minute, "all records traced", func() bool {
+		c, err := env.JS.Consumer(ctx, omni.SessionsStream, cfg.Durable)
+		if err != nil {
+			return false
+		}
+		info, err := c.Info(ctx)
+		return err == nil && info.AckFloor.Stream >= last
+	})
+	n := float64(sessions * records)
+	return n / time.Since(began).Seconds(), float64((CPUTime() - cpuBegan).Microseconds()) / n
+}
+
+// CPUTime is the process's user and system CPU time so far.
+func CPUTime() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
