@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"slices"
 	"strings"
 	"testing"
 
@@ -91,5 +92,36 @@ func TestMaxTurnsEndsWithNotice(t *testing.T) {
 	}
 	if indexOf(ls, "abort") >= 0 {
 		t.Fatalf("max turns must not emit abort: %v", ls)
+	}
+	// Streamed like any text: start → delta → stop(failed) → complete,
+	// the run's last messages before it goes idle.
+	all := labels(rs, func(r rec) bool { return r.class != omni.ClassServer })
+	tail := all[len(all)-4:]
+	if want := []string{"partial_text:start", "partial_text:delta", "partial_text:stop", "text"}; !slices.Equal(tail, want) {
+		t.Fatalf("stream ends %v, want %v", tail, want)
+	}
+	n := len(rs)
+	for n > 0 && rs[n-1].class == omni.ClassServer {
+		n--
+	}
+	stop, delta := rs[n-2].msg.Payload, rs[n-3].msg.Payload
+	if stop.StopReason != omni.StatusFailed || delta.Text != omni.MaxTurnsNotice(2) {
+		t.Fatalf("notice segment: delta %q, stop stop_reason %q", delta.Text, stop.StopReason)
+	}
+	checkDiscipline(t, rs)
+	// The Trace has the complete notice only.
+	traced := 0
+	for _, f := range e.lcTrace(sid) {
+		for _, m := range f.msgs {
+			if m.IsPartial() {
+				t.Fatalf("a partial in the Trace: %+v", m.Payload)
+			}
+			if m.Payload.Type == omni.TypeText && m.Payload.Text == omni.MaxTurnsNotice(2) {
+				traced++
+			}
+		}
+	}
+	if traced != 1 {
+		t.Fatalf("the notice is in the Trace %d times, want 1", traced)
 	}
 }

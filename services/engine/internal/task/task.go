@@ -430,9 +430,7 @@ func (r *Runner) run(ctx context.Context) string {
 			return Aborted
 		}
 		if maxTurns > 0 && turn >= maxTurns {
-			m := omni.Text(omni.RoleAssistant, omni.MaxTurnsNotice(maxTurns))
-			m.Payload.StopReason = omni.StatusFailed
-			r.publish(&m, "")
+			r.publishMaxTurnsNotice(maxTurns)
 			return Failed
 		}
 		if reason := r.compactionReason(); turn > 0 && reason != "" {
@@ -461,6 +459,22 @@ func (r *Runner) run(ctx context.Context) string {
 		if err := r.awaitOutputs(calls); err != nil {
 			return Aborted
 		}
+	}
+}
+
+// publishMaxTurnsNotice streams the max-turns notice like any text:
+// partial_text start → delta → stop (stop_reason failed), then the complete
+// text, which ends the run (no abort follows).
+func (r *Runner) publishMaxTurnsNotice(n int) {
+	text := omni.MaxTurnsNotice(n)
+	start := omni.Partial(omni.TypeText, omni.EventStart, "", "", "")
+	delta := omni.Partial(omni.TypeText, omni.EventDelta, text, "", "")
+	stop := omni.Partial(omni.TypeText, omni.EventStop, "", "", "")
+	stop.Payload.StopReason = omni.StatusFailed
+	m := omni.Text(omni.RoleAssistant, text)
+	m.Payload.StopReason = omni.StatusFailed
+	for _, p := range []*omni.Message{&start, &delta, &stop, &m} {
+		r.publish(p, "")
 	}
 }
 
