@@ -60,7 +60,7 @@ func cmdAttach(ctx context.Context, _ context.CancelFunc, name string, args []st
 		}
 	}
 	if hist.Live != nil {
-		cursor = hist.Live.Cursor
+		cursor, _ = hist.Live.CursorSeq()
 		for _, raw := range hist.Live.Fragments {
 			var m omni.Message
 			if omni.Unmarshal(raw, &m) == nil {

@@ -317,3 +317,14 @@ func (g *gate) waitReached(t testing.TB) {
 		t.Fatal("engine never reached the gate")
 	}
 }
+
+// cursorSeq checks that a /messages live cursor is in the SSE id format
+// "<epoch>-<seq>" (SPEC §3) and returns its sequence.
+func cursorSeq(t testing.TB, l *client.Live) uint64 {
+	t.Helper()
+	epoch, seq, ok := client.ParseEventID(l.Cursor)
+	if !ok || epoch <= 0 {
+		t.Fatalf("live cursor %q is not <epoch>-<seq>", l.Cursor)
+	}
+	return seq
+}

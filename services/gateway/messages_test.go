@@ -136,8 +136,15 @@ func TestMessagesWithLiveTaskMatchesTheStream(t *testing.T) {
 	}
 	text := frag.Payload.Text
 	var final string
+	cur := cursorSeq(t, m.Live)
 	for _, ev := range col.got {
-		if ev.ID == "" || ev.Event == client.EventServer || seqOf(t, ev.ID) <= m.Live.Cursor {
+		if ev.ID != "" {
+			// The cursor and the SSE ids share the stream's epoch.
+			if e1, _, _ := client.ParseEventID(ev.ID); !strings.HasPrefix(m.Live.Cursor, fmt.Sprint(e1)+"-") {
+				t.Fatalf("cursor %q and event id %q differ in epoch", m.Live.Cursor, ev.ID)
+			}
+		}
+		if ev.ID == "" || ev.Event == client.EventServer || seqOf(t, ev.ID) <= cur {
 			continue
 		}
 		msg, err := omni.Decode(ev.Data)

@@ -1,6 +1,10 @@
 package client
 
-import "encoding/json"
+import (
+	"encoding/json"
+	"strconv"
+	"strings"
+)
 
 // The wire types of the gateway's HTTP API. The gateway decodes request
 // bodies into them with unknown fields rejected, and encodes its responses
@@ -118,13 +122,32 @@ type Messages struct {
 
 // Live is the in-progress part of a running Task.
 type Live struct {
-	// Cursor is the last stream sequence the answer reflects: an SSE event
-	// whose id has a sequence at or below it is already in Messages or
-	// Fragments (server events excepted, which are never in them).
-	Cursor uint64 `json:"cursor"`
+	// Cursor is the last stream position the answer reflects, in the SSE id
+	// format "<epoch>-<seq>": an SSE event of the same epoch whose sequence
+	// is at or below it is already in Messages or Fragments (server events
+	// excepted, which are never in them). CursorSeq splits it.
+	Cursor string `json:"cursor"`
 	// Fragments holds one synthetic partial start fragment per segment still
 	// open, carrying everything streamed so far (origin kept).
 	Fragments []json.RawMessage `json:"fragments"`
+}
+
+// CursorSeq returns the stream sequence of l.Cursor; ok is false when the
+// cursor is not in the "<epoch>-<seq>" form.
+func (l *Live) CursorSeq() (seq uint64, ok bool) {
+	_, seq, ok = ParseEventID(l.Cursor)
+	return seq, ok
+}
+
+// ParseEventID splits an SSE event id "<epoch>-<seq>".
+func ParseEventID(id string) (epoch int64, seq uint64, ok bool) {
+	e, q, found := strings.Cut(strings.TrimSpace(id), "-")
+	if !found {
+		return 0, 0, false
+	}
+	epoch, err1 := strconv.ParseInt(e, 10, 64)
+	seq, err2 := strconv.ParseUint(q, 10, 64)
+	return epoch, seq, err1 == nil && err2 == nil
 }
 
 // Decision is the body of POST /api/sessions/{id}/approvals/{toolCallId}.

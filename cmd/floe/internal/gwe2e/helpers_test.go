@@ -662,3 +662,14 @@ func count(evs []client.Event, f func(client.Event) bool) int {
 	}
 	return n
 }
+
+// cursorSeq checks that a /messages live cursor is in the SSE id format
+// "<epoch>-<seq>" (SPEC §3) and returns its sequence.
+func cursorSeq(t testing.TB, l *client.Live) uint64 {
+	t.Helper()
+	epoch, seq, ok := client.ParseEventID(l.Cursor)
+	if !ok || epoch <= 0 {
+		t.Fatalf("live cursor %q is not <epoch>-<seq>", l.Cursor)
+	}
+	return seq
+}

@@ -87,7 +87,7 @@ func TestMessagesWhileRunningJoinWithStream(t *testing.T) {
 	}
 	checked := 0
 	for _, ev := range c.got {
-		if ev.ID == "" || ev.Event == client.EventServer || seqOf(t, ev.ID) <= hist.Live.Cursor {
+		if ev.ID == "" || ev.Event == client.EventServer || seqOf(t, ev.ID) <= cursorSeq(t, hist.Live) {
 			continue
 		}
 		m, ok := msgOf(ev)

@@ -21,6 +21,7 @@ type historyResult struct {
 	msgs    [][]byte
 	live    bool
 	cursor  uint64
+	epoch   int64
 	agg     omni.Aggregator
 	skipped int
 }
@@ -76,6 +77,7 @@ func (s *Server) history(ctx context.Context, rec *omni.SessionRecord, withLive 
 		h.cursor = th.Pos.Seq
 	}
 	h.cursor = max(h.cursor, th.LastSeq, info.State.LastSeq)
+	h.epoch = epochOf(info)
 	h.skipped = th.Skipped
 	if h.skipped > 0 {
 		s.log.Warn().Str("session_id", sid).Int("lines", h.skipped).Bool("from_stream", th.FromStream).Msg("skipped malformed trace lines")
@@ -150,7 +152,7 @@ func (s *Server) handleMessages(w http.ResponseWriter, r *http.Request) *apiErro
 		out.Messages[i] = b
 	}
 	if h.live {
-		live := &client.Live{Cursor: h.cursor, Fragments: []json.RawMessage{}}
+		live := &client.Live{Cursor: eventID(h.epoch, h.cursor), Fragments: []json.RawMessage{}}
 		for _, m := range h.agg.Open() {
 			b, err := omni.Marshal(&m)
 			if err != nil {

@@ -7,7 +7,6 @@ import (
 	"errors"
 	"net/http"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -15,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"floe.dev/pkg/omni"
+	"floe.dev/services/gateway/client"
 )
 
 // SSE fan-out contract.
@@ -71,14 +71,11 @@ type sseItem struct {
 }
 
 // parseEventID splits <epoch>-<seq>.
-func parseEventID(id string) (epoch int64, seq uint64, ok bool) {
-	e, q, found := strings.Cut(strings.TrimSpace(id), "-")
-	if !found {
-		return 0, 0, false
-	}
-	epoch, err1 := strconv.ParseInt(e, 10, 64)
-	seq, err2 := strconv.ParseUint(q, 10, 64)
-	return epoch, seq, err1 == nil && err2 == nil
+func parseEventID(id string) (epoch int64, seq uint64, ok bool) { return client.ParseEventID(id) }
+
+// eventID formats a stream position as an SSE event id.
+func eventID(epoch int64, seq uint64) string {
+	return strconv.FormatInt(epoch, 10) + "-" + strconv.FormatUint(seq, 10)
 }
 
 // epochOf identifies the stream's incarnation: its creation time in unix ms.
