@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -538,6 +539,54 @@ func TestToolEnvironmentHoldsNoSecrets(t *testing.T) {
 	for _, want := range []string{"PATH=", "FLOE_SESSION_ID=s-env", "FLOE_TOOL_CALL_ID=c-env", "FLOE_TEST_EXTRA=extra-visible"} {
 		if !strings.Contains(p.Output, want) {
 			t.Errorf("env output lacks %s:\n%s", want, p.Output)
+		}
+	}
+}
+
+func TestSpecialFilesFailInBoundedTimeAndFreeTheSlots(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	if err := syscall.Mkfifo(filepath.Join(h.ws, "fifo"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.Create(filepath.Join(h.ws, "sparse"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Truncate(2 << 30); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	// Two slots, and more hostile calls than slots: a call that held its
+	// slot would starve the last job.
+	h.start(toolrunner.Config{Concurrency: 2})
+	job := func(id, name string, a map[string]any) omni.ToolJob {
+		b, _ := json.Marshal(a)
+		return omni.ToolJob{SessionID: "s-special", ToolCallID: id, Name: name, Arguments: string(b),
+			Workspace: h.ws, EnqueuedUnixMs: time.Now().UnixMilli()}
+	}
+	hostile := []omni.ToolJob{
+		job("r-fifo", "read_file", map[string]any{"file_path": "fifo"}),
+		job("w-fifo", "write_file", map[string]any{"file_path": "fifo", "content": "x"}),
+		job("e-fifo", "edit_file", map[string]any{"file_path": "fifo", "old_string": "a", "new_string": "b"}),
+		job("r-sparse", "read_file", map[string]any{"file_path": "sparse"}),
+		job("e-sparse", "edit_file", map[string]any{"file_path": "sparse", "old_string": "a", "new_string": "b"}),
+		job("x-fifo", "exec_command", map[string]any{"description": "blocks on the FIFO", "cmd": "cat fifo", "timeout_ms": 300}),
+	}
+	for _, j := range hostile {
+		h.enqueue(j)
+	}
+	for _, j := range hostile {
+		p := h.checkSegment("s-special", h.waitOutput("s-special", j.ToolCallID))
+		if p.StopReason != omni.StatusFailed {
+			t.Errorf("%s: output %q stop_reason %q, want failed", j.ToolCallID, p.Output, p.StopReason)
+		}
+	}
+	h.enqueue(h.execJob("s-special", "after-1", "echo ok"))
+	h.enqueue(h.execJob("s-special", "after-2", "echo ok"))
+	for _, id := range []string{"after-1", "after-2"} {
+		if p := h.checkSegment("s-special", h.waitOutput("s-special", id)); p.Output != "ok\n" {
+			t.Errorf("%s after the hostile calls = %q, want ok", id, p.Output)
 		}
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"strings"
 )
@@ -59,18 +60,28 @@ func (editFile) Run(ctx context.Context, call Call, args json.RawMessage, emit E
 	if err != nil {
 		return failed(err.Error())
 	}
-	fi, err := os.Stat(real)
+	root, err := ws.root()
+	if err != nil {
+		return failed(err.Error())
+	}
+	defer root.Close()
+	f, fi, err := ws.openFile(root, shown, ws.rel(real), os.O_RDWR)
 	switch {
 	case errors.Is(err, os.ErrNotExist):
 		return failed("file not found: " + shown + "; use write_file to create it")
 	case err != nil:
-		return failed(fmt.Sprintf("stat %s: %v", shown, err))
-	case fi.IsDir():
-		return failed(shown + " is a directory, not a file")
+		return failed(fileError("open", shown, err))
 	}
-	data, err := os.ReadFile(real)
+	defer f.Close()
+	if fi.Size() > MaxFileSize {
+		return failed(fmt.Sprintf("%s is %d bytes, over the %d-byte limit of edit_file", shown, fi.Size(), MaxFileSize))
+	}
+	data, err := io.ReadAll(io.LimitReader(f, MaxFileSize+1))
 	if err != nil {
-		return failed(fmt.Sprintf("read %s: %v", shown, err))
+		return failed(fmt.Sprintf("read %s: %v", shown, unwrapPath(err)))
+	}
+	if len(data) > MaxFileSize {
+		return failed(fmt.Sprintf("%s is over the %d-byte limit of edit_file", shown, MaxFileSize))
 	}
 	content := string(data)
 	n := strings.Count(content, a.OldString)
@@ -88,8 +99,19 @@ func (editFile) Run(ctx context.Context, call Call, args json.RawMessage, emit E
 	if ctx.Err() != nil {
 		return Result{Failed: true}
 	}
-	if err := os.WriteFile(real, []byte(content), fi.Mode().Perm()); err != nil {
-		return failed(fmt.Sprintf("write %s: %v", shown, err))
+	if len(content) > MaxFileSize {
+		return failed(fmt.Sprintf("the edited %s would be %d bytes, over the %d-byte limit of edit_file", shown, len(content), MaxFileSize))
+	}
+	// Written through the descriptor that was read: the same file,
+	// whatever happened to its path meanwhile.
+	if err := f.Truncate(0); err != nil {
+		return failed(fmt.Sprintf("write %s: %v", shown, unwrapPath(err)))
+	}
+	if _, err := f.WriteAt([]byte(content), 0); err != nil {
+		return failed(fmt.Sprintf("write %s: %v", shown, unwrapPath(err)))
+	}
+	if err := f.Close(); err != nil {
+		return failed(fmt.Sprintf("write %s: %v", shown, unwrapPath(err)))
 	}
 	return Result{Output: fmt.Sprintf("replaced %s in %s", plural(n, "occurrence"), shown)}
 }

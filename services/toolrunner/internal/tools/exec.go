@@ -64,27 +64,34 @@ func (execCommand) Run(ctx context.Context, call Call, args json.RawMessage, emi
 	if err != nil {
 		return failed(err.Error())
 	}
-	dir := ws.real
+	dir, env := ws.real, []string{"PWD=" + ws.real}
 	if a.Workdir != "" {
 		shown, real, err := ws.resolve(a.Workdir)
 		if err != nil {
 			return failed(err.Error())
 		}
-		fi, err := os.Stat(real)
+		// The directory is opened through the workspace's root and the
+		// command starts in it by its descriptor (/proc/self/fd/N, which the
+		// child still holds when it changes directory): a component swapped
+		// for a link to outside after the check cannot move it.
+		d, err := openDir(ws, real)
 		switch {
 		case errors.Is(err, os.ErrNotExist):
 			return failed(fmt.Sprintf("workdir %s does not exist", shown))
-		case err != nil:
-			return failed(fmt.Sprintf("workdir %s: %v", shown, err))
-		case !fi.IsDir():
+		case errors.Is(err, errNotDir):
 			return failed(fmt.Sprintf("workdir %s is not a directory", shown))
+		case err != nil:
+			return failed(fmt.Sprintf("workdir %s: %v", shown, unwrapPath(err)))
 		}
-		dir = real
+		defer d.Close()
+		// No PWD: the shell asks the kernel where it is (a PWD naming the
+		// path could, after a swap, name a link to outside).
+		dir, env = fmt.Sprintf("/proc/self/fd/%d", d.Fd()), nil
 	}
 
 	cmd := exec.CommandContext(ctx, "bash", "-lc", a.Cmd)
 	cmd.Dir = dir
-	cmd.Env = toolenv.Environ(call.Env...)
+	cmd.Env = toolenv.Environ(append(env, call.Env...)...)
 	// Stdout and Stderr are the same comparable writer, so the command gets
 	// one pipe for both and its output keeps the order it was written in.
 	w := &emitWriter{emit: emit}
@@ -113,6 +120,28 @@ func (execCommand) Run(ctx context.Context, call Call, args json.RawMessage, emi
 	default:
 		return failed(fmt.Sprintf("run bash: %v", err))
 	}
+}
+
+// errNotDir marks a workdir that is not a directory.
+var errNotDir = errors.New("not a directory")
+
+// openDir opens the directory real (a path ws.resolve returned) through
+// the workspace's root.
+func openDir(ws workspace, real string) (*os.File, error) {
+	root, err := ws.root()
+	if err != nil {
+		return nil, err
+	}
+	defer root.Close()
+	rel := ws.rel(real)
+	if fi, err := root.Stat(rel); err == nil && !fi.IsDir() {
+		return nil, errNotDir
+	}
+	d, err := root.OpenFile(rel, os.O_RDONLY|syscall.O_DIRECTORY, 0)
+	if errors.Is(err, syscall.ENOTDIR) {
+		return nil, errNotDir
+	}
+	return d, err
 }
 
 // emitWriter passes each chunk the command writes to emit as it arrives. It

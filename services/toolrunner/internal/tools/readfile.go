@@ -71,21 +71,19 @@ func (readFile) Run(ctx context.Context, call Call, args json.RawMessage, emit E
 	if err != nil {
 		return failed(err.Error())
 	}
-	f, err := os.Open(real)
-	if errors.Is(err, os.ErrNotExist) {
-		return failed("file not found: " + shown)
-	}
+	root, err := ws.root()
 	if err != nil {
-		return failed(fmt.Sprintf("open %s: %v", shown, err))
+		return failed(err.Error())
+	}
+	defer root.Close()
+	f, _, err := ws.openFile(root, shown, ws.rel(real), os.O_RDONLY)
+	if err != nil {
+		if fi, serr := root.Stat(ws.rel(real)); serr == nil && fi.IsDir() {
+			return failed(shown + " is a directory, not a file; list it with exec_command")
+		}
+		return failed(fileError("open", shown, err))
 	}
 	defer f.Close()
-	fi, err := f.Stat()
-	if err != nil {
-		return failed(fmt.Sprintf("stat %s: %v", shown, err))
-	}
-	if fi.IsDir() {
-		return failed(shown + " is a directory, not a file; list it with exec_command")
-	}
 
 	br := bufio.NewReaderSize(f, 64<<10)
 	sniff, err := br.Peek(binarySniffLen)
@@ -111,6 +109,7 @@ func (readFile) Run(ctx context.Context, call Call, args json.RawMessage, emit E
 	end := a.Offset + a.Limit // first line not shown
 	line := 0                 // lines started so far
 	inLine := false
+	shownBytes := 0 // of the window, bounded by MaxFileSize
 	for {
 		if ctx.Err() != nil {
 			return Result{Failed: true}
@@ -128,6 +127,9 @@ func (readFile) Run(ctx context.Context, call Call, args json.RawMessage, emit E
 				}
 			}
 			if line >= a.Offset {
+				if shownBytes += len(piece); shownBytes > MaxFileSize {
+					return Result{Output: fmt.Sprintf("[read stopped after %d bytes in line %d; continue with offset=%d]", MaxFileSize, line, line+1)}
+				}
 				buf = append(buf, piece...)
 				if len(buf) >= flushLen {
 					flush()

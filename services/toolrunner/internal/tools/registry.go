@@ -194,7 +194,7 @@ func (r *Registry) execute(ctx context.Context, t Tool, call Call, args json.Raw
 	var notes []string
 	if ctx.Err() == nil {
 		var panicked bool
-		res, panicked = run(ctx, t, call, args, out.toolEmit)
+		res, panicked = runBounded(ctx, t, call, args, out.toolEmit)
 		if panicked {
 			notes = append(notes, res.Output)
 			res = Result{Failed: true}
@@ -209,6 +209,41 @@ func (r *Registry) execute(ctx context.Context, t Tool, call Call, args json.Raw
 		}
 	}
 	return Result{Output: out.finish(res.Output, notes...), Failed: res.Failed || len(notes) > 0, Images: res.Images}
+}
+
+// abandonGrace is how long a call whose context ended may still take to
+// return before Execute stops waiting for it (exec_command needs up to
+// waitDelay to close its pipes).
+const abandonGrace = 2 * waitDelay
+
+// runBounded is run, but returns at most abandonGrace after ctx ends even
+// if the tool does not (blocked in a system call that ignores ctx): its
+// caller's slot is freed and the call is failed; the tool's late output is
+// dropped (output is closed when Execute finishes) and its goroutine ends
+// whenever the tool returns.
+func runBounded(ctx context.Context, t Tool, call Call, args json.RawMessage, emit Emit) (Result, bool) {
+	type outcome struct {
+		res      Result
+		panicked bool
+	}
+	done := make(chan outcome, 1)
+	go func() {
+		res, panicked := run(ctx, t, call, args, emit)
+		done <- outcome{res, panicked}
+	}()
+	select {
+	case o := <-done:
+		return o.res, o.panicked
+	case <-ctx.Done():
+	}
+	grace := time.NewTimer(abandonGrace)
+	defer grace.Stop()
+	select {
+	case o := <-done:
+		return o.res, o.panicked
+	case <-grace.C:
+		return Result{Failed: true}, false
+	}
 }
 
 // run calls t.Run, turning a panic into panicked with the note in Output.

@@ -47,17 +47,41 @@ func (writeFile) Run(ctx context.Context, call Call, args json.RawMessage, emit 
 	if err != nil {
 		return failed(err.Error())
 	}
-	if fi, err := os.Stat(real); err == nil && fi.IsDir() {
-		return failed(shown + " is a directory, not a file")
+	if len(a.Content) > MaxFileSize {
+		return failed(fmt.Sprintf("content is %d bytes, over the %d-byte limit of write_file", len(a.Content), MaxFileSize))
+	}
+	root, err := ws.root()
+	if err != nil {
+		return failed(err.Error())
+	}
+	defer root.Close()
+	rel := ws.rel(real)
+	if fi, err := root.Stat(rel); err == nil {
+		if err := regular(shown, fi); err != nil {
+			return failed(fileError("write", shown, err))
+		}
 	}
 	if ctx.Err() != nil {
 		return Result{Failed: true}
 	}
-	if err := os.MkdirAll(filepath.Dir(real), 0o755); err != nil {
-		return failed(fmt.Sprintf("create parent directories of %s: %v", shown, err))
+	if err := root.MkdirAll(filepath.Dir(rel), 0o755); err != nil {
+		return failed(fmt.Sprintf("create parent directories of %s: %v", shown, unwrapPath(err)))
 	}
-	if err := os.WriteFile(real, []byte(a.Content), 0o644); err != nil {
-		return failed(fmt.Sprintf("write %s: %v", shown, err))
+	// Not O_TRUNC: a special file swapped in after the Stat is refused by
+	// openFile before anything is cut.
+	f, _, err := ws.openFile(root, shown, rel, os.O_WRONLY|os.O_CREATE)
+	if err != nil {
+		return failed(fileError("write", shown, err))
+	}
+	defer f.Close()
+	if err := f.Truncate(0); err != nil {
+		return failed(fmt.Sprintf("write %s: %v", shown, unwrapPath(err)))
+	}
+	if _, err := f.Write([]byte(a.Content)); err != nil {
+		return failed(fmt.Sprintf("write %s: %v", shown, unwrapPath(err)))
+	}
+	if err := f.Close(); err != nil {
+		return failed(fmt.Sprintf("write %s: %v", shown, unwrapPath(err)))
 	}
 	return Result{Output: fmt.Sprintf("wrote %s to %s", plural(len(a.Content), "byte"), shown)}
 }
