@@ -101,7 +101,7 @@ func TestConfinementHoldsWhileAPathComponentIsSwapped(t *testing.T) {
 			case 2:
 				call = Call{Name: "write_file", Arguments: args(t, map[string]any{"file_path": fmt.Sprintf("a/w%d", i), "content": "x"})}
 			case 3:
-				call = Call{Name: "edit_file", Arguments: args(t, map[string]any{"file_path": "a/e", "old_string": "inside", "new_string": "inside"+fmt.Sprint(i)})}
+				call = Call{Name: "edit_file", Arguments: args(t, map[string]any{"file_path": "a/e", "old_string": "inside", "new_string": "inside" + fmt.Sprint(i)})}
 			}
 			call.Workspace = ws
 			res := r.Execute(ctx, call, nil)
