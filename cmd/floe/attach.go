@@ -132,12 +132,7 @@ func approveViaGateway(ctx context.Context, c *client.Client, sid string, ev *om
 	if omni.Unmarshal(ev.ToolCall, &tc) != nil || !isTTY(os.Stdin) {
 		return // leave it to another client
 	}
-	fmt.Fprintf(os.Stderr, "allow %s? [y/N] ", tc.Payload.Name)
-	line, _ := in.ReadString('\n')
-	d := omni.DecisionDeny
-	if a := strings.ToLower(strings.TrimSpace(line)); a == "y" || a == "yes" {
-		d = omni.DecisionAllow
-	}
+	d := askApproval(tc.Payload.Name, in)
 	if err := c.Approve(ctx, sid, tc.Payload.ToolCallID, d); err != nil {
 		fmt.Fprintf(os.Stderr, "floe: approve: %v\n", err)
 	}

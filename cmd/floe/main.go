@@ -10,6 +10,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -45,6 +46,7 @@ var commands []command
 
 func init() {
 	commands = []command{
+		{"chat", "[flags]", "talk to an agent in the terminal: in-process, or a running server with --server", cmdChat},
 		{"run", "[flags] \"prompt\"", "run one Task in-process (embedded NATS) and render it", cmdRun},
 		{"serve", "[flags]", "all-in-one server: embedded JetStream + every service + HTTP gateway", errOnly(cmdServe)},
 		{"attach", "<session-id> [flags]", "render a Session live from a gateway", cmdAttach},
@@ -253,6 +255,58 @@ func (c *common) flagModel(fs *flag.FlagSet, what string) {
 
 func (c *common) flagLog(fs *flag.FlagSet) {
 	fs.StringVar(&c.logLevel, "log-level", c.logLevel, "log level: debug, info, warn, error (FLOE_LOG_LEVEL)")
+}
+
+// flagVerbose is the terminal commands' -v: their logs go to a file under
+// $FLOE_HOME/logs, and -v shows them on stderr as well.
+func (c *common) flagVerbose(fs *flag.FlagSet) {
+	fs.BoolVar(&c.verbose, "v", false, "also print the services' logs on stderr (they always go to $FLOE_HOME/logs/)")
+}
+
+// fileLogger is the logger of a terminal command: JSON lines appended to
+// $FLOE_HOME/logs/floe-<name>.log, and to stderr with -v. The terminal
+// stays the Session's.
+func (c *common) fileLogger(name string) (zerolog.Logger, func(), error) {
+	dir := filepath.Join(c.home, "logs")
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return zerolog.Nop(), func() {}, fmt.Errorf("log directory: %w", err)
+	}
+	f, err := os.OpenFile(filepath.Join(dir, "floe-"+name+".log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		return zerolog.Nop(), func() {}, fmt.Errorf("log file: %w", err)
+	}
+	var w io.Writer = f
+	if c.verbose {
+		w = zerolog.MultiLevelWriter(f, os.Stderr)
+	}
+	lvl, err := zerolog.ParseLevel(c.logLevel)
+	if err != nil {
+		lvl = zerolog.InfoLevel
+	}
+	return zerolog.New(w).Level(lvl).With().Timestamp().Logger(), func() { f.Close() }, nil
+}
+
+// checkFree fails at once when addr cannot be listened on (another
+// process holds it), naming the address and the setting, instead of
+// starting half a stack.
+func checkFree(addr, setting string) error {
+	if addr == "" || addr == "off" {
+		return nil
+	}
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		if errors.Is(err, syscall.EADDRINUSE) {
+			return fmt.Errorf("%s is already in use (%s): stop what listens there or choose another address", addr, setting)
+		}
+		return fmt.Errorf("cannot listen on %s (%s): %v", addr, setting, err)
+	}
+	return ln.Close()
+}
+
+// checkModel checks the model and the provider's key before anything
+// starts; the error is a usage error (exit 2).
+func checkModel(eng *engine.Config, ref string) error {
+	return engine.CheckModel(eng.Providers, ref)
 }
 
 // flagLayout registers the JetStream layout settings.

@@ -48,6 +48,14 @@ func cmdReplay(ctx context.Context, args []string) error {
 	}
 	w := bufio.NewWriter(os.Stdout)
 	defer w.Flush()
+	// An unknown Session is an error, not an empty stream.
+	if sessions, err := bus.Open(ctx, js); err == nil {
+		if _, _, err := sessions.Get(ctx, sid); errors.Is(err, bus.ErrSessionNotFound) {
+			if n, _ := countSession(ctx, js, sid); n == 0 {
+				return fmt.Errorf("session %s not found", sid)
+			}
+		}
+	}
 	err = bus.FollowUntil(ctx, js, sid, nil, *from, !*follow, func(sm bus.StreamMsg) error {
 		if *verbose {
 			fmt.Fprintf(w, "%d %s ", sm.Seq, sm.Subject)
@@ -92,4 +100,21 @@ func replayConn(c *common) (*nats.Conn, func(), error) {
 		return nil, nil, err
 	}
 	return nc, func() { nc.Close(); srv.Shutdown() }, nil
+}
+
+// countSession counts the messages FLOE_SESSIONS holds for sid.
+func countSession(ctx context.Context, js jetstream.JetStream, sid string) (uint64, error) {
+	st, err := js.Stream(ctx, omni.SessionsStream)
+	if err != nil {
+		return 0, err
+	}
+	info, err := st.Info(ctx, jetstream.WithSubjectFilter(omni.SessionWildcard(sid)))
+	if err != nil {
+		return 0, err
+	}
+	var n uint64
+	for _, c := range info.State.Subjects {
+		n += c
+	}
+	return n, nil
 }

@@ -9,7 +9,6 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -47,6 +46,7 @@ func cmdRun(ctx context.Context, stopSignals context.CancelFunc, name string, ar
 	c.flagNATS(fs, true)
 	c.flagModel(fs, "model reference")
 	c.flagLog(fs)
+	c.flagVerbose(fs)
 	cwd, _ := os.Getwd()
 	workspace := fs.String("workspace", cwd, "the Workspace the tools work in")
 	approve := fs.String("approve", omni.ApproveAllowAll, "approval mode: allow-all, deny-all, read-only, always-ask")
@@ -73,19 +73,19 @@ func cmdRun(ctx context.Context, stopSignals context.CancelFunc, name string, ar
 	if ws, err = checkWorkspace(c.home, ws); err != nil {
 		return 2, err
 	}
-	if c.logLevel == "info" && os.Getenv("FLOE_LOG_LEVEL") == "" {
-		c.logLevel = "warn" // keep the terminal for the Session
-	}
-	color := isTTY(os.Stdout)
-	if strings.HasPrefix(c.model, "scripted:demo") {
-		fmt.Fprintln(os.Stderr, "floe: using the offline demo model (scripted:demo). To use a real model set OPENAI_API_KEY or ANTHROPIC_API_KEY, or pass --model openai:<model> / anthropic:<model>.")
-	}
-
+	color := useColor(os.Stdout)
 	busCfg, err := c.busConfig()
 	if err != nil {
 		return 2, err
 	}
 	eng, err := engineConfig(c)
+	if err != nil {
+		return 2, err
+	}
+	if err := checkModel(eng, c.model); err != nil {
+		return 2, err
+	}
+	instructions, err := omni.ReadInstructions(ws)
 	if err != nil {
 		return 2, err
 	}
@@ -97,7 +97,17 @@ func cmdRun(ctx context.Context, stopSignals context.CancelFunc, name string, ar
 	if err != nil {
 		return 1, err
 	}
-	log := c.logger()
+	if c.natsURL == "" {
+		if err := checkFree(c.listen, "FLOE_NATS_LISTEN / --nats-listen"); err != nil {
+			return 1, err
+		}
+	}
+	demoNotice(c.model)
+	log, closeLog, err := c.fileLogger("run")
+	if err != nil {
+		return 1, err
+	}
+	defer closeLog()
 	st, err := stack.Start(ctx, stack.Options{
 		Home: c.home, NatsURL: c.natsURL, Listen: c.listen, Bus: busCfg, Connect: connect,
 		Engine: eng, Toolrunner: trc, Tracer: tracerConfig(c),
@@ -110,7 +120,7 @@ func cmdRun(ctx context.Context, stopSignals context.CancelFunc, name string, ar
 	now := time.Now().UTC()
 	sid := omni.NewSessionID(now, randHex(4))
 	rec := &omni.SessionRecord{
-		ID: sid, Model: c.model, Workspace: ws, ApprovalMode: *approve, MaxTurns: *maxTurns,
+		ID: sid, Model: c.model, Workspace: ws, ApprovalMode: *approve, MaxTurns: *maxTurns, Instructions: instructions,
 		State: omni.StateIdle, CreatedUnixMs: now.UnixMilli(),
 	}
 	if rec.CommandPolicy, err = cmdpolicy.Load(os.Getenv("FLOE_COMMAND_POLICY")); err != nil {
@@ -136,6 +146,7 @@ func cmdRun(ctx context.Context, stopSignals context.CancelFunc, name string, ar
 
 	r := render.New(os.Stdout, color)
 	r.SkipUser = 1
+	r.MaxAttempts = eng.RetryMax + 1
 	var (
 		status    string
 		lastTrace uint64
@@ -144,6 +155,15 @@ func cmdRun(ctx context.Context, stopSignals context.CancelFunc, name string, ar
 	stdin := bufio.NewReader(os.Stdin)
 	followCtx, cancelFollow := context.WithCancel(opCtx)
 	defer cancelFollow()
+	// One approval at a time, in order, off the follow loop (a prompt
+	// waiting for an answer must not hold the stream back).
+	approvals := make(chan omni.ServerEvent, 64)
+	go func() {
+		for ev := range approvals {
+			answerApproval(st, sid, &ev, stdin)
+		}
+	}()
+	defer close(approvals)
 	go func() {
 		select {
 		case <-ctx.Done():
@@ -167,7 +187,7 @@ func cmdRun(ctx context.Context, stopSignals context.CancelFunc, name string, ar
 			}
 			r.Server(&ev)
 			if ev.Type == omni.ServerApprovalRequest {
-				go answerApproval(st, sid, &ev, stdin)
+				approvals <- ev
 			}
 			if ev.Type == omni.ServerTaskState && ev.State == omni.StateIdle && ev.TaskID == taskID {
 				status = ev.Status
@@ -200,6 +220,8 @@ func cmdRun(ctx context.Context, stopSignals context.CancelFunc, name string, ar
 		return 0, nil
 	case status == omni.StatusAborted || aborting.Load():
 		return 130, nil
+	case r.LastError != "":
+		return 1, fmt.Errorf("task %s: model request failed: %s", status, r.LastError)
 	default:
 		return 1, fmt.Errorf("task %s", status)
 	}
@@ -224,24 +246,66 @@ func waitTrace(home, sid string, seq uint64) string {
 	}
 }
 
-// answerApproval asks on the terminal; without one it denies.
+// answerApproval asks on the terminal (Enter or y allows, n denies);
+// without a terminal on stdin it denies and says why. Approvals are asked
+// one at a time, in the order they come.
 func answerApproval(st *stack.Stack, sid string, ev *omni.ServerEvent, in *bufio.Reader) {
 	var tc omni.Message
 	if omni.Unmarshal(ev.ToolCall, &tc) != nil {
 		return
 	}
-	decision := omni.DecisionDeny
-	if isTTY(os.Stdin) {
-		fmt.Fprintf(os.Stderr, "allow %s? [y/N] ", tc.Payload.Name)
-		line, err := in.ReadString('\n')
-		if err == nil || err == io.EOF {
-			if a := strings.ToLower(strings.TrimSpace(line)); a == "y" || a == "yes" {
-				decision = omni.DecisionAllow
-			}
-		}
-	}
+	decision := askApproval(tc.Payload.Name, in)
 	body, _ := omni.Pack(&omni.Control{ToolCallID: tc.Payload.ToolCallID, Decision: decision})
 	_, _ = st.Conn.Request(omni.ControlSubject(sid, omni.CtlApprove), body, 5*time.Second)
+}
+
+// approvePrompt is the question of an approval: Enter allows, as in the
+// original harness.
+func approvePrompt(tool string) string { return "allow " + tool + "? [Y/n] " }
+
+// noTerminal is said when an approval cannot be asked.
+const noTerminal = "no terminal to ask: denied"
+
+// askApproval asks on stderr and reads one line of in: y, yes or a bare
+// Enter allow; n, no deny; anything else asks again. EOF denies.
+func askApproval(tool string, in *bufio.Reader) string {
+	if !isTTY(os.Stdin) {
+		fmt.Fprintf(os.Stderr, "%s%s\n", approvePrompt(tool), noTerminal)
+		return omni.DecisionDeny
+	}
+	for {
+		fmt.Fprint(os.Stderr, approvePrompt(tool))
+		line, err := in.ReadString('\n')
+		if d, ok := parseAnswer(line); ok && (err == nil || line != "") {
+			return d
+		}
+		if err != nil {
+			fmt.Fprintln(os.Stderr)
+			return omni.DecisionDeny
+		}
+		fmt.Fprintln(os.Stderr, "answer y (or Enter) to allow, n to deny")
+	}
+}
+
+// parseAnswer reads an approval answer: y, yes or empty allow; n, no deny.
+func parseAnswer(line string) (decision string, ok bool) {
+	switch strings.ToLower(strings.TrimSpace(line)) {
+	case "", "y", "yes":
+		return omni.DecisionAllow, true
+	case "n", "no":
+		return omni.DecisionDeny, true
+	}
+	return "", false
+}
+
+// useColor: a terminal, and NO_COLOR unset.
+func useColor(f *os.File) bool { return isTTY(f) && os.Getenv("NO_COLOR") == "" }
+
+// demoNotice says when the offline demo model is in use.
+func demoNotice(model string) {
+	if strings.HasPrefix(model, "scripted:demo") {
+		fmt.Fprintln(os.Stderr, "floe: using the offline demo model (scripted:demo). To use a real model set OPENAI_API_KEY or ANTHROPIC_API_KEY, or pass --model openai:<model> / anthropic:<model>.")
+	}
 }
 
 // interspersed lets flags follow the prompt: floe run "prompt" --model x.

@@ -40,6 +40,14 @@ func cmdServe(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
+	if err := checkFree(c.httpAddr, "FLOE_HTTP_ADDR / --http"); err != nil {
+		return err
+	}
+	if c.natsURL == "" {
+		if err := checkFree(c.listen, "FLOE_NATS_LISTEN / --nats-listen"); err != nil {
+			return err
+		}
+	}
 	log := c.logger()
 	st, err := stack.Start(ctx, stack.Options{
 		Home: c.home, NatsURL: c.natsURL, Listen: c.listen, Bus: busCfg, Connect: connect,
@@ -135,6 +143,9 @@ func service(ctx context.Context, name string, args []string) error {
 		o.Tracer = tracerConfig(c)
 	case "gateway":
 		if o.Gateway, err = gatewayConfig(c); err != nil {
+			return err
+		}
+		if err := checkFree(c.httpAddr, "FLOE_HTTP_ADDR / --http"); err != nil {
 			return err
 		}
 	}

@@ -191,11 +191,14 @@ type CompactionConfig struct {
 // moves idle→running/compacting only by compare-and-set, so one Task runs per
 // Session across every gateway and engine replica.
 type SessionRecord struct {
-	ID            string           `msgpack:"id"`
-	Model         string           `msgpack:"model"`
-	Workspace     string           `msgpack:"workspace"`
-	ApprovalMode  string           `msgpack:"approval_mode"`
-	SystemPrompt  string           `msgpack:"system_prompt,omitempty"`
+	ID           string `msgpack:"id"`
+	Model        string `msgpack:"model"`
+	Workspace    string `msgpack:"workspace"`
+	ApprovalMode string `msgpack:"approval_mode"`
+	SystemPrompt string `msgpack:"system_prompt,omitempty"`
+	// Instructions is the Workspace's AGENTS.md, read when the Session was
+	// created; the engine appends it to the system prompt.
+	Instructions  string           `msgpack:"instructions,omitempty"`
 	MaxTurns      int              `msgpack:"max_turns,omitempty"`
 	Compaction    CompactionConfig `msgpack:"compaction"`
 	Title         string           `msgpack:"title,omitempty"`

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"regexp"
 	"strings"
 
 	"floe.dev/pkg/omni"
@@ -18,17 +19,37 @@ type Renderer struct {
 	color bool
 	// SkipUser is how many user texts to skip: the caller's own Prompt.
 	SkipUser int
+	// MaxAttempts is how many attempts a model request gets (retries + 1),
+	// shown with each retry; 0 when unknown.
+	MaxAttempts int
+	// Full shows tool output whole instead of folding long output to its
+	// first and last lines.
+	Full bool
+	// LastError is the cause of the last failed model request, for the
+	// caller's final message ("" after a request that succeeded).
+	LastError string
 
-	streamed map[string]bool // segments rendered from partials
-	openKey  string          // segment whose text is mid-line
-	outputID string          // tool whose output was printed last
+	streamed map[string]bool    // segments rendered from partials
+	deferred map[string]bool    // tool calls rendered whole at the end (diffs)
+	folds    map[string]*folder // streamed tool outputs
+	openKey  string             // segment whose text is mid-line
+	outputID string             // tool whose output was printed last
 	atBOL    bool
 }
 
 // New returns a Renderer writing to w.
 func New(w io.Writer, color bool) *Renderer {
-	return &Renderer{w: w, color: color, streamed: make(map[string]bool), atBOL: true}
+	return &Renderer{w: w, color: color, streamed: make(map[string]bool),
+		deferred: make(map[string]bool), folds: make(map[string]*folder), atBOL: true}
 }
+
+// Folding of long tool output: the first foldHead and last foldTail lines
+// of an output longer than foldHead+foldTail+foldSlack lines are shown.
+const (
+	foldHead  = 10
+	foldTail  = 5
+	foldSlack = 3
+)
 
 const (
 	dim    = "\x1b[2m"
@@ -75,11 +96,13 @@ func key(m *omni.Message) string {
 	return strings.Join(m.Origin, "/") + "|" + t + "|" + m.Payload.ToolCallID
 }
 
+// prefix indents a subagent's messages by their depth and names the
+// subagent.
 func prefix(m *omni.Message) string {
 	if len(m.Origin) == 0 {
 		return ""
 	}
-	return "[" + m.Origin[len(m.Origin)-1] + "] "
+	return strings.Repeat("  ", len(m.Origin)) + "[" + m.Origin[len(m.Origin)-1] + "] "
 }
 
 // Message renders one OmniMessage.
@@ -93,8 +116,18 @@ func (r *Renderer) Message(m *omni.Message) {
 		k := key(m)
 		if r.streamed[k] {
 			delete(r.streamed, k)
-			if p.Type == omni.TypeToolCallOutput && p.Stop() != omni.StatusCompleted {
-				r.line(pre + r.paint(red, "  └ "+p.StopReason))
+			if r.deferred[k] {
+				delete(r.deferred, k)
+				r.toolCall(pre, p)
+			}
+			if p.Type == omni.TypeToolCallOutput {
+				if f := r.folds[k]; f != nil {
+					delete(r.folds, k)
+					r.finishFold(pre, f)
+				}
+				if p.Stop() != omni.StatusCompleted {
+					r.line(pre + r.paint(red, "  └ "+p.StopReason))
+				}
 			}
 			return
 		}
@@ -103,6 +136,10 @@ func (r *Renderer) Message(m *omni.Message) {
 			if p.Role == omni.RoleUser {
 				if r.SkipUser > 0 && len(m.Origin) == 0 {
 					r.SkipUser--
+					return
+				}
+				if t, ok := unblock(omni.TagUserSteering, p.Text); ok {
+					r.line(pre + r.paint(bold, "> "+t) + r.paint(dim, "  (steering)"))
 					return
 				}
 				r.line(pre + r.paint(bold, "> "+p.Text))
@@ -116,9 +153,14 @@ func (r *Renderer) Message(m *omni.Message) {
 		case omni.TypeThinking:
 			r.line(pre + r.paint(dim, p.Thinking))
 		case omni.TypeToolCall:
-			r.line(pre + r.paint(cyan, "→ "+p.Name+" "+compact(p.Arguments)))
+			r.toolCall(pre, p)
 		case omni.TypeToolCallOutput:
-			r.line(pre + "  " + strings.ReplaceAll(strings.TrimRight(p.Output, "\n"), "\n", "\n  "))
+			lines := strings.Split(strings.TrimRight(p.Output, "\n"), "\n")
+			if n := len(lines); !r.Full && n > foldHead+foldTail+foldSlack {
+				hidden := r.paint(dim, fmt.Sprintf("… %d more lines (%d in all) …", n-foldHead-foldTail, n))
+				lines = append(append(lines[:foldHead:foldHead], hidden), lines[n-foldTail:]...)
+			}
+			r.line(pre + "  " + strings.Join(lines, "\n"+pre+"  "))
 		}
 	case m.Type == omni.KindEvent:
 		r.event(m, pre)
@@ -134,19 +176,29 @@ func (r *Renderer) partial(m *omni.Message, pre string) {
 	}
 	switch p.Type {
 	case omni.TypePartialToolCallOutput:
+		f := r.folds[k]
+		if f == nil {
+			f = &folder{}
+			r.folds[k] = f
+		}
 		if r.outputID != k || r.openKey != k {
 			r.newline()
 			r.write(pre + r.paint(dim, "  ┌ output "+p.ToolCallID) + "\n")
 			r.outputID = k
 		}
 		r.openKey = k
-		if content != "" {
-			r.write(indent(content, r.atBOL))
-		}
+		r.foldWrite(pre, f, content)
 		if p.EventType == omni.EventStop {
 			r.newline()
 		}
 		return
+	case omni.TypePartialToolCall:
+		if p.EventType == omni.EventStart && diffTool(p.Name) {
+			r.deferred[k] = true
+		}
+		if r.deferred[k] {
+			return // shown as a diff when the call is complete
+		}
 	}
 	if r.openKey != k {
 		r.newline()
@@ -173,20 +225,6 @@ func (r *Renderer) partial(m *omni.Message, pre string) {
 	}
 }
 
-func indent(s string, atBOL bool) string {
-	var b strings.Builder
-	for i, line := range strings.SplitAfter(s, "\n") {
-		if line == "" {
-			continue
-		}
-		if i > 0 || atBOL {
-			b.WriteString("  │ ")
-		}
-		b.WriteString(line)
-	}
-	return b.String()
-}
-
 func (r *Renderer) event(m *omni.Message, pre string) {
 	p := &m.Payload
 	switch p.Type {
@@ -197,10 +235,25 @@ func (r *Renderer) event(m *omni.Message, pre string) {
 		}
 		r.line(pre + "  " + mark + " " + r.paint(dim, p.ToolCallID))
 	case omni.TypeRequestEnd:
-		if p.Status != omni.StatusCompleted {
-			msg := fmt.Sprintf("! request %s (attempt %d): %s", p.Status, p.Attempt, p.ErrorMessage)
+		switch p.Status {
+		case omni.StatusCompleted:
+			r.LastError = ""
+		case omni.StatusAborted:
+		default:
+			r.LastError = Cause(p.ErrorMessage)
+			if r.LastError == "" {
+				r.LastError = p.Status
+			}
+			msg := "model request failed: " + r.LastError
 			if p.RetryInMs > 0 {
-				msg += fmt.Sprintf("; retrying in %.1fs", float64(p.RetryInMs)/1000)
+				msg += "; retrying in " + seconds(p.RetryInMs)
+				if r.MaxAttempts > 0 {
+					msg += fmt.Sprintf(" (attempt %d of %d)", p.Attempt+1, r.MaxAttempts)
+				} else {
+					msg += fmt.Sprintf(" (attempt %d)", p.Attempt+1)
+				}
+			} else if p.Attempt > 1 {
+				msg += fmt.Sprintf("; giving up after %d attempts", p.Attempt)
 			}
 			r.line(pre + r.paint(yellow, msg))
 		}
@@ -238,4 +291,189 @@ func compact(args string) string {
 	}
 	b, _ := json.Marshal(v)
 	return string(b)
+}
+
+// toolCall renders a complete tool call: a short diff for file edits, else
+// the name and compact arguments.
+func (r *Renderer) toolCall(pre string, p *omni.Payload) {
+	head := pre + r.paint(cyan, "→ "+p.Name+" ")
+	if lines, path, ok := diffLines(p.Name, p.Arguments); ok {
+		r.line(head + r.paint(cyan, path))
+		for _, l := range lines {
+			style := dim
+			switch {
+			case strings.HasPrefix(l, "- "):
+				style = red
+			case strings.HasPrefix(l, "+ "):
+				style = green
+			}
+			r.line(pre + "  " + r.paint(style, l))
+		}
+		return
+	}
+	r.line(head + r.paint(cyan, compact(p.Arguments)))
+}
+
+func diffTool(name string) bool { return name == "edit_file" || name == "write_file" }
+
+// diffMax is how many removed and added lines a diff shows.
+const diffMax = 8
+
+// diffLines is the short diff of an edit_file or write_file call: the
+// changed lines (common leading and trailing lines dropped), at most
+// diffMax of each side.
+func diffLines(name, args string) (lines []string, path string, ok bool) {
+	if !diffTool(name) {
+		return nil, "", false
+	}
+	var a struct {
+		FilePath   string  `json:"file_path"`
+		OldString  *string `json:"old_string"`
+		NewString  *string `json:"new_string"`
+		Content    *string `json:"content"`
+		ReplaceAll bool    `json:"replace_all"`
+	}
+	if json.Unmarshal([]byte(args), &a) != nil || a.FilePath == "" {
+		return nil, "", false
+	}
+	side := func(mark string, ls []string) {
+		for i, l := range ls {
+			if i == diffMax {
+				lines = append(lines, fmt.Sprintf("… %d more lines", len(ls)-diffMax))
+				break
+			}
+			lines = append(lines, mark+l)
+		}
+	}
+	switch {
+	case name == "write_file" && a.Content != nil:
+		ls := splitLines(*a.Content)
+		path = fmt.Sprintf("%s (%d lines)", a.FilePath, len(ls))
+		side("+ ", ls)
+	case name == "edit_file" && a.OldString != nil && a.NewString != nil:
+		old, nw := splitLines(*a.OldString), splitLines(*a.NewString)
+		for len(old) > 0 && len(nw) > 0 && old[0] == nw[0] {
+			old, nw = old[1:], nw[1:]
+		}
+		for len(old) > 0 && len(nw) > 0 && old[len(old)-1] == nw[len(nw)-1] {
+			old, nw = old[:len(old)-1], nw[:len(nw)-1]
+		}
+		path = a.FilePath
+		if a.ReplaceAll {
+			path += " (every occurrence)"
+		}
+		side("- ", old)
+		side("+ ", nw)
+	default:
+		return nil, "", false
+	}
+	return lines, path, true
+}
+
+func splitLines(s string) []string {
+	s = strings.TrimSuffix(s, "\n")
+	if s == "" {
+		return nil
+	}
+	return strings.Split(s, "\n")
+}
+
+// folder folds one streamed tool output: the first foldHead lines are
+// written live, later ones kept in a ring of the last foldTail+foldSlack.
+type folder struct {
+	lines  int      // complete lines seen
+	mid    bool     // the output is mid-line
+	cur    string   // the current line while folding
+	ring   []string // the last lines past the head
+	hidden int      // lines dropped from the ring
+}
+
+func (r *Renderer) foldWrite(pre string, f *folder, content string) {
+	for content != "" {
+		line, rest, nl := strings.Cut(content, "\n")
+		content = rest
+		if r.Full || f.lines < foldHead {
+			if r.atBOL {
+				r.write(pre + "  │ ")
+			}
+			if nl {
+				r.write(line + "\n")
+				f.lines++
+				f.mid = false
+			} else {
+				r.write(line)
+				f.mid = line != "" || f.mid
+			}
+			continue
+		}
+		f.cur += line
+		if !nl {
+			f.mid = true
+			continue
+		}
+		f.lines++
+		f.mid = false
+		f.ring = append(f.ring, f.cur)
+		f.cur = ""
+		if len(f.ring) > foldTail+foldSlack {
+			f.ring = f.ring[1:]
+			f.hidden++
+		}
+	}
+}
+
+// finishFold writes what the folder held back when the output ends.
+func (r *Renderer) finishFold(pre string, f *folder) {
+	if f.cur != "" {
+		f.ring = append(f.ring, f.cur)
+		f.cur = ""
+	}
+	if len(f.ring) == 0 {
+		return
+	}
+	r.newline()
+	tail := f.ring
+	if f.hidden > 0 {
+		drop := len(tail) - foldTail
+		tail = tail[drop:]
+		r.write(pre + "  │ " + r.paint(dim, fmt.Sprintf("… %d more lines (%d in all) …", f.hidden+drop, f.lines+boolInt(f.mid))) + "\n")
+	}
+	for _, l := range tail {
+		r.write(pre + "  │ " + l + "\n")
+	}
+}
+
+func boolInt(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// unblock returns the text inside a [tag]…[/tag] system block.
+func unblock(tag, s string) (string, bool) {
+	open, end := "["+tag+"]", "[/"+tag+"]"
+	if strings.HasPrefix(s, open) && strings.HasSuffix(s, end) && len(s) >= len(open)+len(end) {
+		return s[len(open) : len(s)-len(end)], true
+	}
+	return "", false
+}
+
+func seconds(ms int64) string {
+	if ms%1000 == 0 || ms >= 10000 {
+		return fmt.Sprintf("%d s", (ms+500)/1000)
+	}
+	return fmt.Sprintf("%.1f s", float64(ms)/1000)
+}
+
+var dialErr = regexp.MustCompile(`dial tcp ([^:\s]+:\d+|\[[^\]]+\]:\d+): (?:connect: )?(.+)$`)
+
+// Cause shortens a provider error for one terminal line: a refused or
+// unreachable connection becomes "connection refused (host:port)".
+func Cause(msg string) string {
+	msg = strings.TrimSpace(msg)
+	if m := dialErr.FindStringSubmatch(msg); m != nil {
+		return m[2] + " (" + m[1] + ")"
+	}
+	return msg
 }

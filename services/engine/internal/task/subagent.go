@@ -67,7 +67,7 @@ func (r *Runner) runSubagent(tc omni.Message) {
 		ParentSessionID: r.sid, ParentToolCallID: id}
 	rec := &omni.SessionRecord{
 		ID: child, Model: r.rec.Model, Workspace: r.rec.Workspace, ApprovalMode: r.rec.ApprovalMode,
-		SystemPrompt: r.rec.SystemPrompt, MaxTurns: r.rec.MaxTurns, Compaction: r.rec.Compaction,
+		SystemPrompt: r.rec.SystemPrompt, Instructions: r.rec.Instructions, MaxTurns: r.rec.MaxTurns, Compaction: r.rec.Compaction,
 		Title: args.Description, Principal: r.rec.Principal, CreatedUnixMs: now.UnixMilli(),
 		State: omni.StateRunning, TaskID: childTask.ID, Parent: r.sid, Depth: r.rec.Depth + 1,
 		CommandPolicy: r.rec.CommandPolicy,

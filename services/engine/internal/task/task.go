@@ -610,6 +610,10 @@ func sourceOf(rec *omni.SessionRecord) string {
 }
 
 func (r *Runner) systemPrompt() string {
+	return omni.WithInstructions(r.basePrompt(), r.rec.Instructions)
+}
+
+func (r *Runner) basePrompt() string {
 	if r.rec.SystemPrompt != "" {
 		return r.rec.SystemPrompt
 	}

@@ -164,6 +164,9 @@ func (s *Server) handleCreate(w http.ResponseWriter, r *http.Request) *apiError 
 			}
 		}
 		rec.Workspace = filepath.Clean(ws)
+		if rec.Instructions, err = omni.ReadInstructions(rec.Workspace); err != nil {
+			return badRequest("workspace: %v", err)
+		}
 		err = s.sessions.Create(r.Context(), rec)
 		if !errors.Is(err, bus.ErrSessionExists) {
 			break

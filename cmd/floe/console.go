@@ -1,0 +1,220 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"io"
+	"os"
+	"strings"
+	"sync"
+
+	"github.com/chzyer/readline"
+)
+
+// inputKind is what the terminal reports.
+type inputKind int
+
+const (
+	inLine      inputKind = iota // a submitted line
+	inInterrupt                  // Ctrl-C (text: what the line held)
+	inEOF                        // Ctrl-D on an empty line, or the end of piped input
+)
+
+type inputEvent struct {
+	kind inputKind
+	text string
+}
+
+// console is where `floe chat` reads lines and writes the stream: a
+// line editor on a terminal, plain lines otherwise.
+type console interface {
+	io.Writer
+	// Events delivers lines, interrupts and the end of input.
+	Events() <-chan inputEvent
+	// SetPrompt sets the prompt shown while the editor waits.
+	SetPrompt(p string)
+	// Interactive reports a line editor (prompts shown, input echoed by
+	// the editor itself).
+	Interactive() bool
+	Close()
+}
+
+// plainConsole reads stdin line by line and writes stdout as it comes:
+// `floe chat < script.txt`.
+type plainConsole struct {
+	w      io.Writer
+	events chan inputEvent
+}
+
+func newPlainConsole(in io.Reader, out io.Writer) *plainConsole {
+	c := &plainConsole{w: out, events: make(chan inputEvent)}
+	go func() {
+		sc := bufio.NewScanner(in)
+		sc.Buffer(make([]byte, 64<<10), 1<<20)
+		for sc.Scan() {
+			c.events <- inputEvent{kind: inLine, text: sc.Text()}
+		}
+		c.events <- inputEvent{kind: inEOF}
+	}()
+	return c
+}
+
+func (c *plainConsole) Write(p []byte) (int, error) { return c.w.Write(p) }
+func (c *plainConsole) Events() <-chan inputEvent   { return c.events }
+func (c *plainConsole) SetPrompt(string)            {}
+func (c *plainConsole) Interactive() bool           { return false }
+func (c *plainConsole) Close()                      {}
+
+// ttyConsole is the line editor (github.com/chzyer/readline): history
+// with up/down, editing keys, Ctrl-C and Ctrl-D as events. Output never
+// scribbles over what the user is typing: complete lines are written
+// above the prompt, the line still streaming is shown in front of the
+// prompt, and while the user has typed something the output is held and
+// written once the line is submitted or cleared (as the original
+// harness's chat does).
+type ttyConsole struct {
+	rl     *readline.Instance
+	out    io.Writer // rl.Stdout(): redraws the prompt after each write
+	events chan inputEvent
+
+	mu     sync.Mutex
+	prompt string       // the prompt proper ("> ", an approval question)
+	tail   string       // the output line still open, shown before the prompt
+	typing bool         // the edit buffer is not empty
+	held   bytes.Buffer // output held while typing
+	closed bool
+}
+
+func newTTYConsole() (*ttyConsole, error) {
+	c := &ttyConsole{events: make(chan inputEvent)}
+	rl, err := readline.NewEx(&readline.Config{
+		Prompt:          "> ",
+		HistoryLimit:    500,
+		InterruptPrompt: "^C",
+		EOFPrompt:       "",
+		Listener:        c,
+		Stdin:           os.Stdin,
+		Stdout:          os.Stdout,
+		Stderr:          os.Stderr,
+	})
+	if err != nil {
+		return nil, err
+	}
+	c.rl = rl
+	c.out = rl.Stdout()
+	c.prompt = "> "
+	go c.read()
+	return c, nil
+}
+
+func (c *ttyConsole) read() {
+	for {
+		line, err := c.rl.Readline()
+		c.setTyping(false)
+		switch {
+		case err == nil:
+			c.events <- inputEvent{kind: inLine, text: line}
+		case errors.Is(err, readline.ErrInterrupt):
+			c.events <- inputEvent{kind: inInterrupt, text: line}
+		case errors.Is(err, io.EOF):
+			c.events <- inputEvent{kind: inEOF}
+		default:
+			c.events <- inputEvent{kind: inEOF}
+			return
+		}
+		c.mu.Lock()
+		closed := c.closed
+		c.mu.Unlock()
+		if closed {
+			return
+		}
+	}
+}
+
+// OnChange is readline's Listener: it tells whether the user is typing.
+func (c *ttyConsole) OnChange(line []rune, _ int, _ rune) ([]rune, int, bool) {
+	typing := len(line) > 0
+	go c.setTyping(typing) // readline is mid-keystroke: redraw later
+	return nil, 0, false
+}
+
+func (c *ttyConsole) setTyping(typing bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.typing == typing {
+		return
+	}
+	c.typing = typing
+	if !typing && c.held.Len() > 0 {
+		b := c.held.Bytes()
+		c.held.Reset()
+		c.writeLocked(b)
+	}
+	c.refreshLocked()
+}
+
+func (c *ttyConsole) Write(p []byte) (int, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.typing {
+		return c.held.Write(p)
+	}
+	c.writeLocked(p)
+	c.refreshLocked()
+	return len(p), nil
+}
+
+// writeLocked writes the complete lines of tail+p above the prompt and
+// keeps the rest as the new tail.
+func (c *ttyConsole) writeLocked(p []byte) {
+	s := c.tail + string(p)
+	i := strings.LastIndexByte(s, '\n')
+	if i < 0 {
+		c.tail = s
+		return
+	}
+	c.tail = s[i+1:]
+	io.WriteString(c.out, s[:i+1])
+}
+
+func (c *ttyConsole) refreshLocked() {
+	p := c.prompt
+	if !c.typing {
+		p = c.tail + p
+	} else if c.prompt == "" {
+		p = "steer> "
+	}
+	c.rl.SetPrompt(p)
+	c.rl.Refresh()
+}
+
+func (c *ttyConsole) Events() <-chan inputEvent { return c.events }
+
+func (c *ttyConsole) SetPrompt(p string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.prompt = p
+	c.refreshLocked()
+}
+
+func (c *ttyConsole) Interactive() bool { return true }
+
+func (c *ttyConsole) Close() {
+	c.mu.Lock()
+	c.closed = true
+	if c.held.Len() > 0 {
+		c.writeLocked(c.held.Bytes())
+		c.held.Reset()
+	}
+	tail := c.tail
+	c.tail = ""
+	c.prompt = ""
+	c.rl.SetPrompt("")
+	c.mu.Unlock()
+	c.rl.Clean()
+	if tail != "" {
+		io.WriteString(os.Stdout, tail+"\n")
+	}
+	c.rl.Close()
+}

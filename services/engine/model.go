@@ -1,0 +1,38 @@
+package engine
+
+import (
+	"fmt"
+	"strings"
+
+	"floe.dev/services/engine/internal/provider"
+)
+
+// CheckModel reports, before anything starts, whether ref can be used by an
+// engine with these provider settings: ref must be provider:model_id with a
+// known provider, a scripted model must load (a script file must parse),
+// and a hosted provider needs its API key unless its base URL points at an
+// endpoint of the user's own (a local server may need none). The error is
+// one line saying what to fix.
+func CheckModel(p provider.Config, ref string) error {
+	prov, id, ok := strings.Cut(ref, ":")
+	if !ok || prov == "" || id == "" {
+		return fmt.Errorf("model %q is not provider:model_id (e.g. openai:gpt-4o-mini, anthropic:claude-sonnet-4-5, scripted:demo)", ref)
+	}
+	switch prov {
+	case "openai":
+		if p.OpenAIAPIKey == "" && p.OpenAIBaseURL == "" {
+			return fmt.Errorf("model %s needs OPENAI_API_KEY (or OPENAI_BASE_URL for a local OpenAI-compatible server)", ref)
+		}
+	case "anthropic":
+		if p.AnthropicAPIKey == "" && p.AnthropicBaseURL == "" {
+			return fmt.Errorf("model %s needs ANTHROPIC_API_KEY", ref)
+		}
+	case "scripted":
+	default:
+		return fmt.Errorf("model %s: unknown provider %q (want openai, anthropic or scripted)", ref, prov)
+	}
+	if _, _, err := provider.NewRegistry(p).Resolve(ref); err != nil {
+		return fmt.Errorf("model %s: %w", ref, err)
+	}
+	return nil
+}
