@@ -222,7 +222,6 @@ func startLocal(ctx context.Context, c *common, eng *engine.Config) (*client.Cli
 	if err != nil {
 		return nil, nil, err
 	}
-	demoNotice(c.model)
 	log, closeLog, err := c.fileLogger("chat")
 	if err != nil {
 		return nil, nil, err
@@ -302,6 +301,9 @@ func runChat(ctx context.Context, o *chatOpts, cl *client.Client, home string, m
 	}
 	ch.sess = sess
 	ch.used = resumed
+	if !resumed {
+		demoNotice(sess.Model)
+	}
 
 	stream, err := cl.Stream(ctx, sess.ID, "")
 	if err != nil {
@@ -724,7 +726,7 @@ func (ch *chat) onEvent(ctx context.Context, ev client.Event) {
 		if json.Unmarshal(ev.Data, &se) != nil {
 			return
 		}
-		ch.onServer(ctx, &se)
+		ch.onServer(ctx, &se, ev.ID == "")
 		return
 	}
 	if seq := seqOf(ev.ID); seq != 0 && seq <= ch.cursor {
@@ -755,7 +757,9 @@ func (ch *chat) dropApproval(toolCallID string) {
 	}
 }
 
-func (ch *chat) onServer(ctx context.Context, se *omni.ServerEvent) {
+// onServer handles a server event; snapshot marks the state a (re)connected
+// stream starts with, which may be older than a Task just submitted.
+func (ch *chat) onServer(ctx context.Context, se *omni.ServerEvent, snapshot bool) {
 	switch se.Type {
 	case omni.ServerApprovalRequest:
 		var tc omni.Message
@@ -780,8 +784,15 @@ func (ch *chat) onServer(ctx context.Context, se *omni.ServerEvent) {
 			}
 			return
 		}
-		if !ch.running {
+		if !ch.running || se.TaskID != "" && ch.taskID != "" && se.TaskID != ch.taskID {
 			return
+		}
+		if snapshot {
+			// Read before our Task began, or after it ended while the
+			// stream was away: the record says which.
+			if s, err := ch.cl.GetSession(ctx, ch.sess.ID); err != nil || s.State != omni.StateIdle {
+				return
+			}
 		}
 		ch.r.Flush()
 		ch.running = false

@@ -75,6 +75,7 @@ func (c *plainConsole) Close()                      {}
 // harness's chat does).
 type ttyConsole struct {
 	rl     *readline.Instance
+	stdin  *readline.CancelableStdin
 	out    io.Writer // rl.Stdout(): redraws the prompt after each write
 	events chan inputEvent
 
@@ -87,16 +88,18 @@ type ttyConsole struct {
 }
 
 func newTTYConsole() (*ttyConsole, error) {
-	c := &ttyConsole{events: make(chan inputEvent)}
+	c := &ttyConsole{events: make(chan inputEvent), stdin: readline.NewCancelableStdin(os.Stdin)}
 	rl, err := readline.NewEx(&readline.Config{
 		Prompt:          "> ",
 		HistoryLimit:    500,
 		InterruptPrompt: "^C",
-		EOFPrompt:       "",
+		EOFPrompt:       "\n", // none
 		Listener:        c,
-		Stdin:           os.Stdin,
-		Stdout:          os.Stdout,
-		Stderr:          os.Stderr,
+		// A cancelable stdin we close ourselves: readline v1.5.1's Close
+		// does not, and waits for a key press.
+		Stdin:  c.stdin,
+		Stdout: os.Stdout,
+		Stderr: os.Stderr,
 	})
 	if err != nil {
 		return nil, err
@@ -216,5 +219,6 @@ func (c *ttyConsole) Close() {
 	if tail != "" {
 		io.WriteString(os.Stdout, tail+"\n")
 	}
+	c.stdin.Close()
 	c.rl.Close()
 }

@@ -1,0 +1,310 @@
+package main
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"floe.dev/pkg/omni"
+)
+
+// Two prompts in a row go to one Session: the second model request
+// carries the first exchange. Ctrl-D at the empty prompt leaves with
+// status 0 and prints the resume command.
+func TestChatTwoPromptsOneSession(t *testing.T) {
+	fake := newFakeOpenAI(t)
+	_, ws, env := chatEnv(t)
+	p := startPTY(t, ws, append(env, fake.env()...), "chat")
+	p.expect("floe chat — session ")
+	p.expect("> ")
+	p.send("first question\r")
+	p.expect("answer 1")
+	p.expect("> ")
+	p.send("second question\r")
+	p.expect("answer 2")
+	p.expect("> ")
+	p.send("\x04") // Ctrl-D
+	p.expect("resume with: floe chat --resume session-")
+	if code := p.wait(); code != 0 {
+		t.Fatalf("exit status %d, want 0", code)
+	}
+	got := strings.Join(fake.request(t, 1).texts(), "\n")
+	for _, want := range []string{"user: first question", "assistant: answer 1", "user: second question"} {
+		if !strings.Contains(got, want) {
+			t.Errorf("second request lacks %q:\n%s", want, got)
+		}
+	}
+	if n := strings.Count(p.screen(), "floe chat — session "); n != 1 {
+		t.Errorf("%d banners, want one Session", n)
+	}
+}
+
+// Typing while a slow tool runs steers the Task: the line shows as
+// queued, and the next model request gets it as [user_steering].
+func TestChatSteeringDuringSlowTool(t *testing.T) {
+	_, ws, env := chatEnv(t)
+	model := writeScript(t, ws, `{"requests": [
+	  {"steps": [{"tool_call": {"name": "exec_command", "arguments": {"description": "slow", "cmd": "echo started; sleep 2; echo finished"}}}]},
+	  {"expect_last_user": "[user_steering]use the blue one[/user_steering]", "steps": [{"text": "steered fine"}]}
+	]}`)
+	p := startPTY(t, ws, env, "chat", "--model", model)
+	p.expect("> ")
+	p.send("do the slow thing\r")
+	p.expect("started")
+	p.send("use the blue one\r")
+	p.expect("queued: use the blue one")
+	p.expect("> use the blue one  (steering)")
+	p.expect("steered fine")
+	p.expect("> ")
+	p.send("/exit\r")
+	if code := p.wait(); code != 0 {
+		t.Fatalf("exit status %d, want 0", code)
+	}
+	if s := p.screen(); strings.Contains(s, "expect_last_user") || strings.Contains(s, "task failed") {
+		t.Errorf("the steering did not reach the model as [user_steering]:\n%s", s)
+	}
+}
+
+// always-ask: y allows, a bare Enter allows, n denies.
+func TestChatApprovalsInline(t *testing.T) {
+	_, ws, env := chatEnv(t)
+	call := func(word string) string {
+		return `{"steps": [{"tool_call": {"name": "exec_command", "arguments": {"description": "say", "cmd": "echo said-` + word + `"}}}]}`
+	}
+	model := writeScript(t, ws, `{"requests": [`+call("one")+`,`+call("two")+`,`+call("three")+`,
+	  {"steps": [{"text": "all asked"}]}]}`)
+	p := startPTY(t, ws, env, "chat", "--model", model, "--approve", "always-ask")
+	p.expect("approvals always-ask")
+	p.expect("> ")
+	p.send("run three commands\r")
+	p.expect("allow exec_command? [Y/n] ")
+	p.send("y\r")
+	p.expect("✓ allowed")
+	p.expect("said-one")
+	p.expect("allow exec_command? [Y/n] ")
+	p.send("\r")
+	p.expect("✓ allowed")
+	p.expect("said-two")
+	p.expect("allow exec_command? [Y/n] ")
+	p.send("n\r")
+	p.expect("✗ deny")
+	p.expect("all asked")
+	if strings.Contains(p.screen(), "said-three\n") {
+		t.Errorf("the denied command ran")
+	}
+	p.send("\x04")
+	if code := p.wait(); code != 0 {
+		t.Fatalf("exit status %d, want 0", code)
+	}
+}
+
+// Ctrl-C during a tool aborts the Task and the prompt comes back; Ctrl-C
+// at the empty prompt then leaves with status 0.
+func TestChatCtrlC(t *testing.T) {
+	_, ws, env := chatEnv(t)
+	model := writeScript(t, ws, `{"requests": [
+	  {"steps": [{"tool_call": {"name": "exec_command", "arguments": {"description": "long", "cmd": "echo long-start; sleep 60"}}}]}
+	], "after_last": "final_text", "final_text": "after the abort"}`)
+	p := startPTY(t, ws, env, "chat", "--model", model)
+	p.expect("> ")
+	p.send("wait a minute\r")
+	p.expect("long-start")
+	start := time.Now()
+	p.send("\x03")
+	p.expect("interrupting")
+	p.expect("task aborted")
+	if d := time.Since(start); d > 30*time.Second {
+		t.Errorf("the abort took %v", d)
+	}
+	p.expect("> ")
+	p.send("/model\r")
+	p.expect("model " + model)
+	p.send("typed but not sent")
+	time.Sleep(2100 * time.Millisecond) // past the double Ctrl-C window
+	p.send("\x03")                       // clears the line
+	p.expect("^C")
+	p.send("next one\r")
+	p.expect("after the abort")
+	p.expect("> ")
+	time.Sleep(2100 * time.Millisecond)
+	p.send("\x03")
+	if code := p.wait(); code != 0 {
+		t.Fatalf("exit status %d after Ctrl-C at the empty prompt, want 0", code)
+	}
+	if strings.Contains(p.screen(), "> typed but not sent\n") && strings.Contains(p.screen(), "> typed but not sentnext one") {
+		t.Errorf("Ctrl-C did not clear the line")
+	}
+}
+
+// --resume without an id continues the most recent Session: its last
+// turns are shown, and the next request carries the history.
+func TestChatResume(t *testing.T) {
+	fake := newFakeOpenAI(t)
+	_, ws, env := chatEnv(t)
+	env = append(env, fake.env()...)
+	out, errOut, code := runPiped(t, ws, env, "remember the number 42\n", "chat")
+	if code != 0 || !strings.Contains(out, "answer 1") {
+		t.Fatalf("first chat: status %d\n%s\n%s", code, out, errOut)
+	}
+	m := sessionRe.FindStringSubmatch(out)
+	if m == nil || !strings.Contains(out, "resume with: floe chat --resume "+m[1]) {
+		t.Fatalf("no resume command:\n%s", out)
+	}
+	p := startPTY(t, ws, env, "chat", "--resume")
+	p.expect("resumed session " + m[1])
+	p.expect("> remember the number 42")
+	p.expect("answer 1")
+	p.expect("> ")
+	p.send("what was the number?\r")
+	p.expect("answer 2")
+	p.send("\x04")
+	if code := p.wait(); code != 0 {
+		t.Fatalf("exit status %d", code)
+	}
+	got := strings.Join(fake.request(t, 1).texts(), "\n")
+	if !strings.Contains(got, "user: remember the number 42") || !strings.Contains(got, "assistant: answer 1") {
+		t.Errorf("the resumed request lacks the history:\n%s", got)
+	}
+}
+
+// Piped stdin: one prompt per line, each after the Task before it, and
+// the chat ends at EOF. An approval has no terminal to ask: it is denied
+// and says so.
+func TestChatPipedStdin(t *testing.T) {
+	_, ws, env := chatEnv(t)
+	model := writeScript(t, ws, `{"requests": [
+	  {"expect_last_user": "line one", "steps": [{"text": "reply one", "delay_ms": 200}]},
+	  {"expect_last_user": "line two", "steps": [{"tool_call": {"name": "exec_command", "arguments": {"description": "x", "cmd": "echo never"}}}]},
+	  {"steps": [{"text": "reply two"}]}
+	]}`)
+	out, errOut, code := runPiped(t, ws, env, "line one\n/model\nline two\n", "chat", "--model", model, "--approve", "always-ask")
+	if code != 0 {
+		t.Fatalf("status %d\n%s\n%s", code, out, errOut)
+	}
+	order := []string{"> line one", "reply one", "model " + model, "> line two", "allow exec_command? [Y/n] no terminal to ask: denied", "reply two", "resume with:"}
+	at := 0
+	for _, w := range order {
+		i := strings.Index(out[at:], w)
+		if i < 0 {
+			t.Fatalf("output lacks %q after offset %d:\n%s", w, at, out)
+		}
+		at += i + len(w)
+	}
+	if strings.Contains(out, "\x1b[") {
+		t.Errorf("escape sequences in piped output:\n%q", out)
+	}
+}
+
+// floe chat --server talks to a separate floe serve with its token; the
+// Session is created over HTTP, and its system prompt carries the
+// Workspace's AGENTS.md. A wrong token and an unreachable server are one
+// line and status 1.
+func TestChatServer(t *testing.T) {
+	home, ws, env := chatEnv(t)
+	if err := os.WriteFile(filepath.Join(ws, "AGENTS.md"), []byte("Use tabs, never spaces.\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	model := writeScript(t, ws, `{"requests": [{"steps": [{"text": "served answer"}]}]}`)
+	addr := freeAddr(t)
+	serveEnv := append(append([]string{}, env...), "FLOE_HTTP_ADDR="+addr, "FLOE_NATS_LISTEN=off", "FLOE_API_TOKEN=tok-1", "FLOE_HOME="+filepath.Join(home, "server"))
+	serve := startPTY(t, ws, serveEnv, "serve")
+	serve.expect("floe serve: http://" + addr)
+	url := "http://" + addr
+
+	clientEnv := append(append([]string{}, env...), "FLOE_API_TOKEN=tok-1")
+	p := startPTY(t, ws, clientEnv, "chat", "--server", url, "--model", model)
+	p.expect("floe chat — session ")
+	p.expect("> ")
+	p.send("hello server\r")
+	p.expect("served answer")
+	p.expect("> ")
+	p.send("\x04")
+	p.expect("resume with: floe chat --resume session-")
+	p.expect("--server " + url)
+	if code := p.wait(); code != 0 {
+		t.Fatalf("exit status %d", code)
+	}
+	sid := sessionRe.FindStringSubmatch(p.screen())[1]
+	meta := firstTraceRecord(t, filepath.Join(home, "server"), sid)
+	if !strings.Contains(meta.Payload.SystemPrompt, "Use tabs, never spaces.") || !strings.Contains(meta.Payload.SystemPrompt, "AGENTS.md") {
+		t.Errorf("session_meta.system_prompt lacks AGENTS.md:\n%s", meta.Payload.SystemPrompt)
+	}
+
+	for _, tc := range []struct {
+		env  []string
+		args []string
+		want string
+	}{
+		{append(append([]string{}, env...), "FLOE_API_TOKEN=wrong"), []string{"chat", "--server", url}, "refused the token"},
+		{env, []string{"chat", "--server", url}, "refused the token"},
+		{clientEnv, []string{"chat", "--server", "http://" + freeAddr(t)}, "cannot reach the server at"},
+		{clientEnv, []string{"chat", "--server", url, "--resume", "session-nope"}, "no session session-nope"},
+	} {
+		out, errOut, code := runPiped(t, ws, tc.env, "", tc.args...)
+		if code != 1 || !strings.Contains(errOut, tc.want) || strings.Count(strings.TrimSpace(errOut), "\n") != 0 || out != "" {
+			t.Errorf("floe %v: status %d, want 1 and one line with %q\nstdout: %s\nstderr: %s", tc.args, code, tc.want, out, errOut)
+		}
+	}
+	serve.cmd.Process.Signal(os.Interrupt)
+	serve.wait()
+}
+
+// firstTraceRecord reads the session_meta heading a Session's Trace.
+func firstTraceRecord(t *testing.T, home, sid string) omni.Message {
+	t.Helper()
+	var files []string
+	deadline := time.Now().Add(bound)
+	for len(files) == 0 && time.Now().Before(deadline) {
+		files, _ = filepath.Glob(filepath.Join(home, "traces", "*", sid+"_*.jsonl"))
+		time.Sleep(20 * time.Millisecond)
+	}
+	if len(files) == 0 {
+		t.Fatalf("no Trace for %s under %s", sid, home)
+	}
+	f, err := os.Open(files[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	msgs, _, err := omni.ReadTrace(f)
+	if err != nil || len(msgs) == 0 || msgs[0].Type != omni.KindSessionMeta {
+		t.Fatalf("trace %s: %d records, %v", files[0], len(msgs), err)
+	}
+	return msgs[0]
+}
+
+// Bad input is one line and a non-zero status, and nothing starts: no
+// Session, no Trace, no store.
+func TestChatBadInput(t *testing.T) {
+	home, ws, env := chatEnv(t)
+	for _, tc := range []struct {
+		args []string
+		code int
+		want string
+	}{
+		{[]string{"chat", "--model", "bogus:x"}, 2, `unknown provider "bogus"`},
+		{[]string{"chat", "--model", "gpt-4o"}, 2, "is not provider:model_id"},
+		{[]string{"chat", "--model", "openai:gpt-4o-mini"}, 2, "needs OPENAI_API_KEY"},
+		{[]string{"chat", "--model", "anthropic:claude-sonnet-4-5"}, 2, "needs ANTHROPIC_API_KEY"},
+		{[]string{"run", "--model", "bogus:x", "hi"}, 2, `unknown provider "bogus"`},
+		{[]string{"run", "--model", "openai:gpt-4o-mini", "hi"}, 2, "needs OPENAI_API_KEY"},
+		{[]string{"chat", "--approve", "sometimes"}, 2, "--approve"},
+		{[]string{"chat", "extra"}, 2, "unexpected argument"},
+		{[]string{"chat", "--resume", "session-nope"}, 1, "no session session-nope"}, // last: it starts the services
+	} {
+		out, errOut, code := runPiped(t, ws, env, "", tc.args...)
+		lines := strings.Split(strings.TrimSpace(errOut), "\n")
+		if code != tc.code || !strings.Contains(errOut, tc.want) || len(lines) != 1 || strings.Contains(errOut, "goroutine") {
+			t.Errorf("floe %v: status %d (want %d), stderr %q (want one line with %q), stdout %q", tc.args, code, tc.code, errOut, tc.want, out)
+		}
+		if tc.code == 2 {
+			for _, d := range []string{"traces", "jetstream"} {
+				if _, err := os.Stat(filepath.Join(home, "floe", d)); err == nil {
+					t.Errorf("floe %v created %s", tc.args, d)
+				}
+			}
+		}
+	}
+}
