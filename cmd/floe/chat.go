@@ -134,8 +134,13 @@ func cmdChat(ctx context.Context, stopSignals context.CancelFunc, name string, a
 			return 1, err
 		}
 	} else {
-		if st, err := os.Stat(ws); err != nil || !st.IsDir() {
-			return 2, fmt.Errorf("workspace %s is not a directory", ws)
+		if !o.resume.set {
+			if st, err := os.Stat(ws); err != nil || !st.IsDir() {
+				return 2, fmt.Errorf("workspace %s is not a directory", ws)
+			}
+			if o.workspace, err = checkWorkspace(c.home, ws); err != nil {
+				return 2, err
+			}
 		}
 		eng, err := engineConfig(c)
 		if err != nil {
@@ -148,7 +153,7 @@ func cmdChat(ctx context.Context, stopSignals context.CancelFunc, name string, a
 		}
 		maxAttempts = eng.RetryMax + 1
 		var stop func()
-		cl, stop, err = startLocal(ctx, c, eng)
+		cl, stop, err = startLocal(ctx, c, eng, o.workspace)
 		if err != nil {
 			return 1, err
 		}
@@ -208,7 +213,7 @@ func checkServer(ctx context.Context, cl *client.Client, url string) error {
 // run) and serves the gateway's API on a loopback port of its own, behind
 // a token of this run only, so the chat uses the same Session API as
 // with --server.
-func startLocal(ctx context.Context, c *common, eng *engine.Config) (*client.Client, func(), error) {
+func startLocal(ctx context.Context, c *common, eng *engine.Config, workspace string) (*client.Client, func(), error) {
 	if c.natsURL == "" {
 		if err := checkFree(c.listen, "FLOE_NATS_LISTEN / --nats-listen"); err != nil {
 			return nil, nil, err
@@ -242,6 +247,7 @@ func startLocal(ctx context.Context, c *common, eng *engine.Config) (*client.Cli
 	token := randHex(16)
 	h, release, err := gateway.NewHandler(ctx, st.Conn, gateway.Config{
 		Addr: "127.0.0.1:0", Home: c.home, DefaultModel: c.model, Tokens: map[string]string{token: "chat"},
+		WorkspaceRoots: []string{workspace}, // checked above, like floe run's
 	}, log.With().Str("service", "gateway").Logger())
 	if err != nil {
 		st.Stop()
@@ -353,7 +359,7 @@ func (ch *chat) openSession(ctx context.Context) (*client.Session, bool, error) 
 			Model: o.c.model, Workspace: o.workspace, ApprovalMode: o.approve, MaxTurns: o.maxTurns,
 		})
 		if err != nil {
-			return nil, false, fmt.Errorf("create session: %w", err)
+			return nil, false, fmt.Errorf("create session: %s", apiMessage(err))
 		}
 		return s, false, nil
 	}

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"floe.dev/pkg/omni"
+	"floe.dev/pkg/trace"
 )
 
 // Two prompts in a row go to one Session: the second model request
@@ -47,7 +48,7 @@ func TestChatSteeringDuringSlowTool(t *testing.T) {
 	_, ws, env := chatEnv(t)
 	model := writeScript(t, ws, `{"requests": [
 	  {"steps": [{"tool_call": {"name": "exec_command", "arguments": {"description": "slow", "cmd": "echo started; sleep 2; echo finished"}}}]},
-	  {"expect_last_user": "[user_steering]use the blue one[/user_steering]", "steps": [{"text": "steered fine"}]}
+	  {"expect_last_user": "[user_steering]\nuse the blue one\n[/user_steering]", "steps": [{"text": "steered fine"}]}
 	]}`)
 	p := startPTY(t, ws, env, "chat", "--model", model)
 	p.expect("> ")
@@ -208,7 +209,7 @@ func TestChatServer(t *testing.T) {
 	}
 	model := writeScript(t, ws, `{"requests": [{"steps": [{"text": "served answer"}]}]}`)
 	addr := freeAddr(t)
-	serveEnv := append(append([]string{}, env...), "FLOE_HTTP_ADDR="+addr, "FLOE_NATS_LISTEN=off", "FLOE_API_TOKEN=tok-1", "FLOE_HOME="+filepath.Join(home, "server"))
+	serveEnv := append(append([]string{}, env...), "FLOE_HTTP_ADDR="+addr, "FLOE_NATS_LISTEN=off", "FLOE_API_TOKEN=tok-1", "FLOE_HOME="+filepath.Join(home, "server"), "FLOE_SCRIPTS_DIR="+ws)
 	serve := startPTY(t, ws, serveEnv, "serve")
 	serve.expect("floe serve: http://" + addr)
 	url := "http://" + addr
@@ -268,7 +269,7 @@ func firstTraceRecord(t *testing.T, home, sid string) omni.Message {
 		t.Fatal(err)
 	}
 	defer f.Close()
-	msgs, _, err := omni.ReadTrace(f)
+	msgs, _, err := trace.Read(f)
 	if err != nil || len(msgs) == 0 || msgs[0].Type != omni.KindSessionMeta {
 		t.Fatalf("trace %s: %d records, %v", files[0], len(msgs), err)
 	}

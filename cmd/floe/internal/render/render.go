@@ -454,7 +454,7 @@ func boolInt(b bool) int {
 func unblock(tag, s string) (string, bool) {
 	open, end := "["+tag+"]", "[/"+tag+"]"
 	if strings.HasPrefix(s, open) && strings.HasSuffix(s, end) && len(s) >= len(open)+len(end) {
-		return s[len(open) : len(s)-len(end)], true
+		return strings.Trim(s[len(open):len(s)-len(end)], "\n"), true // [tag]\n…\n[/tag] or [tag]…[/tag]
 	}
 	return "", false
 }
