@@ -450,7 +450,7 @@ func (ch *chat) showHistory(ctx context.Context) error {
 		ch.r.Message(&msgs[i])
 	}
 	if h.Live != nil {
-		ch.cursor = h.Live.Cursor
+		ch.cursor, _ = h.Live.CursorSeq()
 		for _, raw := range h.Live.Fragments {
 			var m omni.Message
 			if omni.Unmarshal(raw, &m) == nil {

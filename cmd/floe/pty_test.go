@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -238,18 +237,6 @@ func (f *fakeOpenAI) request(t *testing.T, i int) fakeRequest {
 
 func (f *fakeOpenAI) env() []string {
 	return []string{"OPENAI_BASE_URL=" + f.URL + "/v1", "OPENAI_API_KEY=sk-fake", "FLOE_MODEL=openai:gpt-4o-mini"}
-}
-
-// freeAddr returns a loopback address nothing listens on.
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close()
-	return addr
 }
 
 var sessionRe = regexp.MustCompile(`session (session-[0-9a-z-]+)`)
