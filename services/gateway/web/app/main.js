@@ -751,4 +751,17 @@ $('compact').addEventListener('click', async () => {
   }
 });
 
+// A page left for another (or frozen in the back/forward cache) lets go
+// of its two SSE connections: browsers allow only six per host over
+// HTTP/1.1. Coming back reconnects, resuming from the last event seen.
+window.addEventListener('pagehide', () => {
+  closeEvents();
+  if (current && current.es) current.es.close();
+});
+window.addEventListener('pageshow', (e) => {
+  if (!e.persisted) return;
+  openEvents();
+  if (current) connect(current, current.feed.lastEventId);
+});
+
 start();
