@@ -48,8 +48,15 @@ type Config struct {
 	ResumeRuns    int
 	// IdleSessions is how many idle Sessions to create.
 	IdleSessions int
+	// TaskSessions is how many Sessions run one real Task each through
+	// the engine in the tasks scenario.
+	TaskSessions int
+	// TracerSessions are the Session counts of the tracer scenario, each
+	// with TracerRecords records in all.
+	TracerSessions []int
+	TracerRecords  int
 	// Only, when not empty, limits the scenarios (throughput, latency,
-	// resume, idle).
+	// resume, idle, tasks, tracer).
 	Only []string
 	// Log receives the services' logs.
 	Log zerolog.Logger
@@ -66,13 +73,15 @@ type Config struct {
 // minute there (see the idle scenario's "traced" figure).
 func Quick() Config {
 	return Config{Mode: "quick", Partials: 50_000, Runs: 3, Rate: 2000, LatencyFor: 3 * time.Second,
-		Sessions: []int{1, 100, 1000}, ResumeRecords: []int{10_000, 100_000}, ResumeRuns: 3, IdleSessions: 5000}
+		Sessions: []int{1, 100, 1000}, ResumeRecords: []int{10_000, 100_000}, ResumeRuns: 3, IdleSessions: 5000,
+		TaskSessions: 1000, TracerSessions: []int{100, 10_000}, TracerRecords: 100_000}
 }
 
 // Full is the complete run (about four minutes on two cores).
 func Full() Config {
 	return Config{Mode: "full", Partials: 100_000, Runs: 5, Rate: 2000, LatencyFor: 15 * time.Second,
-		Sessions: []int{1, 100, 1000}, ResumeRecords: []int{10_000, 100_000}, ResumeRuns: 5, IdleSessions: 10_000}
+		Sessions: []int{1, 100, 1000}, ResumeRecords: []int{10_000, 100_000}, ResumeRuns: 5, IdleSessions: 10_000,
+		TaskSessions: 1000, TracerSessions: []int{100, 10_000}, TracerRecords: 100_000}
 }
 
 // Report holds the results of one run.
@@ -84,6 +93,8 @@ type Report struct {
 	Latency    []LatencyResult
 	Resume     []ResumeResult
 	Idle       *IdleResult
+	Tasks      *TasksIdleResult
+	Tracer     []TracerResult
 	Errors     []string
 	// LoadBefore and LoadAfter are the machine's 1-minute load averages
 	// when the run started and ended: other work on the machine shows here.
@@ -125,6 +136,16 @@ func Run(ctx context.Context, c Config) (*Report, error) {
 	if want("idle") && ctx.Err() == nil {
 		if rep.Idle, err = runIdle(ctx, &c, p); err != nil {
 			fail("idle", err)
+		}
+	}
+	if want("tasks") && ctx.Err() == nil {
+		if rep.Tasks, err = runTasksIdle(ctx, &c, p); err != nil {
+			fail("tasks", err)
+		}
+	}
+	if want("tracer") && ctx.Err() == nil {
+		if rep.Tracer, err = runTracer(ctx, &c, p); err != nil {
+			fail("tracer", err)
 		}
 	}
 	if ctx.Err() != nil {

@@ -4,11 +4,14 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"net"
 	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
 
 	"floe.dev/pkg/bus"
 	"floe.dev/pkg/omni"
@@ -18,13 +21,16 @@ import (
 // LatencyResult is publish→SSE latency with Sessions Sessions streaming at
 // once, one SSE client each.
 type LatencyResult struct {
-	Sessions       int
-	Rate           float64 // partials per second over all Sessions
-	PerSession     float64 // partials per second per Session
-	Messages       int     // measured partials (after a second of warm-up at the same rate)
-	P50, P99, Max  time.Duration
-	Connect        time.Duration // opening every SSE stream (consumer created, snapshot read)
-	IdleConnection *memDelta     // per idle SSE connection, when measured at this shape
+	Sessions      int
+	Rate          float64 // partials per second over all Sessions
+	PerSession    float64 // partials per second per Session
+	Messages      int     // measured partials (after a second of warm-up at the same rate)
+	P50, P99, Max time.Duration
+	// BareP50, BareP99 and BareMax are the same publishes received by bare
+	// JetStream (one ordered consumer per Session), measured right after.
+	BareP50, BareP99, BareMax time.Duration
+	Connect                   time.Duration // opening every SSE stream (snapshot read)
+	IdleConnection            *memDelta     // per idle SSE connection, when measured at this shape
 	// RaisedMaxConsumers: FLOE_SESSIONS's consumer limit was raised for
 	// this shape; see serverDefaultMaxConsumers.
 	RaisedMaxConsumers bool
@@ -106,9 +112,12 @@ func latencyShape(ctx context.Context, c *Config, p *progress, sessions, per int
 	if err != nil {
 		return nil, err
 	}
-	var before memSnap
 	if measureIdle {
-		before = snapshot()
+		d, err := idleSSE(ctx, e, sids)
+		if err != nil {
+			return nil, err
+		}
+		res.IdleConnection = d
 	}
 	p.logf("latency %d Sessions: opening SSE streams", sessions)
 	began := time.Now()
@@ -134,13 +143,6 @@ func latencyShape(ctx context.Context, c *Config, p *progress, sessions, per int
 		return nil, err
 	}
 	res.Connect = time.Since(began)
-	if measureIdle {
-		// Idle: every stream open, its snapshot read, nothing flowing, no
-		// reader goroutine of ours yet.
-		time.Sleep(time.Second)
-		d := deltaPer(before, snapshot(), sessions)
-		res.IdleConnection = &d
-	}
 	stop := context.AfterFunc(ctx, func() {
 		for _, cn := range conns {
 			cn.close()
@@ -222,10 +224,130 @@ func latencyShape(ctx context.Context, c *Config, p *progress, sessions, per int
 	if n := failed.Load(); n > 0 {
 		return nil, fmt.Errorf("bench: %d SSE clients failed: %v", n, lastErr.Load())
 	}
+	res.P50, res.P99, res.Max = percentiles(lats)
+	for _, cn := range conns {
+		cn.close()
+	}
+	p.logf("latency %d Sessions: the same through bare JetStream", sessions)
+	bare, err := bareLatency(ctx, e, sids, per, c.Rate)
+	if err != nil {
+		return nil, err
+	}
+	res.BareP50, res.BareP99, res.BareMax = percentiles(bare)
+	return res, nil
+}
+
+// percentiles sorts lats and returns its p50, p99 and max.
+func percentiles(lats []time.Duration) (p50, p99, top time.Duration) {
+	if len(lats) == 0 {
+		return 0, 0, 0
+	}
 	slices.Sort(lats)
 	pct := func(q float64) time.Duration { return lats[int(q*float64(len(lats)-1))] }
-	res.P50, res.P99, res.Max = pct(0.50), pct(0.99), lats[len(lats)-1]
-	return res, nil
+	return pct(0.50), pct(0.99), lats[len(lats)-1]
+}
+
+// bareLatency publishes per stamped partials on every Session, paced as
+// the SSE run, received by one ordered consumer per Session (what a
+// client of JetStream itself would use), after one warm-up partial each;
+// every consumer is deleted after.
+func bareLatency(ctx context.Context, e *env, sids []string, per int, rate float64) ([]time.Duration, error) {
+	var (
+		mu     sync.Mutex
+		lats   = make([]time.Duration, 0, per*len(sids))
+		warmed atomic.Int64
+		got    atomic.Int64
+	)
+	var stops []func()
+	defer func() {
+		for _, stop := range stops {
+			stop()
+		}
+	}()
+	for _, sid := range sids {
+		cons, err := e.js.OrderedConsumer(ctx, omni.SessionsStream, jetstream.OrderedConsumerConfig{
+			FilterSubjects: []string{omni.SessionSubject(sid, omni.ClassPartial)},
+			DeliverPolicy:  jetstream.DeliverNewPolicy,
+		})
+		if err != nil {
+			return nil, fmt.Errorf("bench: bare consumer: %w", err)
+		}
+		cc, err := cons.Consume(func(m jetstream.Msg) {
+			now := time.Now().UnixNano()
+			data := m.Data()
+			i := bytes.Index(data, stampMark)
+			if i < 0 {
+				if bytes.Contains(data, warmMark) {
+					warmed.Add(1)
+				}
+				return
+			}
+			rest := data[i+len(stampMark):]
+			if j := bytes.IndexByte(rest, ' '); j > 0 {
+				if ns, err := strconv.ParseInt(string(rest[:j]), 10, 64); err == nil {
+					mu.Lock()
+					lats = append(lats, time.Duration(now-ns))
+					mu.Unlock()
+				}
+			}
+			got.Add(1)
+		})
+		if err != nil {
+			return nil, fmt.Errorf("bench: bare consume: %w", err)
+		}
+		stops = append(stops, func() { cc.Stop(); bus.DeleteConsumer(e.js, cons) })
+	}
+	warmPer := max(int(rate/float64(len(sids))+0.5), 1)
+	if err := publishPaced(ctx, e, sids, warmPer*len(sids), rate, func() string { return "w0" }); err != nil {
+		return nil, err
+	}
+	if err := waitFor(ctx, 60*time.Second, func() bool { return warmed.Load() == int64(warmPer*len(sids)) }); err != nil {
+		return nil, fmt.Errorf("bench: bare warm-up: %d of %d", warmed.Load(), warmPer*len(sids))
+	}
+	if err := publishPaced(ctx, e, sids, per*len(sids), rate, func() string {
+		return "t" + strconv.FormatInt(time.Now().UnixNano(), 10)
+	}); err != nil {
+		return nil, err
+	}
+	if err := waitFor(ctx, 60*time.Second, func() bool { return got.Load() == int64(per*len(sids)) }); err != nil {
+		return nil, fmt.Errorf("bench: bare consumers got %d of %d", got.Load(), per*len(sids))
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	return slices.Clone(lats), nil
+}
+
+// idleSSE opens one SSE stream per Session with a client that keeps
+// nothing but its socket once the snapshot is read, and returns the
+// process's growth per connection (after GC, a second later). The streams
+// are closed before it returns.
+func idleSSE(ctx context.Context, e *env, sids []string) (*memDelta, error) {
+	before := snapshot()
+	conns := make([]net.Conn, len(sids))
+	defer func() {
+		for _, c := range conns {
+			if c != nil {
+				c.Close()
+			}
+		}
+	}()
+	if err := parallel(ctx, len(sids), 16, func(i int) error {
+		cn, err := dialSSE(ctx, e.addr, sids[i], 256)
+		if err != nil {
+			return err
+		}
+		if _, err := cn.next(); err != nil {
+			cn.close()
+			return fmt.Errorf("bench: snapshot: %w", err)
+		}
+		conns[i] = cn.c // the readers are dropped: only the socket stays
+		return nil
+	}); err != nil {
+		return nil, err
+	}
+	time.Sleep(time.Second)
+	d := deltaPer(before, snapshot(), len(sids))
+	return &d, nil
 }
 
 // publishPaced publishes n stamped partials round-robin over sids at rate

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -31,6 +32,32 @@ type ResumeResult struct {
 	LoadAlloc   int64 // bytes allocated by one LoadHistory
 	FoldAlloc   int64 // bytes allocated by one fold
 	Runs        int
+	// JSONDecode is encoding/json decoding the same Trace file into
+	// []map[string]any (median, same runs), JSONAlloc what it allocates.
+	JSONDecode time.Duration
+	JSONAlloc  int64
+}
+
+// jsonDecodeTrace decodes a Trace file with encoding/json into
+// []map[string]any: the yardstick of resume.
+func jsonDecodeTrace(path string) (int, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return 0, err
+	}
+	defer f.Close()
+	dec := json.NewDecoder(bufio.NewReaderSize(f, 1<<16))
+	var out []map[string]any
+	for {
+		var m map[string]any
+		if err := dec.Decode(&m); err != nil {
+			if err == io.EOF {
+				return len(out), nil
+			}
+			return len(out), err
+		}
+		out = append(out, m)
+	}
 }
 
 // tailRecords is one Task the tracer has not written yet: LoadHistory reads
@@ -60,7 +87,21 @@ func runResume(ctx context.Context, c *Config, p *progress) ([]ResumeResult, err
 			return nil, err
 		}
 		r := ResumeResult{Records: n, TraceBytes: size, StreamTail: min(tailRecords, n), Runs: c.ResumeRuns}
-		var loads, folds []float64
+		var loads, folds, decodes []float64
+		created, _ := omni.SessionCreated(sid)
+		path := trace.File(e.home, created, sid, 1)
+		for range c.ResumeRuns {
+			runtime.GC()
+			var j0, j1 runtime.MemStats
+			runtime.ReadMemStats(&j0)
+			tj := time.Now()
+			if _, err := jsonDecodeTrace(path); err != nil {
+				return nil, fmt.Errorf("bench: json decode: %w", err)
+			}
+			decodes = append(decodes, time.Since(tj).Seconds())
+			runtime.ReadMemStats(&j1)
+			r.JSONAlloc = int64(j1.TotalAlloc - j0.TotalAlloc)
+		}
 		for i := range c.ResumeRuns {
 			p.logf("resume: %d records, run %d/%d", n, i+1, c.ResumeRuns)
 			runtime.GC()
@@ -88,6 +129,7 @@ func runResume(ctx context.Context, c *Config, p *progress) ([]ResumeResult, err
 		}
 		r.Load = time.Duration(median(loads) * float64(time.Second))
 		r.Fold = time.Duration(median(folds) * float64(time.Second))
+		r.JSONDecode = time.Duration(median(decodes) * float64(time.Second))
 		out = append(out, r)
 	}
 	return out, nil

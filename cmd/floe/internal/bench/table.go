@@ -37,22 +37,21 @@ func (r *Report) Markdown(w io.Writer, command string) {
 
 	if len(r.Latency) > 0 {
 		fmt.Fprintf(w, "**Publish → SSE latency**: partials published as the engine publishes them (omni.Partial, async, one connection) on every Session round-robin at a fixed total rate, one SSE client per Session, after one second of warm-up at the same rate; latency = arrival at the client − stamp taken before publishing.\n\n")
-		fmt.Fprintf(w, "| Sessions | rate per Session | total rate | partials | p50 | p99 | max | opening the streams |\n|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+		fmt.Fprintf(w, "| Sessions | rate per Session | total rate | partials | p50 | p99 | max | bare JetStream p50 | p99 | max | p99 ÷ bare p99 | opening the streams |\n|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 		for _, l := range r.Latency {
-			fmt.Fprintf(w, "| %s | %s/s | %s/s | %s | %s | %s | %s | %s |\n", num(l.Sessions), rate(l.PerSession), num(int(l.Rate)), num(l.Messages),
-				dur(l.P50), dur(l.P99), dur(l.Max), dur(l.Connect))
-		}
-		fmt.Fprintln(w)
-		for _, l := range r.Latency {
-			if l.RaisedMaxConsumers {
-				fmt.Fprintf(w, "At %s Sessions the FLOE_SESSIONS stream's max_consumers was raised to 100 000 first: every SSE client is one consumer on it, and a stream without its own limit gets nats-server's default_max_consumers of %d, so as configured the gateway answers 503 (maximum consumers limit reached) near 1000 open streams (SSE clients + tracer + running Tasks).\n\n", num(l.Sessions), serverDefaultMaxConsumers)
+			ratio := 0.0
+			if l.BareP99 > 0 {
+				ratio = float64(l.P99) / float64(l.BareP99)
 			}
+			fmt.Fprintf(w, "| %s | %s/s | %s/s | %s | %s | %s | %s | %s | %s | %s | %.2f | %s |\n", num(l.Sessions), rate(l.PerSession), num(int(l.Rate)), num(l.Messages),
+				dur(l.P50), dur(l.P99), dur(l.Max), dur(l.BareP50), dur(l.BareP99), dur(l.BareMax), ratio, dur(l.Connect))
 		}
+		fmt.Fprintf(w, "\nThe gateway holds one consumer on FLOE_SESSIONS for all its SSE clients; the bare JetStream run that follows each shape uses one ordered consumer per Session.\n\n")
 		for _, l := range r.Latency {
 			if d := l.IdleConnection; d != nil {
-				fmt.Fprintf(w, "**Per idle SSE connection** (%s streams open, snapshot read, nothing flowing; process delta after GC ÷ connections; heap split by allocating code from the heap profile, an estimate):\n\n", num(d.Units))
-				fmt.Fprintf(w, "| RSS | Go heap | gateway (Floe code) | nats.go (its ordered consumer) | nats-server (consumer) | net/http, runtime | benchmark client | goroutine stacks | goroutines |\n|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
-				fmt.Fprintf(w, "| %s | %s | %s | %s | %s | %s | %s | %s | %.1f |\n\n", kib(d.RSS), kib(d.Heap),
+				fmt.Fprintf(w, "**Per idle SSE connection** (%s streams open, one per Session, snapshot read, nothing flowing; the benchmark's client keeps only the socket; process delta after GC ÷ connections; heap split by allocating code from the heap profile, an estimate):\n\n", num(d.Units))
+				fmt.Fprintf(w, "| RSS | Go heap | gateway (Floe code) | nats.go | nats-server | net/http, runtime | benchmark client | goroutine stacks | goroutines |\n|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+				fmt.Fprintf(w, "| %s | %s | %s | %s | %s | %s | %s | %s | %.2f |\n\n", kib(d.RSS), kib(d.Heap),
 					kib(d.ByOwner[ownerFloe]), kib(d.ByOwner[ownerClient]), kib(d.ByOwner[ownerServer]), kib(d.ByOwner[ownerOther]), kib(d.ByOwner[ownerBench]),
 					kib(d.Stack), d.Goroutines)
 			}
@@ -61,11 +60,12 @@ func (r *Report) Markdown(w io.Writer, command string) {
 
 	if len(r.Resume) > 0 {
 		fmt.Fprintf(w, "**Resume**: trace.LoadHistory (Trace file up to the tracer's position + the last %d records from the stream) then engine.ModelContext (the fold), Trace in the page cache, median of %d runs. Records are a coding Session built with the omni builders: 20 per Task (prompt, thinking, text, two approved tool calls with 1.3 KB and 2 KB outputs, answer, token_usage and request_end per request).\n\n", tailRecords, c.ResumeRuns)
-		fmt.Fprintf(w, "| Trace records | Trace file | LoadHistory | fold | total | records/s | context messages | allocated: load / fold |\n|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+		fmt.Fprintf(w, "| Trace records | Trace file | LoadHistory | fold | total | records/s | context messages | allocated: load / fold | encoding/json into []map[string]any: time / allocated | total ÷ json |\n|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 		for _, x := range r.Resume {
 			total := x.Load + x.Fold
-			fmt.Fprintf(w, "| %s | %s | %s | %s | %s | %s | %s | %s |\n", num(x.Records), mib(float64(x.TraceBytes)), dur(x.Load), dur(x.Fold), dur(total),
-				num(int(float64(x.Records)/total.Seconds())), num(x.ContextMsgs), mib(float64(x.LoadAlloc))+" / "+mib(float64(x.FoldAlloc)))
+			fmt.Fprintf(w, "| %s | %s | %s | %s | %s | %s | %s | %s | %s / %s | %.2f |\n", num(x.Records), mib(float64(x.TraceBytes)), dur(x.Load), dur(x.Fold), dur(total),
+				num(int(float64(x.Records)/total.Seconds())), num(x.ContextMsgs), mib(float64(x.LoadAlloc))+" / "+mib(float64(x.FoldAlloc)),
+				dur(x.JSONDecode), mib(float64(x.JSONAlloc)), total.Seconds()/x.JSONDecode.Seconds())
 		}
 		fmt.Fprintln(w)
 	}
@@ -81,6 +81,28 @@ func (r *Report) Markdown(w io.Writer, command string) {
 		fmt.Fprintf(w, "| goroutines | %+.4f |\n", d.Goroutines)
 		fmt.Fprintf(w, "| FLOE_SESSIONS bytes | %s |\n| Session record (floe_sessions KV) bytes | %s |\n| Trace + position file bytes | %s |\n\n",
 			kib(x.StreamBytes), kib(x.KVBytes), kib(x.TraceBytes))
+	}
+
+	if x := r.Tasks; x != nil {
+		d := x.Mem
+		fmt.Fprintf(w, "**Idle Session after a real Task**: %s Sessions created through the API, each running one Task through the engine (a scripted model answering one text; 8 at a time; %s in all), traced, no client attached; measured %v after the last Task ended, after GC; process delta ÷ Sessions:\n\n", num(x.Sessions), dur(x.Run), x.Wait)
+		fmt.Fprintf(w, "| per idle Session | |\n|---|---:|\n")
+		fmt.Fprintf(w, "| process RSS | %s |\n| Go heap (live) | %s |\n| … nats-server | %s |\n| … nats.go | %s |\n| … Floe services | %s |\n| goroutines | %+.4f |\n\n",
+			kib(d.RSS), kib(d.Heap), kib(d.ByOwner[ownerServer]), kib(d.ByOwner[ownerClient]), kib(d.ByOwner[ownerFloe]), d.Goroutines)
+		fmt.Fprintf(w, "Consumers on FLOE_SESSIONS: %d before, at most %d while the Tasks ran, %d %v after the last Task (the tracer's durable is one).\n\n", x.ConsumersBefore, x.ConsumersPeak, x.ConsumersAfter, x.Wait)
+	}
+
+	if len(r.Tracer) > 0 {
+		fmt.Fprintf(w, "**Tracer**: new Sessions of one day, each starting with its session_meta, a partial published beside every record, published while the tracer runs; the rate is from the first publish until the tracer's ack floor reaches the last message.\n\n")
+		fmt.Fprintf(w, "| Sessions | records | order | elapsed | records/s | × the first row |\n|---:|---:|---|---:|---:|---:|\n")
+		for _, x := range r.Tracer {
+			order := "one Session after another"
+			if x.Interleaved {
+				order = "interleaved"
+			}
+			fmt.Fprintf(w, "| %s | %s | %s | %s | %s | %.2f |\n", num(x.Sessions), num(x.Records), order, dur(x.Elapsed), num(int(x.Rate)), x.Rate/r.Tracer[0].Rate)
+		}
+		fmt.Fprintln(w)
 	}
 
 	if len(r.Errors) > 0 {

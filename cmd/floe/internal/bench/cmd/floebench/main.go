@@ -30,7 +30,8 @@ func run() int {
 	fs := flag.NewFlagSet("floebench", flag.ContinueOnError)
 	quick := fs.Bool("quick", false, "a run of under two minutes")
 	out := fs.String("out", "", "also write the markdown to this file")
-	only := fs.String("only", "", "comma-separated scenarios: throughput,latency,resume,idle (default all)")
+	jsonOut := fs.String("json", "", "also write a machine-readable summary (JSON) to this file")
+	only := fs.String("only", "", "comma-separated scenarios: throughput,latency,resume,idle,tasks,tracer (default all)")
 	partials := fs.Int("partials", 0, "partials per throughput run (default 50000 quick, 100000 full)")
 	rate := fs.Float64("rate", 0, "total publish rate of the latency scenarios, partials/s (default 2000)")
 	idle := fs.Int("idle-sessions", 0, "idle Sessions to create (default 10000, quick 5000)")
@@ -116,6 +117,13 @@ func run() int {
 			return 1
 		}
 		fmt.Fprintf(os.Stderr, "written to %s\n", *out)
+	}
+	if *jsonOut != "" {
+		if werr := rep.WriteJSON(*jsonOut); werr != nil {
+			fmt.Fprintln(os.Stderr, werr)
+			return 1
+		}
+		fmt.Fprintf(os.Stderr, "summary written to %s\n", *jsonOut)
 	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)

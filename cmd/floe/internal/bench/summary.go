@@ -1,0 +1,78 @@
+package bench
+
+import (
+	"encoding/json"
+	"os"
+	"strconv"
+)
+
+// Summary is the machine-readable digest of one run (scripts/bench --json
+// FILE): every figure from the same Report. A scenario that did not run
+// leaves its keys out.
+type Summary struct {
+	ThroughputRatio    *float64           `json:"throughput_ratio,omitempty"` // engine → SSE ÷ bare JetStream (median of the per-run ratios)
+	SSEIdleRSSKiB      *float64           `json:"sse_idle_rss_kib,omitempty"`
+	SSEIdleGoroutines  *float64           `json:"sse_idle_goroutines,omitempty"`
+	LatencyP99us       map[string]float64 `json:"latency_p99_us,omitempty"`      // by Session count
+	BareLatencyP99us   map[string]float64 `json:"bare_latency_p99_us,omitempty"` // by Session count
+	TracerRate100      *float64           `json:"tracer_rate_100,omitempty"`     // records/s
+	TracerRate10000    *float64           `json:"tracer_rate_10000,omitempty"`
+	Resume100kMs       *float64           `json:"resume_100k_ms,omitempty"`
+	JSONDecode100kMs   *float64           `json:"json_decode_100k_ms,omitempty"`
+	Resume100kAllocMiB *float64           `json:"resume_100k_alloc_mib,omitempty"`
+	Trace100kMiB       *float64           `json:"trace_100k_mib,omitempty"`
+	IdleSessionRSSKiB  *float64           `json:"idle_session_rss_kib,omitempty"` // after real Tasks
+	ConsumersAfterIdle *int               `json:"consumers_after_idle,omitempty"`
+	Errors             []string           `json:"errors,omitempty"`
+}
+
+// Summary digests the report.
+func (r *Report) Summary() Summary {
+	f := func(v float64) *float64 { return &v }
+	var s Summary
+	if t := r.Throughput; t != nil && len(t.Ratios) > 0 {
+		s.ThroughputRatio = f(median(t.Ratios))
+	}
+	for _, l := range r.Latency {
+		if s.LatencyP99us == nil {
+			s.LatencyP99us, s.BareLatencyP99us = map[string]float64{}, map[string]float64{}
+		}
+		k := strconv.Itoa(l.Sessions)
+		s.LatencyP99us[k] = float64(l.P99.Microseconds())
+		s.BareLatencyP99us[k] = float64(l.BareP99.Microseconds())
+		if d := l.IdleConnection; d != nil {
+			s.SSEIdleRSSKiB, s.SSEIdleGoroutines = f(d.RSS/1024), f(d.Goroutines)
+		}
+	}
+	for _, x := range r.Tracer {
+		switch x.Sessions {
+		case 100:
+			s.TracerRate100 = f(x.Rate)
+		case 10_000:
+			s.TracerRate10000 = f(x.Rate)
+		}
+	}
+	for _, x := range r.Resume {
+		if x.Records == 100_000 {
+			s.Resume100kMs = f(float64((x.Load + x.Fold).Microseconds()) / 1000)
+			s.JSONDecode100kMs = f(float64(x.JSONDecode.Microseconds()) / 1000)
+			s.Resume100kAllocMiB = f(float64(x.LoadAlloc+x.FoldAlloc) / (1 << 20))
+			s.Trace100kMiB = f(float64(x.TraceBytes) / (1 << 20))
+		}
+	}
+	if x := r.Tasks; x != nil {
+		s.IdleSessionRSSKiB = f(x.Mem.RSS / 1024)
+		s.ConsumersAfterIdle = &x.ConsumersAfter
+	}
+	s.Errors = r.Errors
+	return s
+}
+
+// WriteJSON writes the summary to path, indented.
+func (r *Report) WriteJSON(path string) error {
+	b, err := json.MarshalIndent(r.Summary(), "", "  ")
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(path, append(b, '\n'), 0o644)
+}
