@@ -406,7 +406,7 @@ func tracerConfig(c *common) *tracer.Config {
 }
 
 func gatewayConfig(c *common) (*gateway.Config, error) {
-	cfg := gateway.Config{Addr: c.httpAddr, Home: c.home, DefaultModel: c.model}
+	cfg := gateway.Config{Addr: c.httpAddr, Home: c.home, DefaultModel: c.model, DetachSSE: true}
 	cfg.FromEnv(os.Getenv)
 	p, err := cmdpolicy.Load(os.Getenv("FLOE_COMMAND_POLICY"))
 	if err != nil {

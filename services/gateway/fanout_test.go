@@ -149,6 +149,12 @@ func (c *rawSSE) close() { c.conn.Close() }
 // duplicate). The CI size is small; FLOE_SSE_LOAD=full runs the acceptance
 // size, 10,000 clients on 1,000 Sessions.
 func TestSSELoadEveryClientSeesItsSessionExactlyOnce(t *testing.T) {
+	for _, detach := range []bool{false, true} {
+		t.Run(fmt.Sprintf("detach=%v", detach), func(t *testing.T) { sseLoad(t, detach) })
+	}
+}
+
+func sseLoad(t *testing.T, detach bool) {
 	sessions, perSession, msgs := 20, 10, 30
 	if os.Getenv("FLOE_SSE_LOAD") == "full" {
 		sessions, perSession, msgs = 1000, 10, 20
@@ -156,7 +162,7 @@ func TestSSELoadEveryClientSeesItsSessionExactlyOnce(t *testing.T) {
 		t.Parallel()
 	}
 	env := bustest.Start(t, bus.Config{MaxConsumers: 100})
-	g := startGateway(t, env, "", func(c *gateway.Config) { c.Heartbeat = 5 * time.Second })
+	g := startGateway(t, env, "", func(c *gateway.Config) { c.Heartbeat = 5 * time.Second; c.DetachSSE = detach })
 	addr := strings.TrimPrefix(g.URL, "http://")
 	sids := make([]string, sessions)
 	for i := range sids {
@@ -282,5 +288,72 @@ func publishEach(t testing.TB, env *bustest.Env, sids []string, n int) {
 	case <-js.PublishAsyncComplete():
 	case <-time.After(waitLimit):
 		t.Fatal("publish acks missing")
+	}
+}
+
+// A detached stream (DetachSSE) is cut off like any other when it stops
+// reading, without slowing a reading client, and ends its connection.
+func TestDetachedSlowClientIsDisconnectedOthersUnaffected(t *testing.T) {
+	t.Parallel()
+	env := newBus(t)
+	startEngine(t, env, func(e *fakeEngine) { e.Deltas = 200; e.DeltaBytes = 32 << 10 })
+	g := startGateway(t, env, "", func(c *gateway.Config) {
+		c.ClientBuffer = 16
+		c.WriteTimeout = time.Second
+		c.DetachSSE = true
+	})
+	s := createSession(t, g.Alice, client.CreateSession{})
+	slow, err := dialRaw(strings.TrimPrefix(g.URL, "http://"), s.ID, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer slow.close()
+	good := openStream(t, g.Alice, s.ID, "")
+	submit(t, g.Alice, s.ID, "flood")
+	good.until("end", idleEvent)
+	if good.s.Connects() != 1 {
+		t.Fatalf("the reading client reconnected %d times", good.s.Connects()-1)
+	}
+	equalStreams(t, withIDs(t, good.got), busStream(t, env, s.ID))
+	eventually(t, "slow client disconnected", func() bool {
+		return strings.Contains(metricsText(t, g), "floe_gateway_sse_slow_disconnects_total 1")
+	})
+	slow.conn.SetReadDeadline(time.Now().Add(waitLimit))
+	if _, err := io.Copy(io.Discard, slow.body); err != nil && !errors.Is(err, io.ErrUnexpectedEOF) {
+		t.Fatalf("slow client's connection was not closed: %v", err)
+	}
+}
+
+// A detached stream ends when its client goes away (the socket reader
+// notices), releasing its place at the tail, and when the gateway closes.
+func TestDetachedStreamEndsWithItsClient(t *testing.T) {
+	t.Parallel()
+	env := newBus(t)
+	g := startGateway(t, env, "", func(c *gateway.Config) { c.DetachSSE = true })
+	s := createSession(t, g.Alice, client.CreateSession{})
+	addr := strings.TrimPrefix(g.URL, "http://")
+	c1, err := dialRaw(addr, s.ID, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := c1.next(time.Now().Add(waitLimit)); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "one client", func() bool { return strings.Contains(metricsText(t, g), "floe_gateway_sse_clients 1") })
+	c1.close()
+	eventually(t, "no client after it left", func() bool { return strings.Contains(metricsText(t, g), "floe_gateway_sse_clients 0") })
+	c2, err := dialRaw(addr, s.ID, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c2.close()
+	if _, _, err := c2.next(time.Now().Add(waitLimit)); err != nil {
+		t.Fatal(err)
+	}
+	g.release()
+	g.release = func() {}
+	c2.conn.SetReadDeadline(time.Now().Add(waitLimit))
+	if _, err := io.Copy(io.Discard, c2.body); err != nil {
+		t.Fatalf("stream after the gateway closed: %v, want a complete response", err)
 	}
 }

@@ -86,6 +86,15 @@ type Config struct {
 	// ReadBodyTimeout bounds reading a request's body (default 30s); a
 	// client that stalls mid-body gets 408 and is disconnected.
 	ReadBodyTimeout time.Duration
+	// DetachSSE takes each HTTP/1.1 SSE connection over from net/http once
+	// its request is accepted and writes the chunked stream itself: an
+	// idle stream then costs about a third of the memory (net/http's
+	// buffers and request state are released). Detached connections are
+	// not tracked by http.Server (Shutdown does not wait for them, and
+	// httptest's CloseClientConnections does not see them); the gateway's
+	// release, or Run's shutdown, ends them. floe serve and floe gateway
+	// turn it on.
+	DetachSSE bool
 	// WriteTimeout bounds one write to an SSE client (default 15s); a
 	// client that accepts nothing for that long is disconnected.
 	WriteTimeout time.Duration
@@ -204,7 +213,7 @@ func (c *Config) options() server.Options {
 		Tokens: c.Tokens, MaxBody: c.MaxBody, Home: c.Home, DefaultModel: c.DefaultModel,
 		WorkspaceRoots: c.WorkspaceRoots, ScriptsDir: c.ScriptsDir, ReadBodyTimeout: c.ReadBodyTimeout,
 		Heartbeat: c.Heartbeat, ControlTimeout: c.ControlTimeout, QueueWait: c.QueueWait,
-		ClientBuffer: c.ClientBuffer, WriteTimeout: c.WriteTimeout, CommandPolicy: c.CommandPolicy,
+		ClientBuffer: c.ClientBuffer, WriteTimeout: c.WriteTimeout, DetachSSE: c.DetachSSE, CommandPolicy: c.CommandPolicy,
 	}
 }
 

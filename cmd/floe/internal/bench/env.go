@@ -79,7 +79,7 @@ func startEnv(ctx context.Context, root, name string, services bool, log zerolog
 		e.stop()
 		return nil, err
 	}
-	h, release, err := gateway.NewHandler(ctx, e.gwConn, gateway.Config{Home: home, ScriptsDir: home}, log)
+	h, release, err := gateway.NewHandler(ctx, e.gwConn, gateway.Config{Home: home, ScriptsDir: home, DetachSSE: true}, log)
 	if err != nil {
 		e.stop()
 		return nil, fmt.Errorf("bench: gateway: %w", err)

@@ -44,6 +44,8 @@ type Options struct {
 	WriteTimeout    time.Duration
 	// CommandPolicy is snapshotted into every Session created here.
 	CommandPolicy *omni.CommandPolicy
+	// DetachSSE serves SSE on the taken-over connection (see stream.go).
+	DetachSSE bool
 	// Metrics receives the gateway's series and Gatherer is what /metrics
 	// serves; nil: a registry of the gateway's own.
 	Metrics  prometheus.Registerer

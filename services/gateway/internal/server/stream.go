@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"net"
 	"net/http"
 	"strconv"
 	"sync"
@@ -52,7 +53,11 @@ import (
 // An idle connection costs its handler's goroutine (waiting on its queue,
 // a heartbeat ticker and its context) and net/http's: no consumer, no
 // goroutine of its own, no buffer between batches (each batch is built in
-// a pooled buffer and written at once).
+// a pooled buffer and written at once). With Options.DetachSSE the
+// handler takes the HTTP/1.1 connection over once the request is accepted
+// and writes the chunked response itself: net/http's 10 KiB of buffers and
+// its request state are released, and the connection costs one writer
+// goroutine and one reading the socket to notice the client leaving.
 
 type streamMode int
 
@@ -124,11 +129,20 @@ func (s *Server) handleStream(w http.ResponseWriter, r *http.Request) *apiError 
 	if !s.track() {
 		return errorf(http.StatusServiceUnavailable, omni.CodeUnavailable, "the gateway is shutting down")
 	}
-	defer s.streams.Done()
+	detached := false // run owns the stream from then on
+	defer func() {
+		if !detached {
+			s.streams.Done()
+		}
+	}()
 	// The stream ends with the server, the client, or the tail cutting it
 	// off.
 	ctx, cancel := context.WithCancel(s.ctx)
-	defer cancel()
+	defer func() {
+		if !detached {
+			cancel()
+		}
+	}()
 
 	pos, err := s.locate(ctx, lastID)
 	if err != nil {
@@ -146,6 +160,17 @@ func (s *Server) handleStream(w http.ResponseWriter, r *http.Request) *apiError 
 		k.last = pos.start - 1 // the client has everything up to its id
 	}
 
+	if s.opts.DetachSSE && r.ProtoMajor == 1 && r.ProtoMinor >= 1 {
+		if nc, _, err := http.NewResponseController(w).Hijack(); err == nil {
+			// From here the connection is ours: this handler returns (and
+			// net/http drops its buffers), run serves it.
+			detached = true
+			nc.SetDeadline(time.Time{})
+			k.out = &connSink{c: nc, timeout: s.opts.WriteTimeout}
+			go k.run(ctx, w.Header(), nc)
+			return nil
+		}
+	}
 	stop := context.AfterFunc(r.Context(), cancel)
 	defer stop()
 	h := w.Header()
@@ -173,7 +198,7 @@ type sseConn struct {
 	pos    position
 	c      *sseClient
 	cancel context.CancelFunc
-	out    *httpSink
+	out    sink
 	live   uint64 // the tail's position when the client registered
 	last   uint64 // the last stream sequence written (or skipped as seen)
 	buf    []byte // the batch being built; nil between batches
@@ -186,6 +211,68 @@ func (k *sseConn) kick(slow bool) {
 		k.slow.Store(true)
 	}
 	k.cancel()
+}
+
+// run serves a detached connection: it writes the response head, then
+// the stream, while a second goroutine reads the socket only to notice the
+// client going away.
+func (k *sseConn) run(ctx context.Context, header http.Header, nc net.Conn) {
+	defer k.s.streams.Done()
+	defer k.cancel()
+	readDone := make(chan struct{})
+	go func() {
+		defer close(readDone)
+		var b [1]byte
+		for {
+			if _, err := nc.Read(b[:]); err != nil {
+				k.cancel()
+				return
+			}
+		}
+	}()
+	defer func() {
+		nc.Close()
+		<-readDone
+	}()
+	cs := k.out.(*connSink)
+	k.buf = appendHead(k.pooled(), header)
+	err := cs.write(k.buf)
+	k.release()
+	if err != nil {
+		return
+	}
+	k.serve(ctx)
+	cs.end()
+}
+
+// appendHead appends the HTTP/1.1 response head of a chunked SSE stream,
+// with the headers the handler chain already set.
+func appendHead(b []byte, header http.Header) []byte {
+	b = append(b, "HTTP/1.1 200 OK\r\n"...)
+	line := func(k, v string) {
+		b = append(b, k...)
+		b = append(b, ": "...)
+		b = append(b, strings.Map(func(r rune) rune {
+			if r == '\r' || r == '\n' {
+				return ' '
+			}
+			return r
+		}, v)...)
+		b = append(b, "\r\n"...)
+	}
+	for k, v := range sseHeaders {
+		line(k, v)
+	}
+	for k, vs := range header {
+		if _, ours := sseHeaders[k]; ours || k == "Content-Length" || k == "Transfer-Encoding" || k == "Connection" {
+			continue
+		}
+		for _, v := range vs {
+			line(k, v)
+		}
+	}
+	line("Date", time.Now().UTC().Format(http.TimeFormat))
+	return append(b, "Transfer-Encoding: chunked\r\n\r\n"...)
 }
 
 // serve writes the stream: resync_required or the replayed gap, the
@@ -426,6 +513,49 @@ func (k *sseConn) snapshot(ctx context.Context) [][]byte {
 		out = append(out, s.pending(ctx, k.sid)...)
 	}
 	return out
+}
+
+// sink is where a connection's batches go, each written at once within
+// the write timeout.
+type sink interface {
+	write(p []byte) error
+}
+
+// connSink writes HTTP/1.1 chunks on a detached connection; the first
+// write is the response head.
+type connSink struct {
+	c       net.Conn
+	timeout time.Duration
+	chunked bool // the head is written: later writes are chunks
+	failed  bool // a write failed: the response cannot be ended cleanly
+}
+
+var crlf = []byte("\r\n")
+
+func (cs *connSink) write(p []byte) error {
+	cs.c.SetWriteDeadline(time.Now().Add(cs.timeout))
+	var err error
+	if !cs.chunked {
+		cs.chunked = true
+		_, err = cs.c.Write(p)
+	} else {
+		var h [18]byte
+		hb := strconv.AppendUint(h[:0], uint64(len(p)), 16)
+		hb = append(hb, '\r', '\n')
+		bufs := net.Buffers{hb, p, crlf}
+		_, err = bufs.WriteTo(cs.c)
+	}
+	cs.failed = cs.failed || err != nil
+	return err
+}
+
+// end writes the last chunk, so the client sees a complete response.
+func (cs *connSink) end() {
+	if cs.failed || !cs.chunked {
+		return
+	}
+	cs.c.SetWriteDeadline(time.Now().Add(time.Second))
+	cs.c.Write([]byte("0\r\n\r\n"))
 }
 
 // httpSink writes a batch through the ResponseWriter and flushes it,
