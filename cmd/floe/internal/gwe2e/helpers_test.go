@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -19,6 +18,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 
+	"floe.dev/cmd/floe/internal/proctest"
 	"floe.dev/cmd/floe/internal/stack"
 	"floe.dev/pkg/bus"
 	"floe.dev/pkg/omni"
@@ -89,15 +89,7 @@ func start(t *testing.T) *env {
 }
 
 // freeAddr returns a loopback address with a port that was free a moment ago.
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().String()
-}
+func freeAddr(t *testing.T) string { return proctest.FreeAddr(t) }
 
 // waitHealthy polls GET /healthz until it answers 200; failed, when set,
 // reports a reason to give up early.

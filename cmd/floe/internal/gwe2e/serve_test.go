@@ -15,7 +15,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -23,28 +22,14 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"floe.dev/cmd/floe/internal/proctest"
 	"floe.dev/pkg/bus"
 	"floe.dev/pkg/omni"
 	"floe.dev/services/gateway/client"
 )
 
 // lockedBuffer collects a process's output; safe for concurrent use.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
+type lockedBuffer = proctest.Buffer
 
 // serveHome is what a `floe serve` process runs on: its home and the
 // loopback addresses it keeps across restarts.

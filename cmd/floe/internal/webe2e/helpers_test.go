@@ -1,23 +1,21 @@
 package webe2e
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/chromedp/chromedp"
 
+	"floe.dev/cmd/floe/internal/proctest"
 	"floe.dev/services/gateway/client"
 )
 
@@ -27,24 +25,6 @@ const waitLimit = 45 * time.Second
 
 type obj = map[string]any
 
-// lockedBuffer collects a process's output; safe for concurrent use.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
 // server is a `floe serve` home: its process can be stopped and started
 // again on the same addresses.
 type server struct {
@@ -53,7 +33,7 @@ type server struct {
 	httpAddr string
 	env      []string
 	cmd      *exec.Cmd
-	errs     *lockedBuffer
+	errs     *proctest.Buffer
 	done     chan struct{}
 }
 
@@ -71,7 +51,7 @@ func newServer(t *testing.T, script obj, extra ...string) *server {
 		}
 		model = "scripted:" + file
 	}
-	s := &server{t: t, dir: dir, httpAddr: freeAddr(t)}
+	s := &server{t: t, dir: dir, httpAddr: proctest.FreeAddr(t)}
 	for _, kv := range os.Environ() {
 		k, _, _ := strings.Cut(kv, "=")
 		if strings.HasPrefix(k, "FLOE_") || strings.HasPrefix(k, "OPENAI_") || strings.HasPrefix(k, "ANTHROPIC_") || k == "HOME" {
@@ -91,7 +71,7 @@ func (s *server) home() string { return filepath.Join(s.dir, "floe") }
 
 func (s *server) start() {
 	s.t.Helper()
-	s.errs = &lockedBuffer{}
+	s.errs = &proctest.Buffer{}
 	s.done = make(chan struct{})
 	s.cmd = exec.Command(floeBin, "serve")
 	s.cmd.Env = s.env
@@ -152,16 +132,6 @@ func (s *server) kill(cmd *exec.Cmd, done chan struct{}) {
 	if s.t.Failed() {
 		s.t.Logf("floe serve stderr:\n%s", s.errs.String())
 	}
-}
-
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().String()
 }
 
 func ctxT(t *testing.T) context.Context {

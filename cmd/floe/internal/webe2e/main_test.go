@@ -4,12 +4,12 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"testing"
-	"time"
 
 	"github.com/chromedp/chromedp"
+
+	"floe.dev/cmd/floe/internal/proctest"
 )
 
 var (
@@ -29,12 +29,8 @@ func run(m *testing.M) int {
 		return 1
 	}
 	defer os.RemoveAll(dir)
-	floeBin = filepath.Join(dir, "floe")
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	out, err := exec.CommandContext(ctx, "go", "build", "-o", floeBin, "floe.dev/cmd/floe").CombinedOutput()
-	cancel()
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "go build floe: %v\n%s", err, out)
+	if floeBin, err = proctest.BuildFloe(dir); err != nil {
+		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
 	chromium = os.Getenv("FLOE_CHROMIUM")

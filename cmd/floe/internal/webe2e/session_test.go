@@ -16,7 +16,9 @@ func execCall(id, description, cmd string) obj {
 	return obj{"tool_call": obj{"name": "exec_command", "id": id, "arguments": obj{"description": description, "cmd": cmd}}}
 }
 
-func cardSel(id string) string { return fmt.Sprintf(`#transcript li[data-kind=tool][data-tool-call-id=%q]`, id) }
+func cardSel(id string) string {
+	return fmt.Sprintf(`#transcript li[data-kind=tool][data-tool-call-id=%q]`, id)
+}
 
 // Under always-ask a tool card shows Allow and Deny; Allow runs the tool
 // and its output appears on the card; Deny shows the denial and nothing

@@ -1,0 +1,58 @@
+// Package proctest holds the helpers the multi-process tests share: build
+// the floe binary once, pick a free loopback address, collect a child
+// process's output. Only tests import it.
+package proctest
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"net"
+	"os/exec"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+)
+
+// BuildFloe builds the floe binary into dir (bounded to five minutes) and
+// returns its path.
+func BuildFloe(dir string) (string, error) {
+	bin := filepath.Join(dir, "floe")
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, "go", "build", "-o", bin, "floe.dev/cmd/floe").CombinedOutput()
+	if err != nil {
+		return "", fmt.Errorf("go build floe: %v\n%s", err, out)
+	}
+	return bin, nil
+}
+
+// FreeAddr returns a 127.0.0.1 address with a port free right now.
+func FreeAddr(t testing.TB) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+// Buffer collects a process's output; safe for concurrent use.
+type Buffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *Buffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *Buffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
