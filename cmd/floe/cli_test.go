@@ -2,7 +2,10 @@ package main
 
 import (
 	"context"
+	"net"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -70,5 +73,97 @@ func TestPerCommandHelp(t *testing.T) {
 	out, code = floeCmd(t, home, "bogus")
 	if code != 2 || !strings.Contains(out, `unknown command "bogus"`) {
 		t.Errorf("unknown command: exit %d\n%s", code, out)
+	}
+}
+
+// The first five minutes' error paths: each is one line naming the
+// problem, with the exit status a script can test.
+func TestFirstFiveMinutesErrors(t *testing.T) {
+	home := t.TempDir()
+	env := cleanEnv(home)
+	run := func(env []string, stdin string, args ...string) (string, string, int) {
+		t.Helper()
+		return runPiped(t, home, env, stdin, args...)
+	}
+
+	// A port already in use fails at once, naming the address.
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	busy := ln.Addr().String()
+	for _, tc := range []struct {
+		env     []string
+		setting string
+	}{
+		{append(append([]string{}, env...), "FLOE_HTTP_ADDR="+busy, "FLOE_NATS_LISTEN=off"), "FLOE_HTTP_ADDR"},
+		{append(append([]string{}, env...), "FLOE_HTTP_ADDR="+freeAddr(t), "FLOE_NATS_LISTEN="+busy), "FLOE_NATS_LISTEN"},
+	} {
+		start := time.Now()
+		_, errOut, code := run(tc.env, "", "serve")
+		if code != 1 || !strings.Contains(errOut, busy+" is already in use") || !strings.Contains(errOut, tc.setting) {
+			t.Errorf("serve on a busy %s: status %d\n%s", tc.setting, code, errOut)
+		}
+		if d := time.Since(start); d > 20*time.Second {
+			t.Errorf("serve on a busy %s took %v to fail", tc.setting, d)
+		}
+	}
+
+	// Replaying a Session that does not exist is an error.
+	_, errOut, code := run(append(append([]string{}, env...), "FLOE_NATS_LISTEN=off"), "", "replay", "session-2026-01-01-00-00-00-deadbeef")
+	if code != 1 || !strings.Contains(errOut, "session session-2026-01-01-00-00-00-deadbeef not found") {
+		t.Errorf("replay of an unknown session: status %d\n%s", code, errOut)
+	}
+
+	// Approvals with no terminal on stdin say so and deny.
+	ws := filepath.Join(home, "ws")
+	if err := os.MkdirAll(ws, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	model := writeScript(t, home, `{"requests": [
+	  {"steps": [{"tool_call": {"name": "exec_command", "arguments": {"description": "x", "cmd": "echo ran-it"}}}]},
+	  {"expect_tool_outputs": ["call_1"], "steps": [{"text": "understood"}]}
+	]}`)
+	out, errOut, code := runPiped(t, ws, env, "y\n", "run", "--model", model, "--approve", "always-ask", "run it")
+	if code != 0 || !strings.Contains(errOut, "allow exec_command? [Y/n] no terminal to ask: denied") || strings.Contains(out, "ran-it\n") {
+		t.Errorf("run --approve always-ask without a terminal: status %d\nstdout:\n%s\nstderr:\n%s", code, out, errOut)
+	}
+	if !strings.Contains(out, "✗ deny") {
+		t.Errorf("the denial is not shown:\n%s", out)
+	}
+
+	// A model that cannot be reached: one readable line per failed
+	// attempt, and the final error repeats the cause.
+	dead := freeAddr(t)
+	renv := append(append([]string{}, env...), "OPENAI_BASE_URL=http://"+dead+"/v1", "OPENAI_API_KEY=sk-x",
+		"FLOE_RETRY_BASE_MS=50", "FLOE_RETRY_CAP_MS=100", "FLOE_RETRY_MAX=2")
+	out, errOut, code = runPiped(t, ws, renv, "", "run", "--model", "openai:gpt-4o-mini", "hello")
+	if code != 1 {
+		t.Errorf("unreachable model: status %d, want 1", code)
+	}
+	for _, want := range []string{
+		"model request failed: connection refused (" + dead + "); retrying in 0.1 s (attempt 2 of 3)",
+		"model request failed: connection refused (" + dead + "); retrying in 0.1 s (attempt 3 of 3)",
+		"model request failed: connection refused (" + dead + "); giving up after 3 attempts",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("stdout lacks %q:\n%s", want, out)
+		}
+	}
+	if !strings.Contains(errOut, "model request failed: connection refused ("+dead+")") {
+		t.Errorf("the final error does not repeat the cause:\n%s", errOut)
+	}
+	// The services' JSON logs stay off the terminal, in a file.
+	if strings.Contains(errOut, `{"level"`) || strings.Contains(out, `{"level"`) {
+		t.Errorf("JSON log lines on the terminal:\n%s\n%s", out, errOut)
+	}
+	logs, _ := os.ReadFile(filepath.Join(home, "floe", "logs", "floe-run.log"))
+	if !strings.Contains(string(logs), `"level"`) {
+		t.Errorf("no log lines in $FLOE_HOME/logs/floe-run.log")
+	}
+	_, errOut, _ = runPiped(t, ws, renv, "", "run", "-v", "--model", "openai:gpt-4o-mini", "hello")
+	if !strings.Contains(errOut, `"level":"warn"`) {
+		t.Errorf("-v does not show the logs on stderr:\n%s", errOut)
 	}
 }

@@ -49,11 +49,18 @@ func cmdReplay(ctx context.Context, args []string) error {
 	w := bufio.NewWriter(os.Stdout)
 	defer w.Flush()
 	// An unknown Session is an error, not an empty stream.
-	if sessions, err := bus.Open(ctx, js); err == nil {
-		if _, _, err := sessions.Get(ctx, sid); errors.Is(err, bus.ErrSessionNotFound) {
-			if n, _ := countSession(ctx, js, sid); n == 0 {
-				return fmt.Errorf("session %s not found", sid)
-			}
+	n, err := countSession(ctx, js, sid)
+	if errors.Is(err, jetstream.ErrStreamNotFound) {
+		return fmt.Errorf("session %s not found (no Sessions stored yet)", sid)
+	}
+	if err == nil && n == 0 {
+		known := false
+		if sessions, err := bus.Open(ctx, js); err == nil {
+			_, _, err := sessions.Get(ctx, sid)
+			known = err == nil
+		}
+		if !known {
+			return fmt.Errorf("session %s not found", sid)
 		}
 	}
 	err = bus.FollowUntil(ctx, js, sid, nil, *from, !*follow, func(sm bus.StreamMsg) error {
