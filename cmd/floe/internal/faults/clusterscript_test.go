@@ -41,8 +41,28 @@ func TestClusterScriptUpStatusDown(t *testing.T) {
 			t.Errorf("cleanup: %v", err)
 		}
 	})
-	if out, err := runScript(t, 5*time.Minute, env, "scripts/cluster", "up"); err != nil {
+	// The caller has a descriptor open (a pipe, say): no process up
+	// starts may keep it, or the pipe's reader would wait for them.
+	held, err := os.CreateTemp(state, "held-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held.Close()
+	if out, err := runScriptFiles(t, 5*time.Minute, env, []*os.File{held}, "scripts/cluster", "up"); err != nil {
 		t.Fatalf("up: %v\n%s", err, out)
+	}
+	pids, _ := filepath.Glob(filepath.Join(state, "cluster", "run", "*.pid"))
+	for _, pf := range pids {
+		b, _ := os.ReadFile(pf)
+		fds, _ := filepath.Glob(filepath.Join("/proc", strings.TrimSpace(string(b)), "fd", "*"))
+		for _, fd := range fds {
+			if target, _ := os.Readlink(fd); target == held.Name() {
+				t.Errorf("%s holds the caller's descriptor %s", filepath.Base(pf), fd)
+			}
+		}
+	}
+	if len(pids) != 11 {
+		t.Errorf("%d pid files, want 11", len(pids))
 	}
 	status, err := runScript(t, time.Minute, env, "scripts/cluster", "status")
 	if err != nil {
@@ -123,7 +143,11 @@ func readEnvFile(t *testing.T, path string) map[string]string {
 	out := map[string]string{}
 	sc := bufio.NewScanner(f)
 	for sc.Scan() {
-		if k, v, ok := strings.Cut(sc.Text(), "="); ok {
+		line, exported := strings.CutPrefix(sc.Text(), "export ")
+		if !exported {
+			t.Errorf("%s: %q is not exported", path, sc.Text())
+		}
+		if k, v, ok := strings.Cut(line, "="); ok {
 			out[k] = v
 		}
 	}

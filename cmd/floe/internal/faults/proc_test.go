@@ -215,7 +215,15 @@ func eventually(t testing.TB, d time.Duration, what string, cond func() bool) {
 // stdout; stderr is in the error.
 func runScript(t testing.TB, d time.Duration, env []string, script string, args ...string) ([]byte, error) {
 	t.Helper()
+	return runScriptFiles(t, d, env, nil, script, args...)
+}
+
+// runScriptFiles is runScript with extra descriptors open in the script
+// (fd 3 on), as a caller's shell may have them.
+func runScriptFiles(t testing.TB, d time.Duration, env []string, extra []*os.File, script string, args ...string) ([]byte, error) {
+	t.Helper()
 	cmd := exec.Command(filepath.Join(repoRoot, script), args...)
+	cmd.ExtraFiles = extra
 	cmd.Env = env
 	cmd.Dir = repoRoot
 	var stdout, stderr bytes.Buffer
