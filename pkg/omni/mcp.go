@@ -26,11 +26,21 @@ type MCPConnectResult struct {
 
 // ToolList is a tool runner's answer on floe.toollist.<pool>: the union of
 // its built-in and MCP tools, and how each configured MCP server connected
-// (empty when none is configured).
+// (empty when none is configured). Servers names the configured MCP
+// servers, sorted.
 type ToolList struct {
-	Runner string             `msgpack:"runner"`
-	Tools  []ToolSpec         `msgpack:"tools"`
-	MCP    []MCPConnectResult `msgpack:"mcp,omitempty"`
+	Runner  string             `msgpack:"runner"`
+	Tools   []ToolSpec         `msgpack:"tools"`
+	MCP     []MCPConnectResult `msgpack:"mcp,omitempty"`
+	Servers []string           `msgpack:"servers,omitempty"`
+}
+
+// ToolListRequest is the optional body of a request on floe.toollist.<pool>
+// (an empty body asks for everything). With ServersOnly the runner answers
+// at once with Runner and Servers, connecting nothing: the engine names the
+// servers in mcp_connect_begin before the connecting starts.
+type ToolListRequest struct {
+	ServersOnly bool `msgpack:"servers_only"`
 }
 
 // MCPConnectBegin builds mcp_connect_begin{servers}.

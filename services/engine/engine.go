@@ -147,12 +147,13 @@ func Run(ctx context.Context, nc *nats.Conn, cfg Config, log zerolog.Logger) err
 	}
 	reg := provider.NewRegistry(cfg.Providers)
 	e.deps = &task.Deps{
-		NC:       nc,
-		JS:       js,
-		Sessions: sessions,
-		Log:      log,
-		Resolve:  reg.Resolve,
-		Tools:    e.listTools,
+		NC:         nc,
+		JS:         js,
+		Sessions:   sessions,
+		Log:        log,
+		Resolve:    reg.Resolve,
+		Tools:      e.listTools,
+		MCPServers: e.mcpServers,
 		Settings: task.Settings{
 			Pool:             cfg.Pool,
 			RetryBase:        cfg.RetryBase,
@@ -286,28 +287,51 @@ func (e *engine) onPublishError(_ jetstream.JetStream, m *nats.Msg, err error) {
 
 // listTools asks the pool's runners for their tools. An answer without
 // MCP servers is cached for a minute; with them every Task start asks
-// again, so it reports the servers' current state. It waits for a runner
-// to come up.
+// again, so it reports the servers' current state.
 func (e *engine) listTools(ctx context.Context) (omni.ToolList, error) {
 	e.toolsMu.Lock()
 	defer e.toolsMu.Unlock()
 	if e.tools != nil && time.Since(e.toolsTime) < time.Minute {
 		return omni.ToolList{Tools: e.tools}, nil
 	}
+	list, err := e.askTools(ctx, nil)
+	if err == nil && len(list.Servers) == 0 && len(list.MCP) == 0 {
+		e.tools, e.toolsTime = list.Tools, time.Now()
+	}
+	return list, err
+}
+
+// mcpServers names the pool's MCP servers; nothing is connected. A pool
+// known (cached) to have none is not asked.
+func (e *engine) mcpServers(ctx context.Context) ([]string, error) {
+	e.toolsMu.Lock()
+	cached := e.tools != nil && time.Since(e.toolsTime) < time.Minute
+	e.toolsMu.Unlock()
+	if cached {
+		return nil, nil
+	}
+	body, err := omni.Pack(&omni.ToolListRequest{ServersOnly: true})
+	if err != nil {
+		return nil, err
+	}
+	list, err := e.askTools(ctx, body)
+	return list.Servers, err
+}
+
+// askTools sends one tool list request to the pool, waiting for a runner
+// to come up and, since a runner may be connecting its MCP servers, for
+// its answer as long as the deadline allows (no runner at all fails each
+// attempt at once).
+func (e *engine) askTools(ctx context.Context, body []byte) (omni.ToolList, error) {
 	deadline := time.Now().Add(e.deps.Settings.ToolListTimeout)
 	for {
-		// A runner may be connecting its MCP servers: wait for its answer
-		// as long as the deadline allows (no runner at all fails at once).
 		rctx, cancel := context.WithDeadline(ctx, deadline)
-		reply, err := e.nc.RequestWithContext(rctx, omni.ToolListSubject(e.cfg.Pool), nil)
+		reply, err := e.nc.RequestWithContext(rctx, omni.ToolListSubject(e.cfg.Pool), body)
 		cancel()
 		if err == nil {
 			var list omni.ToolList
 			if err := omni.Unpack(reply.Data, &list); err != nil {
 				return omni.ToolList{}, fmt.Errorf("tool list: %w", err)
-			}
-			if len(list.MCP) == 0 {
-				e.tools, e.toolsTime = list.Tools, time.Now()
 			}
 			return list, nil
 		}

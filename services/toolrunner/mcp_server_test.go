@@ -128,6 +128,12 @@ func newGoServer(g *goServer, badSchema bool) *sdk.Server {
 	s.AddTool(&sdk.Tool{Name: "pid", InputSchema: obj}, func(context.Context, *sdk.CallToolRequest) (*sdk.CallToolResult, error) {
 		return text(fmt.Sprint(os.Getpid())), nil
 	})
+	s.AddTool(&sdk.Tool{Name: "grow", InputSchema: obj}, func(context.Context, *sdk.CallToolRequest) (*sdk.CallToolResult, error) {
+		s.AddTool(&sdk.Tool{Name: "grown", InputSchema: obj}, func(context.Context, *sdk.CallToolRequest) (*sdk.CallToolResult, error) {
+			return text("new tool"), nil
+		})
+		return text("added"), nil
+	})
 	s.AddTool(&sdk.Tool{Name: "env", InputSchema: obj}, func(context.Context, *sdk.CallToolRequest) (*sdk.CallToolResult, error) {
 		return text("secret=" + os.Getenv("FLOE_TEST_SECRET") + " leaked=" + os.Getenv("FLOE_TEST_MCP_EXPANDED")), nil
 	})

@@ -88,8 +88,8 @@ func TestMCPToolListUnionWithConnectResults(t *testing.T) {
 	if len(list.MCP) != 4 {
 		t.Fatalf("results %+v, want one per server", list.MCP)
 	}
-	if r := res["go"]; r.Status != omni.StatusCompleted || r.Transport != "http" || r.Tools != 8 || r.Error != "" {
-		t.Errorf("go result %+v, want completed http with 8 tools", r)
+	if r := res["go"]; r.Status != omni.StatusCompleted || r.Transport != "http" || r.Tools != 9 || r.Error != "" {
+		t.Errorf("go result %+v, want completed http with 9 tools", r)
 	}
 	if r := res["bad"]; r.Status != omni.StatusFailed || !strings.Contains(r.Error, `tool "broken": input schema`) {
 		t.Errorf("bad result %+v, want failed naming the broken tool's schema", r)
@@ -220,6 +220,21 @@ func TestMCPStdioServerRestartsAfterItDies(t *testing.T) {
 	if pid2 == pid1 || pid2 == 0 {
 		t.Errorf("server pid after the restart = %d, before %d", pid2, pid1)
 	}
+
+	// A tool the server adds (notifications/tools/list_changed) is listed
+	// and callable.
+	h.call(sid, "g1", "mcp__go__grow", `{}`)
+	bustest.Eventually(t, wait, "the new tool listed", func() bool {
+		for _, s := range h.toolList().Tools {
+			if s.Name == "mcp__go__grown" {
+				return true
+			}
+		}
+		return false
+	})
+	if p := h.call(sid, "g2", "mcp__go__grown", `{}`); p.Output != "new tool" {
+		t.Errorf("new tool's output %q", p.Output)
+	}
 }
 
 // Not parallel: it sets variables and counts this process's children.
@@ -228,6 +243,16 @@ func TestMCPStdioServerIsLazyExpandsEnvAndIsStoppedAtShutdown(t *testing.T) {
 	h := newHarness(t)
 	r := h.start(toolrunner.Config{MCPConfig: stdioConfig(t, map[string]any{
 		"env": map[string]string{stdioServerVar: "1", "FLOE_TEST_SECRET": "${FLOE_TEST_MCP_EXPANDED}"}})})
+	// Asking for the server names connects nothing.
+	body, _ := omni.Pack(&omni.ToolListRequest{ServersOnly: true})
+	var names omni.ToolList
+	bustest.Eventually(t, wait, "a servers-only reply", func() bool {
+		resp, err := h.env.Conn.Request(toolrunner.ToolListSubject(omni.DefaultPool), body, wait)
+		return err == nil && omni.Unpack(resp.Data, &names) == nil
+	})
+	if len(names.Servers) != 1 || names.Servers[0] != "go" || len(names.Tools) != 0 || len(names.MCP) != 0 {
+		t.Errorf("servers-only reply %+v, want just the server name", names)
+	}
 	time.Sleep(300 * time.Millisecond)
 	if kids := stdioChildren(t); len(kids) != 0 {
 		t.Errorf("server processes %v before anything needed them, want none (lazy start)", kids)

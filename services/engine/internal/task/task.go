@@ -62,6 +62,9 @@ type Deps struct {
 	// Tools lists the runner pool's tools and its MCP servers' connect
 	// results (cached by the engine while there are none).
 	Tools func(ctx context.Context) (omni.ToolList, error)
+	// MCPServers names the pool's MCP servers without connecting them
+	// (nil func or empty: none).
+	MCPServers func(ctx context.Context) ([]string, error)
 }
 
 // Outcome statuses of a Task.
@@ -478,11 +481,55 @@ func (r *Runner) publishMaxTurnsNotice(n int) {
 	}
 }
 
-// start lists the tools and publishes the Session head (first Task). Every
-// publish carries a Msg-Id derived from the Task, so an engine that takes
-// over a redelivered Task does not publish it twice.
+// start lists the tools and publishes the Session head (first Task). With
+// MCP servers configured on the pool, every Task start (not a manual
+// compaction) reports the connecting as the original does (SPEC §7):
+// mcp_connect_begin{servers} before the runner connects them,
+// mcp_connect_end{status, results} after, then tool_list_ready, since
+// either may have changed. Every publish carries a Msg-Id derived from the
+// Task, so an engine that takes over a redelivered Task does not publish
+// it twice.
 func (r *Runner) start(ctx context.Context) error {
+	var servers []string
+	if r.d.MCPServers != nil && r.task.Kind != omni.TaskCompact {
+		var err error
+		if servers, err = r.d.MCPServers(r.abortCtx); err != nil {
+			return fmt.Errorf("list MCP servers: %w", err)
+		}
+	}
+	mcp := len(servers) > 0
+	first := r.fc.Meta == nil
+	publishMeta := func() error {
+		if !first {
+			return nil
+		}
+		meta := r.sessionMeta()
+		_, err := r.publishOnce(ctx, &meta, r.task.ID+"/meta")
+		return err
+	}
+	if mcp {
+		if err := publishMeta(); err != nil {
+			return err
+		}
+		begin := omni.MCPConnectBegin(servers)
+		if _, err := r.publishOnce(ctx, &begin, r.task.ID+"/mcp-begin"); err != nil {
+			return err
+		}
+	}
 	list, err := r.d.Tools(r.abortCtx)
+	if mcp {
+		results := list.MCP
+		if err != nil {
+			results = make([]omni.MCPConnectResult, len(servers))
+			for i, s := range servers {
+				results[i] = omni.MCPConnectResult{Server: s, Status: omni.StatusFailed, Error: err.Error()}
+			}
+		}
+		end := omni.MCPConnectEnd(results)
+		if _, perr := r.publishOnce(ctx, &end, r.task.ID+"/mcp-end"); perr != nil && err == nil {
+			return perr
+		}
+	}
 	if err != nil {
 		return fmt.Errorf("list tools: %w", err)
 	}
@@ -495,27 +542,8 @@ func (r *Runner) start(ctx context.Context) error {
 	for _, t := range tools {
 		r.toolPerms[t.Name] = t.Permission
 	}
-	first := r.fc.Meta == nil
-	if first {
-		meta := r.sessionMeta()
-		if _, err := r.publishOnce(ctx, &meta, r.task.ID+"/meta"); err != nil {
-			return err
-		}
-	}
-	// With MCP servers, every Task start reports how they connected and
-	// the tool list they make (SPEC §7), since either may have changed.
-	mcp := len(list.MCP) > 0 && r.task.Kind != omni.TaskCompact
-	if mcp {
-		servers := make([]string, len(list.MCP))
-		for i, res := range list.MCP {
-			servers[i] = res.Server
-		}
-		begin := omni.MCPConnectBegin(servers)
-		if _, err := r.publishOnce(ctx, &begin, r.task.ID+"/mcp-begin"); err != nil {
-			return err
-		}
-		end := omni.MCPConnectEnd(list.MCP)
-		if _, err := r.publishOnce(ctx, &end, r.task.ID+"/mcp-end"); err != nil {
+	if !mcp {
+		if err := publishMeta(); err != nil {
 			return err
 		}
 	}

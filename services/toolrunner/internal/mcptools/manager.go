@@ -102,6 +102,7 @@ func NewManager(cfg *Config, opts Options) *Manager {
 			s.client = sdk.NewClient(&sdk.Implementation{Name: "floe-toolrunner", Version: opts.Version}, &sdk.ClientOptions{
 				Capabilities:                &sdk.ClientCapabilities{},
 				ProgressNotificationHandler: s.onProgress,
+				ToolListChangedHandler:      s.onToolListChanged,
 			})
 			m.servers = append(m.servers, s)
 			m.byName[name] = s
@@ -212,6 +213,7 @@ type server struct {
 	failures   int // consecutive failures since the server was last healthy
 	nextTry    time.Time
 	upSince    time.Time
+	stale      bool                                             // the server said its tool list changed; relist on next use
 	progress   map[string]func(*sdk.ProgressNotificationParams) // by progress token
 }
 
@@ -233,6 +235,11 @@ func (s *server) ensure(ctx context.Context) ([]*Tool, error) {
 		case s.m.ctx.Err() != nil:
 			s.mu.Unlock()
 			return nil, ErrClosed
+		case s.sess != nil && s.stale:
+			s.stale = false
+			sess, old := s.sess, s.tools
+			s.mu.Unlock()
+			return s.relist(ctx, sess, old), nil
 		case s.sess != nil:
 			tools := s.tools
 			s.mu.Unlock()
@@ -433,6 +440,38 @@ func (s *server) watch(sess *sdk.ClientSession, stop func()) {
 // next call reconnects (a stdio server's death is seen by watch anyway).
 func (s *server) drop(sess *sdk.ClientSession) {
 	_ = sess.Close()
+}
+
+func (s *server) onToolListChanged(context.Context, *sdk.ToolListChangedRequest) {
+	s.mu.Lock()
+	s.stale = true
+	s.mu.Unlock()
+}
+
+// relist fetches the tool list of sess again after the server said it
+// changed; on any problem the old list stays.
+func (s *server) relist(ctx context.Context, sess *sdk.ClientSession, old []*Tool) []*Tool {
+	ctx, cancel := context.WithTimeout(ctx, s.cfg.connectTimeout())
+	defer cancel()
+	var listed []*sdk.Tool
+	for t, err := range sess.Tools(ctx, nil) {
+		if err != nil {
+			s.m.log.Warn().Err(err).Str("mcp_server", s.name).Msg("relisting changed MCP tools failed; keeping the old list")
+			return old
+		}
+		listed = append(listed, t)
+	}
+	tools, err := s.makeTools(listed)
+	if err != nil {
+		s.m.log.Warn().Err(err).Str("mcp_server", s.name).Msg("changed MCP tool list is invalid; keeping the old list")
+		return old
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.sess == sess {
+		s.tools = tools
+	}
+	return tools
 }
 
 func (s *server) onProgress(_ context.Context, req *sdk.ProgressNotificationClientRequest) {

@@ -56,6 +56,14 @@ func (b *Toolbox) List(ctx context.Context) ([]omni.ToolSpec, []omni.MCPConnectR
 	return specs, results
 }
 
+// Servers names the configured MCP servers, sorted (nil for none).
+func (b *Toolbox) Servers() []string {
+	if b.mcp == nil {
+		return nil
+	}
+	return b.mcp.Servers()
+}
+
 // Execute runs one call: a built-in tool through the registry, an MCP tool
 // through its server (connected first if needed). An unknown tool or an
 // unreachable server is a failed Result, never an error.

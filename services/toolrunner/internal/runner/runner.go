@@ -101,6 +101,8 @@ type Toolbox interface {
 	// List returns the tools and, when MCP servers are configured, how
 	// each connected; it may connect servers, bounded by ctx.
 	List(ctx context.Context) ([]omni.ToolSpec, []omni.MCPConnectResult)
+	// Servers names the configured MCP servers, connecting nothing.
+	Servers() []string
 	// Execute runs one call; see tools.Registry.Execute.
 	Execute(ctx context.Context, call tools.Call, emit tools.Emit) tools.Result
 }

@@ -28,11 +28,20 @@ func (r *runner) listLoop(ch <-chan *nats.Msg, stop <-chan struct{}) {
 			if m.Reply == "" {
 				continue
 			}
-			specs, mcp := r.cfg.Tools.List(ctx)
-			if ctx.Err() != nil {
-				return
+			var req omni.ToolListRequest
+			if len(m.Data) > 0 {
+				if err := omni.Unpack(m.Data, &req); err != nil {
+					r.log.Warn().Err(err).Msg("undecodable tool list request; answering it in full")
+				}
 			}
-			nm, err := bus.PackMsg(m.Reply, omni.ToolList{Runner: r.cfg.RunnerID, Tools: specs, MCP: mcp})
+			list := omni.ToolList{Runner: r.cfg.RunnerID, Servers: r.cfg.Tools.Servers()}
+			if !req.ServersOnly {
+				list.Tools, list.MCP = r.cfg.Tools.List(ctx)
+				if ctx.Err() != nil {
+					return
+				}
+			}
+			nm, err := bus.PackMsg(m.Reply, list)
 			if err == nil {
 				err = r.nc.PublishMsg(nm)
 			}
