@@ -15,10 +15,18 @@ import (
 // servers; stop ends the wait for them.
 func (r *runner) listLoop(ch <-chan *nats.Msg, stop <-chan struct{}) {
 	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
+	watcher := make(chan struct{})
 	go func() {
-		<-stop
+		defer close(watcher)
+		select {
+		case <-stop:
+		case <-ctx.Done():
+		}
 		cancel()
+	}()
+	defer func() {
+		cancel()
+		<-watcher // Run waits for this loop, so for its helper too
 	}()
 	for {
 		select {
