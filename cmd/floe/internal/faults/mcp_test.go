@@ -1,0 +1,120 @@
+package faults
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"floe.dev/pkg/omni"
+)
+
+// everythingEntry installs the reference MCP server (scripts/mcp-everything,
+// once per run) and returns its entry point; it skips only without npm.
+func everythingEntry(t *testing.T) string {
+	t.Helper()
+	script, err := filepath.Abs("../../../../scripts/mcp-everything")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, script).Output()
+	var ee *exec.ExitError
+	if errors.As(err, &ee) && ee.ExitCode() == 3 {
+		t.Skip("npm is not installed: this test runs the reference MCP server @modelcontextprotocol/server-everything")
+	}
+	if err != nil {
+		t.Fatalf("installing the reference MCP server: %v: %s", err, ee.Stderr)
+	}
+	return strings.TrimSpace(string(out))
+}
+
+// alive reports whether pid runs (a zombie does not).
+func alive(pid int) bool {
+	if syscall.Kill(pid, 0) != nil {
+		return false
+	}
+	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return false
+	}
+	f := strings.Fields(string(stat[strings.LastIndexByte(string(stat), ')')+2:]))
+	return len(f) > 0 && f[0] != "Z"
+}
+
+// A toolrunner killed (SIGKILL) in the middle of an MCP call: the call gets
+// the same one failed "outcome unknown, not re-run" output as a built-in
+// tool; the runner's stdio MCP server dies with it (no orphan); the next
+// MCP call runs on the other runner, on its own server.
+func TestToolrunnerKilledMidMCPCall(t *testing.T) {
+	entry := everythingEntry(t)
+	const hbTimeout = 3 * time.Second
+	c := newCluster(t, 1, 1)
+	cfg, _ := json.Marshal(map[string]any{"servers": map[string]any{
+		"everything": map[string]any{"command": "node", "args": []string{entry, "stdio"}}}})
+	cfgPath := filepath.Join(t.TempDir(), "mcp.json")
+	if err := os.WriteFile(cfgPath, cfg, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	c.service("tracer", "tracer")
+	runners := map[int]*proc{}
+	for _, name := range []string{"toolrunner-1", "toolrunner-2"} {
+		p := c.service("toolrunner", name, "FLOE_MCP_CONFIG="+cfgPath)
+		runners[p.pid()] = p
+	}
+	c.service("engine", "engine", fmt.Sprintf("FLOE_HEARTBEAT_TIMEOUT_MS=%d", hbTimeout.Milliseconds()))
+
+	call := func(id, tool string, args map[string]any) map[string]any {
+		return map[string]any{"tool_call": map[string]any{"name": "mcp__everything__" + tool, "id": id, "arguments": args}}
+	}
+	ref := c.script(map[string]any{"requests": []any{
+		map[string]any{"steps": []any{call("call_long", "trigger-long-running-operation", map[string]any{"duration": 30, "steps": 30})}},
+		map[string]any{"steps": []any{call("call_next", "echo", map[string]any{"message": "after the kill"})}},
+		map[string]any{"steps": []any{text("Done.", 1, 0)}},
+	}})
+	sid := c.session(ref)
+	hb := c.watchHeartbeats(sid)
+	task := c.submit(sid, "run the long MCP job")
+
+	victim := runners[runnerPid(waitBeat(t, hb, "call_long"))]
+	if victim == nil {
+		t.Fatal("heartbeat from an unknown runner")
+	}
+	var server int
+	eventually(t, 30*time.Second, "the victim's MCP server process", func() bool {
+		for _, pid := range childPids(victim.pid()) {
+			if b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid)); strings.Contains(string(b), entry) {
+				server = pid
+				return true
+			}
+		}
+		return false
+	})
+	t.Cleanup(func() { _ = syscall.Kill(-server, syscall.SIGKILL) })
+	victim.kill(t)
+
+	rs, status := c.wait(sid, task, 90*time.Second, nil)
+	if status != omni.StatusCompleted {
+		t.Fatalf("task ended %q, want completed; last: %v", status, lastLabels(rs, 10))
+	}
+	o := checkSession(t, rs, "run the long MCP job")
+	p := o.outputs["call_long"].msg.Payload
+	if p.StopReason != omni.StatusFailed || !strings.Contains(p.Output, "outcome is unknown") || !strings.Contains(p.Output, "not re-run") {
+		t.Errorf("lost MCP call's output = %q (stop_reason %q), want the failed outcome-unknown output", p.Output, p.StopReason)
+	}
+	if got := o.outputs["call_next"].msg.Payload; got.StopReason == omni.StatusFailed || !strings.Contains(got.Output, "Echo: after the kill") {
+		t.Errorf("next MCP call's output %q (stop_reason %q)", got.Output, got.StopReason)
+	}
+	eventually(t, 10*time.Second, "the killed runner's MCP server to exit", func() bool { return !alive(server) })
+	c.checkIdle(sid, omni.StatusCompleted)
+	c.traceEqualsStream(sid)
+	c.noViolations()
+}
