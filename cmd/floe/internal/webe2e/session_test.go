@@ -133,6 +133,8 @@ func TestServeRestartMidAnswerCompletes(t *testing.T) {
 	s.start()
 	tb.until("the complete answer", fmt.Sprintf(`[...document.querySelectorAll('#transcript li[data-kind=text]:not([data-streaming])')].some((li) => li.textContent.trim() === %q)`, strings.TrimSpace(answer)))
 	tb.until("idle", `document.getElementById('s-state').textContent === 'idle'`)
+	// The session list reconnected too: it follows the Session to idle.
+	tb.until("the list live again", fmt.Sprintf(`document.querySelector('#sessions li[data-session-id=%q]')?.dataset.state === 'idle'`, sid))
 	got := tb.transcript()
 	n := 0
 	for _, it := range got {

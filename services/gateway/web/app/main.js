@@ -117,7 +117,15 @@ function openEvents() {
   });
   events.addEventListener('error', () => {
     if (events && events.readyState === EventSource.CLOSED) {
-      setTimeout(() => events && events.readyState === EventSource.CLOSED && openEvents(), 2000);
+      const gone = events;
+      const retry = () => {
+        if (events !== gone) return;
+        api('GET', '/api/sessions').then(
+          () => events === gone && openEvents(),
+          (err) => err.status !== 401 && setTimeout(retry, 2000), // 401 shows the sign-in form
+        );
+      };
+      setTimeout(retry, 2000);
     }
   });
 }
@@ -370,7 +378,9 @@ function connect(c, lastEventId) {
   c.es = es;
   const onEvent = (server) => (e) => {
     if (c.closed) return;
-    const r = c.feed.event({ id: server ? '' : e.lastEventId, server, data: e.data, receivedAt: Date.now() });
+    // An id-less event (snapshot, resync) repeats the previous id here,
+    // which keeps lastEventId a real stream position.
+    const r = c.feed.event({ id: e.lastEventId, server, data: e.data, receivedAt: Date.now() });
     if (r === 'resync') loadHistory(c);
     schedule(c);
   };
@@ -386,11 +396,27 @@ function connect(c, lastEventId) {
     if (es.readyState === EventSource.CLOSED) {
       // The browser gave up (an HTTP error while the gateway restarted):
       // reconnect ourselves from the last event seen.
-      setTimeout(() => {
-        if (!c.closed && c.es === es) connect(c, c.feed.lastEventId);
-      }, 1000);
+      setTimeout(() => reconnect(c, es), 1000);
     }
   });
+}
+
+// reconnect opens the stream again once the gateway answers: a 401 shows
+// the sign-in form instead, a 404 (deleted) leaves the view.
+function reconnect(c, es) {
+  if (c.closed || c.es !== es) return;
+  api('GET', '/api/sessions/' + enc(c.id))
+    .then(() => {
+      if (!c.closed && c.es === es) connect(c, c.feed.lastEventId);
+    })
+    .catch((err) => {
+      if (err.status === 401 || c.closed) return;
+      if (err.status === 404) {
+        location.hash = '#/';
+        return;
+      }
+      setTimeout(() => reconnect(c, es), 2000);
+    });
 }
 
 function setConn(text) {
