@@ -1,8 +1,7 @@
 package main
 
 import (
-	"floe.dev/pkg/bus/svc"
-
+	"errors"
 	"flag"
 	"fmt"
 	"os"
@@ -12,6 +11,9 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"floe.dev/cmd/floe/internal/stack"
+	"floe.dev/pkg/bus/embed"
+	"floe.dev/pkg/bus/svc"
 	"floe.dev/services/engine"
 )
 
@@ -34,6 +36,21 @@ func (a *natsAuth) register(fs *flag.FlagSet) {
 // options returns the connect options of the configured credentials.
 func (a *natsAuth) options() ([]nats.Option, error) {
 	return svc.AuthOptions(a.creds, a.user, a.passwordFile)
+}
+
+// localNATS connects to the embedded server of a `floe serve` running on
+// listen with this home, as user with the password that server keeps under
+// home/nats (without one, unauthenticated: FLOE_NATS_AUTH=off).
+func localNATS(home, listen, user string) (*nats.Conn, error) {
+	var opts []nats.Option
+	b, err := os.ReadFile(embed.PasswordFile(stack.CredentialsDir(home), user))
+	switch {
+	case err == nil:
+		opts = append(opts, nats.UserInfo(user, strings.TrimRight(string(b), "\r\n")))
+	case !errors.Is(err, os.ErrNotExist):
+		return nil, fmt.Errorf("nats password of %s: %w", user, err)
+	}
+	return nats.Connect("nats://"+listen, opts...)
 }
 
 // engineKnobs applies the engine settings that only deployments and fault

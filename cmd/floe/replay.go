@@ -93,7 +93,7 @@ func replayConn(c *common) (*nats.Conn, func(), error) {
 		return nc, func() { nc.Close() }, nil
 	}
 	if c.listen != "" && c.listen != "off" {
-		if nc, err := nats.Connect("nats://" + c.listen); err == nil {
+		if nc, err := localNATS(c.home, c.listen, embed.UserOps); err == nil {
 			return nc, func() { nc.Close() }, nil
 		}
 	}

@@ -6,6 +6,7 @@ import (
 	"os"
 
 	"floe.dev/cmd/floe/internal/stack"
+	"floe.dev/pkg/bus/embed"
 )
 
 func cmdServe(ctx context.Context, args []string) error {
@@ -51,7 +52,8 @@ func cmdServe(ctx context.Context, args []string) error {
 	log := c.logger()
 	st, err := stack.Start(ctx, stack.Options{
 		Home: c.home, NatsURL: c.natsURL, Listen: c.listen, Bus: busCfg, Connect: connect,
-		Engine: eng, Toolrunner: trc, Tracer: tracerConfig(c), Gateway: gw,
+		OpenNATS: !envBool("FLOE_NATS_AUTH", true),
+		Engine:   eng, Toolrunner: trc, Tracer: tracerConfig(c), Gateway: gw,
 	}, log)
 	if err != nil {
 		return err
@@ -61,6 +63,12 @@ func cmdServe(ctx context.Context, args []string) error {
 		nats = st.Server.ClientURL()
 	}
 	fmt.Fprintf(os.Stderr, "floe serve: http://%s  nats: %s  home: %s\n", c.httpAddr, orNone(nats), c.home)
+	if st.Server != nil && st.Server.Authenticated() && nats != "" {
+		if err := printNATSContexts(st, c.home, nats); err != nil {
+			st.Stop()
+			return err
+		}
+	}
 	// A service that stops on its own (the gateway cannot listen, say)
 	// ends the command with its error instead of serving a partial stack.
 	select {
@@ -69,6 +77,19 @@ func cmdServe(ctx context.Context, args []string) error {
 	}
 	st.Stop()
 	return st.Err()
+}
+
+// printNATSContexts writes the nats CLI contexts of the embedded server's
+// ops (read-only) and admin users and says how to use them.
+func printNATSContexts(st *stack.Stack, home, url string) error {
+	dir := stack.CredentialsDir(home)
+	paths, err := embed.WriteContexts(dir, url, st.Server.Credentials(), embed.UserOps, embed.UserAdmin)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(os.Stderr, "floe serve: NATS requires a user; for the nats CLI: nats --context %s stream ls  (read-only ops; admin: %s; passwords in %s)\n",
+		paths[0], paths[1], dir)
+	return nil
 }
 
 func orNone(s string) string {

@@ -13,6 +13,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"floe.dev/pkg/bus/embed"
 	"floe.dev/pkg/omni"
 )
 
@@ -98,7 +99,7 @@ func toolsConn(c *common) (*nats.Conn, error) {
 	if c.listen == "" || c.listen == "off" {
 		return nil, errors.New("no NATS to ask: set FLOE_NATS_URL (or --nats) or run `floe serve`")
 	}
-	nc, err := nats.Connect("nats://" + c.listen)
+	nc, err := localNATS(c.home, c.listen, embed.UserAdmin)
 	if err != nil {
 		return nil, fmt.Errorf("no running floe serve on %s (set FLOE_NATS_URL for an external NATS): %w", c.listen, err)
 	}

@@ -33,13 +33,25 @@ type Options struct {
 	ServerName string
 	// Logs enables the server's own logging to stderr.
 	Logs bool
+	// Credentials, when set, makes the server require them from every
+	// client, in-process ones included: the users of Users with the
+	// least-privilege roles of deploy/nats/auth.conf (see LoadCredentials).
+	// Nil serves without authentication, which Start refuses on a
+	// listener that is not loopback.
+	Credentials Credentials
 }
 
 // Server is a running embedded nats-server.
 type Server struct {
-	ns   *server.Server
-	lock *os.File
+	ns    *server.Server
+	lock  *os.File
+	creds Credentials // nil without authentication
 }
+
+// ErrOpenListener is returned by Start for a listener on an address other
+// than loopback without Credentials: anyone who can reach it could read
+// and drive every Session.
+var ErrOpenListener = errors.New("embed: refusing to listen for NATS clients on a non-loopback address without authentication")
 
 // ErrStoreInUse means another process runs a server on the same store.
 var ErrStoreInUse = errors.New("embed: the JetStream store is in use by another process")
@@ -95,6 +107,16 @@ func Start(o Options) (*Server, error) {
 			p = server.RANDOM_PORT
 		}
 		opts.Host, opts.Port = host, p
+		if o.Credentials == nil && !loopback(host) {
+			return nil, fmt.Errorf("%w: %s (keep authentication on, or listen on 127.0.0.1)", ErrOpenListener, o.Listen)
+		}
+	}
+	if o.Credentials != nil {
+		users, err := o.Credentials.users()
+		if err != nil {
+			return nil, err
+		}
+		opts.Users = users
 	}
 	lock, err := lockStore(o.StoreDir)
 	if err != nil {
@@ -114,7 +136,17 @@ func Start(o Options) (*Server, error) {
 		lock.Close()
 		return nil, errors.New("embed: nats-server not ready within 30s")
 	}
-	return &Server{ns: ns, lock: lock}, nil
+	return &Server{ns: ns, lock: lock, creds: o.Credentials}, nil
+}
+
+// loopback reports whether host names only the loopback interface; an
+// empty host (every interface) or any other name is not.
+func loopback(host string) bool {
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
 }
 
 // ClientURL is the nats:// URL of the client listener ("" when not listening).
@@ -125,9 +157,15 @@ func (s *Server) ClientURL() string {
 	return s.ns.ClientURL()
 }
 
-// Connect opens an in-process connection (no sockets) with the given options.
+// Connect opens an in-process connection (no sockets) with the given
+// options; on an authenticated server it connects as admin unless opts
+// name another user (ConnectAs).
 func (s *Server) Connect(opts ...nats.Option) (*nats.Conn, error) {
-	opts = append([]nats.Option{nats.InProcessServer(s.ns), nats.MaxReconnects(-1)}, opts...)
+	base := []nats.Option{nats.InProcessServer(s.ns), nats.MaxReconnects(-1)}
+	if s.creds != nil {
+		base = append(base, nats.UserInfo(UserAdmin, s.creds[UserAdmin]))
+	}
+	opts = append(base, opts...)
 	nc, err := nats.Connect("", opts...)
 	if err != nil {
 		return nil, fmt.Errorf("embed: connect: %w", err)

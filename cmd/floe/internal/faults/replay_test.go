@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -72,7 +73,18 @@ func TestReplaySessionScriptPrintsTheStream(t *testing.T) {
 	})
 
 	url := fmt.Sprintf("nats://127.0.0.1:%d", natsPort)
-	nc, err := nats.Connect(url)
+	// floe serve's port requires a user: a raw client is refused, the
+	// admin it generated reads the stream, and the script finds the ops
+	// user's password under FLOE_HOME by itself.
+	if nc, err := nats.Connect(url, nats.NoReconnect()); err == nil {
+		nc.Close()
+		t.Fatal("connected to floe serve's NATS port without credentials")
+	}
+	pw, err := os.ReadFile(filepath.Join(home, "nats", "admin.password"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	nc, err := nats.Connect(url, nats.UserInfo("admin", strings.TrimSpace(string(pw))))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -85,7 +97,7 @@ func TestReplaySessionScriptPrintsTheStream(t *testing.T) {
 	if len(want) < 10 {
 		t.Fatalf("only %d messages on the stream", len(want))
 	}
-	scriptEnv := append(baseEnv(), "HOME="+filepath.Join(dir, "home"), "FLOE_NATS_URL="+url)
+	scriptEnv := append(baseEnv(), "HOME="+filepath.Join(dir, "home"), "FLOE_NATS_URL="+url, "FLOE_HOME="+home)
 	checkReplay(t, scriptEnv, sess.ID, want, 0)
 	checkReplay(t, scriptEnv, sess.ID, want, len(want)/2)
 }

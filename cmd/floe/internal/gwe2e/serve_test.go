@@ -23,7 +23,9 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"floe.dev/cmd/floe/internal/proctest"
+	"floe.dev/cmd/floe/internal/stack"
 	"floe.dev/pkg/bus"
+	"floe.dev/pkg/bus/embed"
 	"floe.dev/pkg/omni"
 	"floe.dev/services/gateway/client"
 )
@@ -172,7 +174,12 @@ func (p *proc) kill() {
 // CLI users get), to read the bus directly.
 func (h *serveHome) jsOf() jetstream.JetStream {
 	h.t.Helper()
-	nc, err := nats.Connect("nats://"+h.natsAddr, nats.Timeout(5*time.Second))
+	// As admin, with the password the serve process generated.
+	pw, err := os.ReadFile(embed.PasswordFile(stack.CredentialsDir(h.floeHome()), embed.UserAdmin))
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	nc, err := nats.Connect("nats://"+h.natsAddr, nats.Timeout(5*time.Second), nats.UserInfo(embed.UserAdmin, strings.TrimSpace(string(pw))))
 	if err != nil {
 		h.t.Fatal(err)
 	}

@@ -39,6 +39,12 @@ type Options struct {
 	// connection (e.g. "_INBOX.engine"), so a per-service NATS user can be
 	// allowed to subscribe to its own replies only.
 	InboxPrefix string
+	// OpenNATS serves the embedded server's listener without
+	// authentication (FLOE_NATS_AUTH=off); refused unless the listener is
+	// loopback. Otherwise a listening embedded server requires the users
+	// of CredentialsDir(Home), generated on first start, and every
+	// in-process service connects as its own least-privilege role.
+	OpenNATS bool
 	// NoSetup waits for an existing layout (made by `floe setup` or another
 	// process) instead of creating or updating it: a least-privilege NATS
 	// user may not manage streams.
@@ -49,6 +55,10 @@ type Options struct {
 	Tracer     *tracer.Config
 	Gateway    *gateway.Config
 }
+
+// CredentialsDir is where a listening embedded server keeps its users'
+// passwords (0600) and the nats CLI contexts `floe serve` writes: home/nats.
+func CredentialsDir(home string) string { return filepath.Join(home, "nats") }
 
 // Stack is a running set of services.
 type Stack struct {
@@ -75,9 +85,12 @@ func Start(ctx context.Context, o Options, log zerolog.Logger) (*Stack, error) {
 		if o.InboxPrefix != "" {
 			opts = append(opts, nats.CustomInboxPrefix(o.InboxPrefix))
 		}
-		if s.Server != nil {
+		switch {
+		case s.Server != nil && s.Server.Authenticated() && name != "stack":
+			nc, err = s.Server.ConnectAs(name, opts...)
+		case s.Server != nil:
 			nc, err = s.Server.Connect(opts...)
-		} else {
+		default:
 			nc, err = nats.Connect(o.NatsURL, append(opts, o.Connect...)...)
 		}
 		if err == nil {
@@ -90,7 +103,15 @@ func Start(ctx context.Context, o Options, log zerolog.Logger) (*Stack, error) {
 		if err := os.MkdirAll(store, 0o755); err != nil {
 			return nil, fmt.Errorf("stack: %w", err)
 		}
-		srv, err := embed.Start(embed.Options{StoreDir: store, Listen: o.Listen})
+		eo := embed.Options{StoreDir: store, Listen: o.Listen}
+		if o.Listen != "" && o.Listen != "off" && !o.OpenNATS {
+			creds, err := embed.LoadCredentials(CredentialsDir(o.Home))
+			if err != nil {
+				return nil, fmt.Errorf("stack: %w", err)
+			}
+			eo.Credentials = creds
+		}
+		srv, err := embed.Start(eo)
 		if err != nil {
 			return nil, err
 		}

@@ -1,0 +1,133 @@
+package embed
+
+import "github.com/nats-io/nats-server/v2/server"
+
+// rolePermissions returns the permissions of user, as deploy/nats/auth.conf
+// writes them (TestRolesMatchDeployAuthConf keeps the two equal); nil for
+// admin, who may do anything.
+func rolePermissions(user string) *server.Permissions {
+	responses := &server.ResponsePermission{MaxMsgs: server.DEFAULT_ALLOW_RESPONSE_MAX_MSGS, Expires: server.DEFAULT_ALLOW_RESPONSE_EXPIRATION}
+	allow := func(pub, sub []string) *server.Permissions {
+		return &server.Permissions{Publish: &server.SubjectPermission{Allow: pub}, Subscribe: &server.SubjectPermission{Allow: sub}}
+	}
+	switch user {
+	case UserEngine:
+		p := allow([]string{
+			"floe.session.*.*",
+			"floe.tool.>",
+			"floe.task.>",
+			"floe.toollist.*",
+			"floe.cancel.*",
+			"floe.ctl.*.*",
+			"$KV.floe_sessions.>",
+			"$JS.API.STREAM.INFO.KV_floe_sessions",
+			"$JS.API.DIRECT.GET.KV_floe_sessions.>",
+			"$JS.API.STREAM.MSG.GET.KV_floe_sessions",
+			"$JS.API.CONSUMER.CREATE.FLOE_TASKS.>",
+			"$JS.API.CONSUMER.INFO.FLOE_TASKS.*",
+			"$JS.API.CONSUMER.MSG.NEXT.FLOE_TASKS.*",
+			"$JS.ACK.FLOE_TASKS.>",
+			"$JS.API.STREAM.INFO.FLOE_SESSIONS",
+			"$JS.API.CONSUMER.CREATE.FLOE_SESSIONS",
+			"$JS.API.CONSUMER.CREATE.FLOE_SESSIONS.>",
+			"$JS.API.CONSUMER.INFO.FLOE_SESSIONS.*",
+			"$JS.API.CONSUMER.DELETE.FLOE_SESSIONS.*",
+			"$JS.API.CONSUMER.MSG.NEXT.FLOE_SESSIONS.*",
+			"$JS.API.DIRECT.GET.FLOE_SESSIONS",
+			"$JS.API.STREAM.MSG.GET.FLOE_SESSIONS",
+			"$JS.API.STREAM.INFO.FLOE_TOOLS",
+			"$JS.API.STREAM.MSG.DELETE.FLOE_TOOLS",
+		}, []string{"floe.ctl.*.*", "floe.hb.*", "_INBOX.engine.>"})
+		p.Response = responses
+		return p
+	case UserToolrunner:
+		p := allow([]string{
+			"floe.session.*.partial",
+			"floe.session.*.model",
+			"floe.hb.*",
+			"$JS.API.STREAM.INFO.KV_floe_sessions",
+			"$JS.API.CONSUMER.CREATE.FLOE_TOOLS.>",
+			"$JS.API.CONSUMER.INFO.FLOE_TOOLS.*",
+			"$JS.API.CONSUMER.MSG.NEXT.FLOE_TOOLS.*",
+			"$JS.ACK.FLOE_TOOLS.>",
+		}, []string{"floe.cancel.*", "floe.toollist.*", "_INBOX.toolrunner.>"})
+		p.Response = responses
+		return p
+	case UserTracer:
+		p := allow([]string{
+			"$JS.API.STREAM.INFO.FLOE_SESSIONS",
+			"$JS.API.STREAM.INFO.KV_floe_sessions",
+			"$JS.API.CONSUMER.CREATE.FLOE_SESSIONS.floe-tracer",
+			"$JS.API.CONSUMER.CREATE.FLOE_SESSIONS.floe-tracer.>",
+			"$JS.API.CONSUMER.INFO.FLOE_SESSIONS.floe-tracer",
+			"$JS.API.CONSUMER.DELETE.FLOE_SESSIONS.floe-tracer",
+			"$JS.API.CONSUMER.RESET.FLOE_SESSIONS.floe-tracer",
+			"$JS.API.CONSUMER.MSG.NEXT.FLOE_SESSIONS.floe-tracer",
+			"$JS.ACK.FLOE_SESSIONS.floe-tracer.>",
+		}, []string{"floe.tracer.delete.*", "_INBOX.tracer.>"})
+		p.Response = responses
+		return p
+	case UserGateway:
+		return allow([]string{
+			"floe.task.*",
+			"floe.ctl.*.*",
+			"floe.tracer.delete.*",
+			"floe.session.*.server",
+			"$KV.floe_sessions.>",
+			"$JS.API.STREAM.INFO.KV_floe_sessions",
+			"$JS.API.DIRECT.GET.KV_floe_sessions.>",
+			"$JS.API.STREAM.MSG.GET.KV_floe_sessions",
+			"$JS.API.CONSUMER.CREATE.KV_floe_sessions",
+			"$JS.API.CONSUMER.CREATE.KV_floe_sessions.>",
+			"$JS.API.CONSUMER.INFO.KV_floe_sessions.*",
+			"$JS.API.CONSUMER.DELETE.KV_floe_sessions.*",
+			"$JS.API.CONSUMER.MSG.NEXT.KV_floe_sessions.*",
+			"$JS.FC.KV_floe_sessions.>",
+			"$JS.API.STREAM.INFO.FLOE_SESSIONS",
+			"$JS.API.CONSUMER.CREATE.FLOE_SESSIONS",
+			"$JS.API.CONSUMER.CREATE.FLOE_SESSIONS.>",
+			"$JS.API.CONSUMER.INFO.FLOE_SESSIONS.*",
+			"$JS.API.CONSUMER.DELETE.FLOE_SESSIONS.*",
+			"$JS.API.CONSUMER.MSG.NEXT.FLOE_SESSIONS.*",
+			"$JS.API.DIRECT.GET.FLOE_SESSIONS",
+			"$JS.API.DIRECT.GET.FLOE_SESSIONS.>",
+			"$JS.API.STREAM.MSG.GET.FLOE_SESSIONS",
+			"$JS.API.STREAM.PURGE.FLOE_SESSIONS",
+			"$JS.API.STREAM.INFO.FLOE_TASKS",
+			"$JS.API.STREAM.PURGE.FLOE_TASKS",
+		}, []string{"_INBOX.gateway.>"})
+	case UserOps:
+		return &server.Permissions{
+			Publish: &server.SubjectPermission{
+				Allow: []string{
+					"$JS.API.INFO",
+					"$JS.API.STREAM.NAMES",
+					"$JS.API.STREAM.LIST",
+					"$JS.API.STREAM.INFO.*",
+					"$JS.API.CONSUMER.NAMES.*",
+					"$JS.API.CONSUMER.LIST.*",
+					"$JS.API.CONSUMER.INFO.*.*",
+					"$JS.API.CONSUMER.CREATE.FLOE_SESSIONS",
+					"$JS.API.CONSUMER.CREATE.FLOE_SESSIONS.>",
+					"$JS.API.CONSUMER.CREATE.KV_floe_sessions",
+					"$JS.API.CONSUMER.CREATE.KV_floe_sessions.>",
+					"$JS.API.CONSUMER.MSG.NEXT.FLOE_SESSIONS.*",
+					"$JS.API.CONSUMER.MSG.NEXT.KV_floe_sessions.*",
+					"$JS.API.CONSUMER.DELETE.KV_floe_sessions.*",
+					"$JS.API.DIRECT.GET.>",
+					"$JS.API.STREAM.MSG.GET.*",
+					"$JS.FC.>",
+				},
+				Deny: []string{
+					"$JS.API.CONSUMER.CREATE.FLOE_SESSIONS.floe-tracer",
+					"$JS.API.CONSUMER.CREATE.FLOE_SESSIONS.floe-tracer.>",
+				},
+			},
+			Subscribe: &server.SubjectPermission{
+				Allow: []string{"_INBOX.>"},
+				Deny:  []string{"_INBOX.engine.>", "_INBOX.toolrunner.>", "_INBOX.tracer.>", "_INBOX.gateway.>"},
+			},
+		}
+	}
+	return nil
+}
