@@ -51,6 +51,8 @@ func init() {
 		{"serve", "[flags]", "all-in-one server: embedded JetStream + every service + HTTP gateway", errOnly(cmdServe)},
 		{"attach", "<session-id> [flags]", "render a Session live from a gateway", cmdAttach},
 		{"replay", "<session-id> [flags]", "print a Session's stream from JetStream", errOnly(cmdReplay)},
+		{"import", "FILE [--model M] [--workspace DIR] [--server URL]", "import a Trace file (Floe's or the original harness's) as a new Session", cmdImport},
+		{"export", "<session-id> [--index N] [--server URL]", "write a Session's Trace file to stdout", cmdExport},
 		{"tools", "[--pool P] [flags]", "list the tools a running deployment offers, by pool, with their source", errOnly(cmdTools)},
 		{"setup", "--nats URL [flags]", "create or update the JetStream layout on an external NATS", errOnly(cmdSetup)},
 		{"engine", "--nats URL [flags]", "the engine alone, against an external NATS", cmdService},

@@ -42,4 +42,5 @@ const (
 	CodeInternal         = "internal"
 	CodeUnavailable      = "unavailable"
 	CodeRequestTimeout   = "request_timeout" // the request body did not arrive in time
+	CodeTraceExists      = "trace_session_exists"
 )

@@ -1,6 +1,7 @@
 package trace
 
 import (
+	"os"
 	"path/filepath"
 	"testing"
 	"time"
@@ -54,5 +55,37 @@ func TestIndexOfRejectsOtherNames(t *testing.T) {
 		if n, ok := IndexOf(name, sid); ok {
 			t.Errorf("IndexOf(%q) = %d, true; want false", name, n)
 		}
+	}
+}
+
+// An imported Trace lands in the date directory of its first record: the
+// original's ids use local time, so that can be another day than the id's.
+func TestFilesFindsATraceInAnotherDateDirectory(t *testing.T) {
+	home := t.TempDir()
+	sid := "session-2026-07-19-01-10-22-3f8a1c2d" // local time; UTC was the 18th
+	first := time.Date(2026, 7, 18, 17, 10, 22, 0, time.UTC)
+	for _, idx := range []int{1, 2} {
+		p := File(home, first, sid, idx)
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte("{}\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Another Session's file in the id's own directory changes nothing.
+	other := File(home, time.Date(2026, 7, 19, 0, 0, 0, 0, time.UTC), "session-2026-07-19-01-10-22-00000000", 1)
+	os.MkdirAll(filepath.Dir(other), 0o755)
+	os.WriteFile(other, []byte("{}\n"), 0o644)
+	got, err := Files(home, sid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{File(home, first, sid, 1), File(home, first, sid, 2)}
+	if len(got) != 2 || got[0] != want[0] || got[1] != want[1] {
+		t.Fatalf("Files = %v, want %v", got, want)
+	}
+	if got, err := Files(home, "session-2026-07-20-01-10-22-11111111"); err != nil || len(got) != 0 {
+		t.Fatalf("Files(no trace) = %v, %v", got, err)
 	}
 }

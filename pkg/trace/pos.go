@@ -220,9 +220,18 @@ func Files(home, sessionID string) ([]string, error) {
 		// (listing it for each new Session slowed tracing down with the
 		// day's Session count).
 		if _, err := os.Lstat(File(home, created, sessionID, 1)); errors.Is(err, fs.ErrNotExist) {
-			return nil, nil
+			// An imported Trace lands in the date directory of its
+			// first record, which need not be the id's date (the
+			// original's ids use local time): one stat per date
+			// directory, no listing.
+			dir, err := importedDir(home, sessionID)
+			if dir == "" || err != nil {
+				return nil, err
+			}
+			dirs = []string{dir}
+		} else {
+			dirs = []string{Dir(home, created)}
 		}
-		dirs = []string{Dir(home, created)}
 	} else {
 		entries, err := os.ReadDir(filepath.Join(home, "traces"))
 		if err != nil && !errors.Is(err, fs.ErrNotExist) {
@@ -261,6 +270,24 @@ func Files(home, sessionID string) ([]string, error) {
 		paths[i] = f.path
 	}
 	return paths, nil
+}
+
+// importedDir returns the date directory holding file 001 of sessionID,
+// or "" when there is none.
+func importedDir(home, sessionID string) (string, error) {
+	root := filepath.Join(home, "traces")
+	names, err := readDirNames(root)
+	if err != nil {
+		return "", fmt.Errorf("trace: list traces of %s: %w", sessionID, err)
+	}
+	sort.Strings(names)
+	name := fmt.Sprintf("%s_%03d.jsonl", sessionID, 1)
+	for _, d := range names {
+		if _, err := os.Lstat(filepath.Join(root, d, name)); err == nil {
+			return filepath.Join(root, d), nil
+		}
+	}
+	return "", nil
 }
 
 // readDirNames lists a directory without sorting or stat'ing its entries

@@ -50,6 +50,10 @@ type Config struct {
 	// MaxBody caps request bodies in bytes (default 8 MiB, the bus's
 	// maximum message size); larger bodies get 413.
 	MaxBody int64
+	// MaxImport caps a Trace file POST /api/traces/import takes, in bytes
+	// (default 32 MiB); that route's body cap is its base64 size plus 64
+	// KiB, and a larger body or file gets 413.
+	MaxImport int64
 	// Home is $FLOE_HOME (required): Traces are read under Home/traces,
 	// the tracer's positions under Home/tracer, and default Workspaces are
 	// created under Home/workspaces/<session id>.
@@ -110,6 +114,7 @@ type Config struct {
 const (
 	DefaultAddr         = "127.0.0.1:7364"
 	DefaultMaxBody      = 8 << 20
+	DefaultMaxImport    = 32 << 20
 	DefaultModel        = "scripted:demo"
 	DefaultHeartbeat    = 20 * time.Second
 	DefaultClientBuffer = 1024
@@ -122,6 +127,9 @@ func (c *Config) Defaults() {
 	}
 	if c.MaxBody == 0 {
 		c.MaxBody = DefaultMaxBody
+	}
+	if c.MaxImport == 0 {
+		c.MaxImport = DefaultMaxImport
 	}
 	if c.DefaultModel == "" {
 		c.DefaultModel = DefaultModel
@@ -210,7 +218,7 @@ func isLoopback(host string) bool {
 
 func (c *Config) options() server.Options {
 	return server.Options{
-		Tokens: c.Tokens, MaxBody: c.MaxBody, Home: c.Home, DefaultModel: c.DefaultModel,
+		Tokens: c.Tokens, MaxBody: c.MaxBody, MaxImport: c.MaxImport, Home: c.Home, DefaultModel: c.DefaultModel,
 		WorkspaceRoots: c.WorkspaceRoots, ScriptsDir: c.ScriptsDir, ReadBodyTimeout: c.ReadBodyTimeout,
 		Heartbeat: c.Heartbeat, ControlTimeout: c.ControlTimeout, QueueWait: c.QueueWait,
 		ClientBuffer: c.ClientBuffer, WriteTimeout: c.WriteTimeout, DetachSSE: c.DetachSSE, CommandPolicy: c.CommandPolicy,

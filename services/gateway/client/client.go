@@ -267,6 +267,16 @@ func (c *Client) Trace(ctx context.Context, id string, index int) ([]byte, error
 	return io.ReadAll(resp.Body)
 }
 
+// ImportTrace imports a Trace file (POST /api/traces/import) as a new
+// Session, resumable like any other.
+func (c *Client) ImportTrace(ctx context.Context, req ImportTrace) (*Imported, error) {
+	var out Imported
+	if err := c.do(ctx, http.MethodPost, "/api/traces/import", req, &out); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
 // Health checks GET /healthz.
 func (c *Client) Health(ctx context.Context) error {
 	return c.do(ctx, http.MethodGet, "/healthz", nil, nil)

@@ -150,6 +150,25 @@ func ParseEventID(id string) (epoch int64, seq uint64, ok bool) {
 	return epoch, seq, err1 == nil && err2 == nil
 }
 
+// ImportTrace is the body of POST /api/traces/import: a Trace file (JSONL,
+// written by Floe or by the original harness), base64-encoded.
+type ImportTrace struct {
+	DataBase64 string `json:"dataBase64"`
+	// Model overrides the model the Trace's session_meta names
+	// (provider:model_id).
+	Model string `json:"model,omitempty"`
+	// Workspace replaces the Trace's Workspace (required when that one
+	// does not exist here).
+	Workspace string `json:"workspace,omitempty"`
+}
+
+// Imported is the answer of POST /api/traces/import.
+type Imported struct {
+	SessionID string `json:"sessionId"`
+	Index     int    `json:"index"`
+	Date      string `json:"date"` // the date directory, yyyy-mm-dd
+}
+
 // Decision is the body of POST /api/sessions/{id}/approvals/{toolCallId}.
 type Decision struct {
 	Decision string `json:"decision"` // allow or deny

@@ -95,14 +95,20 @@ func (s *Server) serve(h handlerFunc) http.HandlerFunc {
 // (415 otherwise), at most maxBody bytes (413), one value with no unknown
 // fields (400). When optional, an empty body leaves dst as it is.
 func (s *Server) decodeBody(w http.ResponseWriter, r *http.Request, dst any, optional bool) *apiError {
-	if r.ContentLength > s.opts.MaxBody {
-		return errorf(http.StatusRequestEntityTooLarge, omni.CodeTooLarge, "request body is larger than %d bytes", s.opts.MaxBody)
+	return s.decodeBodyLimit(w, r, dst, optional, s.opts.MaxBody)
+}
+
+// decodeBodyLimit is decodeBody with its own cap on the body (a route
+// that takes larger bodies, such as a Trace import).
+func (s *Server) decodeBodyLimit(w http.ResponseWriter, r *http.Request, dst any, optional bool, limit int64) *apiError {
+	if r.ContentLength > limit {
+		return errorf(http.StatusRequestEntityTooLarge, omni.CodeTooLarge, "request body is larger than %d bytes", limit)
 	}
 	// A client that sends headers and then stalls (or trickles) its body
 	// holds a connection and a goroutine: the body has ReadBodyTimeout.
 	rc := http.NewResponseController(w)
 	deadline := s.opts.ReadBodyTimeout > 0 && rc.SetReadDeadline(time.Now().Add(s.opts.ReadBodyTimeout)) == nil
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.opts.MaxBody))
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
 	if deadline && err == nil {
 		// Kept on failure: net/http drains what is left of the body of a
 		// stalled client before it closes the connection.
@@ -111,7 +117,7 @@ func (s *Server) decodeBody(w http.ResponseWriter, r *http.Request, dst any, opt
 	if err != nil {
 		var mbe *http.MaxBytesError
 		if errors.As(err, &mbe) {
-			return errorf(http.StatusRequestEntityTooLarge, omni.CodeTooLarge, "request body is larger than %d bytes", s.opts.MaxBody)
+			return errorf(http.StatusRequestEntityTooLarge, omni.CodeTooLarge, "request body is larger than %d bytes", limit)
 		}
 		if errors.Is(err, os.ErrDeadlineExceeded) {
 			w.Header().Set("Connection", "close")

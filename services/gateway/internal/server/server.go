@@ -30,8 +30,12 @@ import (
 // Options are the server's settings; the gateway's Config fills them with
 // defaults applied.
 type Options struct {
-	Tokens          map[string]string
-	MaxBody         int64
+	Tokens  map[string]string
+	MaxBody int64
+	// MaxImport caps a Trace file imported by POST /api/traces/import
+	// (its request body is capped at the file's base64 size plus room
+	// for the other fields).
+	MaxImport       int64
 	Home            string
 	DefaultModel    string
 	WorkspaceRoots  []string // resolved by the caller: never nil in use
@@ -156,6 +160,7 @@ func (s *Server) routes() {
 	m.HandleFunc("POST /api/sessions/{id}/retry-now", s.serve(s.handleRetryNow))
 	m.HandleFunc("GET /api/sessions/{id}/traces", s.serve(s.handleTraces))
 	m.HandleFunc("GET /api/sessions/{id}/traces/{index}", s.serve(s.handleTrace))
+	m.HandleFunc("POST /api/traces/import", s.serve(s.handleImport))
 	s.webRoutes(m)
 }
 

@@ -89,6 +89,26 @@ func badRequest(format string, args ...any) *apiError {
 
 const maxTitle = 512
 
+// checkModel checks a model reference a Session is to use and returns it
+// as the Session keeps it.
+func (s *Server) checkModel(ref string) (string, *apiError) {
+	p, m, ok := strings.Cut(ref, ":")
+	if !ok || p == "" || m == "" {
+		return "", badRequest("model %q is not provider:model_id", ref)
+	}
+	if p == scriptedProvider && ref != s.opts.DefaultModel {
+		// A script path is a file the engine reads: only scripts from
+		// the configured directory (the operator's own default model
+		// aside).
+		id, err := confine.ScriptedModel(m, s.opts.ScriptsDir)
+		if err != nil {
+			return "", badRequest("%v", err)
+		}
+		return scriptedProvider + ":" + id, nil
+	}
+	return ref, nil
+}
+
 func (s *Server) handleCreate(w http.ResponseWriter, r *http.Request) *apiError {
 	var req client.CreateSession
 	if e := s.decodeBody(w, r, &req, true); e != nil {
@@ -106,17 +126,9 @@ func (s *Server) handleCreate(w http.ResponseWriter, r *http.Request) *apiError 
 	if rec.Model == "" {
 		rec.Model = s.opts.DefaultModel
 	}
-	if p, m, ok := strings.Cut(rec.Model, ":"); !ok || p == "" || m == "" {
-		return badRequest("model %q is not provider:model_id", rec.Model)
-	} else if p == scriptedProvider && rec.Model != s.opts.DefaultModel {
-		// A script path is a file the engine reads: only scripts from
-		// the configured directory (the operator's own default model
-		// aside).
-		id, err := confine.ScriptedModel(m, s.opts.ScriptsDir)
-		if err != nil {
-			return badRequest("%v", err)
-		}
-		rec.Model = scriptedProvider + ":" + id
+	var e *apiError
+	if rec.Model, e = s.checkModel(rec.Model); e != nil {
+		return e
 	}
 	if rec.ApprovalMode == "" {
 		rec.ApprovalMode = omni.ApproveAllowAll

@@ -1,0 +1,184 @@
+package e2e
+
+import (
+	"context"
+	"encoding/base64"
+	"fmt"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"floe.dev/pkg/omni"
+	"floe.dev/pkg/trace"
+	"floe.dev/services/gateway"
+	"floe.dev/services/gateway/client"
+)
+
+// gw serves the gateway's API over real HTTP on the env's bus.
+func (e *env) gw(t *testing.T, tweak func(*gateway.Config)) *client.Client {
+	t.Helper()
+	nc, err := e.st.Server.Connect()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := gateway.Config{Home: e.home}
+	if tweak != nil {
+		tweak(&cfg)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	h, release, err := gateway.NewHandler(ctx, nc, cfg, testLogger())
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(h)
+	t.Cleanup(func() { srv.CloseClientConnections(); release(); srv.Close(); nc.Close() })
+	return client.New(srv.URL)
+}
+
+func readFixture(t *testing.T, name string) []byte {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join("testdata", "interop", name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// sentContext describes a Chat Completions request's messages compactly.
+func sentContext(r rcSentRequest) []string {
+	var out []string
+	for _, m := range r.Messages {
+		s := m.Role + ":"
+		if m.ReasoningContent != nil {
+			s += "(reasoning " + *m.ReasoningContent + ")"
+		}
+		s += m.text()
+		for _, c := range m.ToolCalls {
+			s += fmt.Sprintf("[call %s %s %s]", c.ID, c.Function.Name, c.Function.Arguments)
+		}
+		if m.ToolCallID != "" {
+			s = "tool:" + m.ToolCallID + ":" + m.text()
+		}
+		out = append(out, s)
+	}
+	return out
+}
+
+func importFixture(t *testing.T, c *client.Client, data []byte, ws string) *client.Imported {
+	t.Helper()
+	imp, err := c.ImportTrace(ctxT(t), client.ImportTrace{DataBase64: base64.StdEncoding.EncodeToString(data), Workspace: ws})
+	if err != nil {
+		t.Fatalf("import: %v", err)
+	}
+	return imp
+}
+
+func ctxT(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// Traces written by the original harness, by hand in its exact format,
+// imported and continued: the model gets exactly the context the original
+// would give it.
+func TestImportOriginalTracesSendsTheOriginalsContext(t *testing.T) {
+	tests := []struct {
+		file, sid, date, model string
+		want                   []string
+	}{
+		{
+			file: "original_tools.jsonl", sid: "session-2026-07-19-01-10-22-3f8a1c2d", date: "2026-07-18", model: "deepseek-v4-pro",
+			want: []string{
+				"system:You are a careful assistant.",
+				"user:Create hello.txt, then clean /tmp/x",
+				`assistant:(reasoning Write the file first, then remove the directory.)[call call_0 exec_command {"description":"write","cmd":"printf hi > hello.txt"}][call call_1 exec_command {"description":"clean","cmd":"rm -r /tmp/x"}]`,
+				"tool:call_0:[no output]",
+				"tool:call_1:" + omni.DeniedByUser,
+				"assistant:hello.txt is written; cleaning /tmp/x was refused.",
+				"user:Now list the files",
+				`assistant:[call call_2 exec_command {"description":"list","cmd":"sleep 30; ls"}]`,
+				"tool:call_2:" + omni.InterruptedOutput,
+				"user:next task",
+			},
+		},
+		{
+			file: "original_compacted_002.jsonl", sid: "session-2026-07-20-16-00-00-0a1b2c3d", date: "2026-07-20", model: "anthropic/claude-sonnet-4",
+			want: []string{
+				"system:You are terse.",
+				"user:" + omni.Block(omni.TagContextSummary, "The user asked for hello.txt; it was created with the text hi."),
+				"user:Append a line",
+				`assistant:[call call_7 exec_command {"cmd":"echo more >> hello.txt"}]`,
+				"tool:call_7:[no output]",
+				"assistant:Appended.",
+				"user:next task",
+			},
+		},
+		{
+			file: "original_compaction_closed.jsonl", sid: "session-2026-07-21-09-30-00-deadbeef", date: "2026-07-21", model: "qwen3-coder",
+			want: []string{
+				"system:You help with code.",
+				"user:" + omni.Block(omni.TagContextSummary, "The user asked an old question and got an old answer."),
+				"user:next task",
+			},
+		},
+	}
+	for _, tc := range tests {
+		t.Run(tc.file, func(t *testing.T) {
+			f := rcNewFake(t, rcAnswer("ok"))
+			e := rcEnv(t, f, nil)
+			c := e.gw(t, nil)
+			data := readFixture(t, tc.file)
+			imp := importFixture(t, c, data, e.ws)
+			if imp.SessionID != tc.sid || imp.Index != 1 || imp.Date != tc.date {
+				t.Fatalf("import = %+v, want %s index 1 date %s", imp, tc.sid, tc.date)
+			}
+			path := filepath.Join(e.home, "traces", tc.date, tc.sid+"_001.jsonl")
+			if got, err := os.ReadFile(path); err != nil || string(got) != string(data) {
+				t.Fatalf("imported file %s: %v (equal: %v)", path, err, string(got) == string(data))
+			}
+			s, err := c.GetSession(ctxT(t), tc.sid)
+			if err != nil || s.Model != "openai:"+tc.model || s.Workspace != e.ws || s.State != omni.StateIdle {
+				t.Fatalf("session = %+v, %v", s, err)
+			}
+			list, err := c.ListSessions(ctxT(t))
+			if err != nil || !slices.ContainsFunc(list, func(x client.Session) bool { return x.ID == tc.sid }) {
+				t.Fatalf("the imported Session is not listed: %v", err)
+			}
+			taskID, err := c.SubmitTask(ctxT(t), tc.sid, client.TaskRequest{Input: []client.InputPart{{Type: client.InputText, Text: "next task"}}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			rs, status := e.wait(tc.sid, taskID)
+			if status != omni.StatusCompleted {
+				t.Fatalf("status %q; stream %v", status, labels(rs, noPartials))
+			}
+			req := f.body(0)
+			if req.Model != tc.model {
+				t.Errorf("model = %q, want %q", req.Model, tc.model)
+			}
+			if got := sentContext(req); !slices.Equal(got, tc.want) {
+				t.Fatalf("the model got\n  %s\nwant\n  %s", strings.Join(got, "\n  "), strings.Join(tc.want, "\n  "))
+			}
+			// The Task went on in the imported file, which is the
+			// Session's only one.
+			files, err := trace.Files(e.home, tc.sid)
+			if err != nil || len(files) != 1 || files[0] != path {
+				t.Fatalf("trace files = %v, %v; want only %s", files, err, path)
+			}
+			eventually(t, 10*time.Second, "the Task in the Trace", func() bool {
+				b, _ := os.ReadFile(path)
+				return strings.Contains(string(b), `"text":"ok"`)
+			})
+			b, _ := os.ReadFile(path)
+			if !strings.HasPrefix(string(b), string(data)) {
+				t.Fatal("the imported records were rewritten")
+			}
+		})
+	}
+}
