@@ -129,3 +129,33 @@ func TestSubagentApprovalOnItsCard(t *testing.T) {
 		t.Fatalf("%d approval prompts left", n)
 	}
 }
+
+// A Session made with max turns 1 stops after its first turn with the
+// max-turns notice as a notice row.
+func TestMaxTurnsNotice(t *testing.T) {
+	s := newServer(t, obj{"requests": []any{
+		obj{"steps": []any{execCall("c1", "One", "echo one")}},
+		obj{"steps": []any{obj{"text": "never reached"}}},
+	}})
+	tb := newTab(t)
+	tb.open(s.url(), "")
+	tb.click("", "New session")
+	tb.do(setValue(`#new-form input[name=maxTurns]`, "1"))
+	tb.click("#new-form", "Create")
+	tb.until("the new Session's view", `location.hash.startsWith('#/s/session-') && document.getElementById('transcript').dataset.ready === 'true'`)
+	sid := eval[string](tb, `decodeURIComponent(location.hash.slice(4))`)
+	if got, err := s.api("").GetSession(ctxT(t), sid); err != nil || got.MaxTurns != 1 {
+		t.Fatalf("session max turns %v, %v", got, err)
+	}
+	tb.send("Run two turns.")
+	tb.has("the max-turns notice", `#transcript li[data-kind=notice]`)
+	tb.until("idle", `document.getElementById('s-state').textContent === 'idle'`)
+	got := tb.transcript()
+	last := got[len(got)-1]
+	if last.Kind != "notice" || !strings.Contains(last.Text, "[reached max turns (1); stopping]") {
+		t.Fatalf("transcript %+v, want the max-turns notice last", got)
+	}
+	if slices.ContainsFunc(got, func(it item) bool { return strings.Contains(it.Text, "never reached") }) {
+		t.Fatalf("a second turn ran: %+v", got)
+	}
+}

@@ -255,7 +255,10 @@ func stateEvent(hs *hubSession) listEvent {
 
 // runEvents feeds the hub until the server closes or the bus fails.
 func (s *Server) runEvents(h *eventsHub, markReady func()) error {
-	ctx := s.ctx
+	// ctx ends with the server, or when this returns: that releases the
+	// session watch and the consumer's reader goroutine.
+	ctx, cancel := context.WithCancel(s.ctx)
+	defer cancel()
 	// The approvals consumer starts before the records are read, so no
 	// request or decision falls between the snapshot and the live part.
 	cons, err := s.js.OrderedConsumer(ctx, omni.SessionsStream, jetstream.OrderedConsumerConfig{
@@ -292,6 +295,7 @@ func (s *Server) runEvents(h *eventsHub, markReady func()) error {
 		}
 	}()
 	defer wg.Wait()
+	defer cancel()
 	defer it.Stop()
 
 	changes, err := s.sessions.Watch(ctx)
