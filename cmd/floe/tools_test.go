@@ -3,11 +3,8 @@ package main
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"fmt"
 	"net"
-	"net/http"
-	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -17,7 +14,7 @@ import (
 	"testing"
 	"time"
 
-	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
+	"floe.dev/cmd/floe/internal/mcptest"
 )
 
 func freeAddr(t *testing.T) string {
@@ -36,17 +33,11 @@ func freeAddr(t *testing.T) string {
 // file and position.
 func TestToolsListsAPoolsToolsWithTheirSource(t *testing.T) {
 	bin := buildFloe(t)
-	s := sdk.NewServer(&sdk.Implementation{Name: "floe-tools-test", Version: "1"}, nil)
-	s.AddTool(&sdk.Tool{Name: "echo", Annotations: &sdk.ToolAnnotations{ReadOnlyHint: true}, InputSchema: json.RawMessage(`{"type":"object"}`)},
-		func(context.Context, *sdk.CallToolRequest) (*sdk.CallToolResult, error) {
-			return &sdk.CallToolResult{Content: []sdk.Content{&sdk.TextContent{Text: "hi"}}}, nil
-		})
-	mcp := httptest.NewServer(sdk.NewStreamableHTTPHandler(func(*http.Request) *sdk.Server { return s }, nil))
-	defer mcp.Close()
+	url := mcptest.Server(t)
 
 	home := t.TempDir()
 	cfg := filepath.Join(home, "mcp.json")
-	body := fmt.Sprintf(`{"servers": {"go": {"url": %q}, "gone": {"command": "/nonexistent/floe-mcp"}}}`, mcp.URL+"/mcp")
+	body := fmt.Sprintf(`{"servers": {"go": {"url": %q}, "gone": {"command": "/nonexistent/floe-mcp"}}}`, url)
 	if err := os.WriteFile(cfg, []byte(body), 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -89,11 +80,11 @@ func TestToolsListsAPoolsToolsWithTheirSource(t *testing.T) {
 		time.Sleep(300 * time.Millisecond)
 	}
 	for _, re := range []string{
-		`pool default \(answered by \S+\): 5 tools`,
+		`pool default \(answered by \S+\): 6 tools`,
 		`exec_command\s+builtin\s+rw`,
 		`read_file\s+builtin\s+r\n`,
 		`mcp__go__echo\s+mcp:go\s+r\n`,
-		`go\s+http\s+completed\s+1`,
+		`go\s+http\s+completed\s+2`,
 		`gone\s+stdio\s+failed\s+0\s+.*/nonexistent/floe-mcp`,
 	} {
 		if !regexp.MustCompile(re).Match(out) {

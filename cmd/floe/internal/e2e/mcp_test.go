@@ -1,13 +1,9 @@
 package e2e
 
 import (
-	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"net"
-	"net/http"
-	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -17,33 +13,10 @@ import (
 	"testing"
 	"time"
 
-	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
-
+	"floe.dev/cmd/floe/internal/mcptest"
 	"floe.dev/pkg/omni"
 	"floe.dev/services/engine"
 )
-
-// everything installs (once per run, see scripts/mcp-everything) the
-// reference MCP server and returns its entry point; it skips the test only
-// when npm is not installed.
-func everything(t *testing.T) string {
-	t.Helper()
-	script, err := filepath.Abs("../../../../scripts/mcp-everything")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
-	out, err := exec.CommandContext(ctx, script).Output()
-	var ee *exec.ExitError
-	if errors.As(err, &ee) && ee.ExitCode() == 3 {
-		t.Skip("npm is not installed: the tests against the reference MCP server need it to install @modelcontextprotocol/server-everything")
-	}
-	if err != nil {
-		t.Fatalf("installing the reference MCP server: %v: %s", err, ee.Stderr)
-	}
-	return strings.TrimSpace(string(out))
-}
 
 func writeMCPConfig(t *testing.T, servers map[string]any) string {
 	t.Helper()
@@ -176,7 +149,7 @@ func toolCallsTurn(calls ...[3]string) rcReply {
 // killing the server mid-call fails that call once and the next call works
 // after the restart.
 func TestMCPEverythingOverStdio(t *testing.T) {
-	entry := everything(t)
+	entry := mcptest.Everything(t)
 	const echo, long = "mcp__everything__echo", "mcp__everything__trigger-long-running-operation"
 	f := rcNewFake(t,
 		toolCallsTurn([3]string{"call_echo", echo, `{"message":"hello mcp"}`}, [3]string{"call_long", long, `{"duration":1,"steps":3}`}),
@@ -302,7 +275,7 @@ func freePort(t *testing.T) int {
 // The reference server over Streamable HTTP (node dist/index.js
 // streamableHttp, listening on $PORT at /mcp).
 func TestMCPEverythingOverStreamableHTTP(t *testing.T) {
-	entry := everything(t)
+	entry := mcptest.Everything(t)
 	port := freePort(t)
 	srv := exec.Command("node", entry, "streamableHttp")
 	srv.Env = append(os.Environ(), "PORT="+strconv.Itoa(port))
@@ -348,32 +321,10 @@ func TestMCPEverythingOverStreamableHTTP(t *testing.T) {
 	}
 }
 
-// goMCP is a small Go SDK server over Streamable HTTP whose echo tool
-// reports which MCP session (so which runner) called it.
-func goMCP(t *testing.T) string {
-	t.Helper()
-	s := sdk.NewServer(&sdk.Implementation{Name: "floe-e2e", Version: "1"}, nil)
-	s.AddTool(&sdk.Tool{Name: "echo", Annotations: &sdk.ToolAnnotations{ReadOnlyHint: true},
-		InputSchema: json.RawMessage(`{"type":"object","properties":{"text":{"type":"string"}},"required":["text"]}`)},
-		func(_ context.Context, req *sdk.CallToolRequest) (*sdk.CallToolResult, error) {
-			time.Sleep(150 * time.Millisecond)
-			var a struct{ Text string }
-			_ = json.Unmarshal(req.Params.Arguments, &a)
-			return &sdk.CallToolResult{Content: []sdk.Content{&sdk.TextContent{Text: "session=" + req.Session.ID() + " text=" + a.Text}}}, nil
-		})
-	s.AddTool(&sdk.Tool{Name: "write", InputSchema: json.RawMessage(`{"type":"object"}`)},
-		func(context.Context, *sdk.CallToolRequest) (*sdk.CallToolResult, error) {
-			return &sdk.CallToolResult{Content: []sdk.Content{&sdk.TextContent{Text: "wrote"}}}, nil
-		})
-	srv := httptest.NewServer(sdk.NewStreamableHTTPHandler(func(*http.Request) *sdk.Server { return s }, nil))
-	t.Cleanup(srv.Close)
-	return srv.URL + "/mcp"
-}
-
 // With three runners, MCP calls spread over them (each runner has its own
 // MCP session) and each call has exactly one output.
 func TestMCPCallsSpreadOverThreeRunners(t *testing.T) {
-	e := start(t, envOpts{runners: 3, mcpConfig: writeMCPConfig(t, map[string]any{"go": map[string]any{"url": goMCP(t)}})})
+	e := start(t, envOpts{runners: 3, mcpConfig: writeMCPConfig(t, map[string]any{"go": map[string]any{"url": mcptest.Server(t)}})})
 	const n = 12
 	var calls []any
 	for i := range n {
@@ -408,7 +359,7 @@ func TestMCPCallsSpreadOverThreeRunners(t *testing.T) {
 // Task still runs; under read-only, a server declared "r" is auto-allowed
 // and one without it asks.
 func TestMCPMissingServerAndReadOnlyApproval(t *testing.T) {
-	url := goMCP(t)
+	url := mcptest.Server(t)
 	e := start(t, envOpts{mcpConfig: writeMCPConfig(t, map[string]any{
 		"missing": map[string]any{"command": "/nonexistent/floe-mcp"},
 		"ro":      map[string]any{"url": url, "permission": "r"},

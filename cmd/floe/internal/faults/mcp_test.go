@@ -1,41 +1,18 @@
 package faults
 
 import (
-	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
+	"floe.dev/cmd/floe/internal/mcptest"
 	"floe.dev/pkg/omni"
 )
-
-// everythingEntry installs the reference MCP server (scripts/mcp-everything,
-// once per run) and returns its entry point; it skips only without npm.
-func everythingEntry(t *testing.T) string {
-	t.Helper()
-	script, err := filepath.Abs("../../../../scripts/mcp-everything")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
-	out, err := exec.CommandContext(ctx, script).Output()
-	var ee *exec.ExitError
-	if errors.As(err, &ee) && ee.ExitCode() == 3 {
-		t.Skip("npm is not installed: this test runs the reference MCP server @modelcontextprotocol/server-everything")
-	}
-	if err != nil {
-		t.Fatalf("installing the reference MCP server: %v: %s", err, ee.Stderr)
-	}
-	return strings.TrimSpace(string(out))
-}
 
 // alive reports whether pid runs (a zombie does not).
 func alive(pid int) bool {
@@ -55,7 +32,7 @@ func alive(pid int) bool {
 // tool; the runner's stdio MCP server dies with it (no orphan); the next
 // MCP call runs on the other runner, on its own server.
 func TestToolrunnerKilledMidMCPCall(t *testing.T) {
-	entry := everythingEntry(t)
+	entry := mcptest.Everything(t)
 	const hbTimeout = 3 * time.Second
 	c := newCluster(t, 1, 1)
 	cfg, _ := json.Marshal(map[string]any{"servers": map[string]any{
