@@ -425,11 +425,16 @@ function setConn(text) {
 
 async function loadHistory(c) {
   c.fetching = true;
+  const gen = c.feed.resyncs; // a resync meanwhile makes this answer stale
   try {
     const h = await api('GET', '/api/sessions/' + enc(c.id) + '/messages');
     if (c.closed) return;
-    if (!c.feed.loaded) {
+    if (!c.feed.loaded && gen === c.feed.resyncs) {
+      const t1 = performance.now();
       c.feed.history(h);
+      const log = $('transcript');
+      log.dataset.fetchMs = String(Math.round(t1 - c.t0));
+      log.dataset.foldMs = String(Math.round(performance.now() - t1));
       c.cache.clear();
       $('transcript').replaceChildren();
     }
