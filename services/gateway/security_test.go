@@ -1,12 +1,14 @@
 package gateway_test
 
 import (
+	"bytes"
 	"context"
 	"io"
 	"net"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -150,9 +152,10 @@ func TestStalledRequestsAreCutOff(t *testing.T) {
 	addr := freePort(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
+	logs := &lockedBuffer{}
 	go func() {
 		done <- gateway.Run(ctx, nc, gateway.Config{Addr: addr, Home: t.TempDir(), Tokens: map[string]string{aliceToken: "alice"},
-			ReadHeaderTimeout: 300 * time.Millisecond, ReadBodyTimeout: 300 * time.Millisecond}, zerolog.Nop())
+			ReadHeaderTimeout: 300 * time.Millisecond, ReadBodyTimeout: 300 * time.Millisecond}, zerolog.New(logs).Level(zerolog.DebugLevel))
 	}()
 	t.Cleanup(func() { cancel(); <-done })
 	c := client.New("http://"+addr, client.WithToken(aliceToken))
@@ -184,9 +187,42 @@ func TestStalledRequestsAreCutOff(t *testing.T) {
 	if !strings.HasPrefix(got, "HTTP/1.1 408 ") || !strings.Contains(got, omni.CodeRequestTimeout) {
 		t.Errorf("stalled body answered %q, want 408 %s", got, omni.CodeRequestTimeout)
 	}
+	// A client that hangs up mid-body.
+	conn, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	io.WriteString(conn, "POST /api/sessions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer "+aliceToken+
+		"\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n{\"title\":\"")
+	conn.Close()
+
 	if list, err := c.ListSessions(ctxT(t)); err != nil || len(list) != 0 {
 		t.Errorf("sessions after stalled requests = %v, %v; want none", list, err)
 	}
+	eventually(t, "the disconnects logged", func() bool { return strings.Count(logs.String(), "client disconnected") >= 2 })
+	for _, line := range strings.Split(logs.String(), "\n") {
+		if strings.Contains(line, `"level":"error"`) || strings.Contains(line, `"level":"warn"`) {
+			t.Errorf("a client's disconnect logged above debug: %s", line)
+		}
+	}
+}
+
+// lockedBuffer is a bytes.Buffer safe for a logger and a test at once.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }
 
 func TestPromptOverTheBusLimitIs413BeforeQueueing(t *testing.T) {
