@@ -92,6 +92,19 @@ func TestToolsListsAPoolsToolsWithTheirSource(t *testing.T) {
 		}
 	}
 
+	// floe run says which server did not connect.
+	home2 := t.TempDir()
+	ws := filepath.Join(home2, "ws")
+	if err := os.MkdirAll(ws, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	runOK := exec.Command(bin, "run", "hello")
+	runOK.Dir = ws
+	runOK.Env = append(cleanEnv(home2), "FLOE_MCP_CONFIG="+cfg)
+	if msg, err := runOK.CombinedOutput(); err != nil || !strings.Contains(string(msg), "MCP server gone not connected (its tools are unavailable): connect:") {
+		t.Errorf("floe run with an unreachable MCP server: %v\n%s", err, msg)
+	}
+
 	bad := filepath.Join(home, "bad.json")
 	if err := os.WriteFile(bad, []byte("{\n  \"servers\": {\"a\": {\"command\": \"x\"},}\n}\n"), 0o600); err != nil {
 		t.Fatal(err)

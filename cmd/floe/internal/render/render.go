@@ -265,6 +265,15 @@ func (r *Renderer) event(m *omni.Message, pre string) {
 		r.line(pre + r.paint(dim, "… compaction "+p.Status))
 	case omni.TypeSubagent:
 		r.line(pre + r.paint(dim, "… subagent "+p.SessionID))
+	case omni.TypeMCPConnectEnd:
+		// Only failures: they say why a server's tools are missing.
+		var results []omni.MCPConnectResult
+		_ = json.Unmarshal(p.Field("results"), &results)
+		for _, res := range results {
+			if res.Status != omni.StatusCompleted {
+				r.line(pre + r.paint(yellow, fmt.Sprintf("MCP server %s not connected (its tools are unavailable): %s", res.Server, res.Error)))
+			}
+		}
 	}
 }
 
