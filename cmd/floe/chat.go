@@ -55,6 +55,11 @@ type chatOpts struct {
 	fullOutput  bool
 	interactive bool // a line editor on a terminal
 	askOK       bool // approvals can be asked (stdin is a terminal)
+
+	// Set by the chat: its Session and the last stream sequence of a
+	// message the tracer writes.
+	sid        string
+	lastTraced uint64
 }
 
 func cmdChat(ctx context.Context, stopSignals context.CancelFunc, name string, args []string) (int, error) {
@@ -152,15 +157,25 @@ func cmdChat(ctx context.Context, stopSignals context.CancelFunc, name string, a
 			}
 		}
 		maxAttempts = eng.RetryMax + 1
-		var stop func()
+		var stop func(idle bool)
 		cl, stop, err = startLocal(ctx, c, eng, o.workspace)
 		if err != nil {
 			return 1, err
 		}
-		defer stop()
+		idle := false
+		defer func() {
+			if idle && o.sid != "" {
+				waitTrace(c.home, o.sid, o.lastTraced) // the Trace is whole before the tracer stops
+			}
+			stop(idle)
+		}()
 		home = c.home
+		var code int
+		code, idle, err = runChat(ctx, o, cl, home, maxAttempts)
+		return code, err
 	}
-	return runChat(ctx, o, cl, home, maxAttempts)
+	code, _, err := runChat(ctx, o, cl, home, maxAttempts)
+	return code, err
 }
 
 // checkModelRef checks a model reference's shape and provider without
@@ -213,7 +228,7 @@ func checkServer(ctx context.Context, cl *client.Client, url string) error {
 // run) and serves the gateway's API on a loopback port of its own, behind
 // a token of this run only, so the chat uses the same Session API as
 // with --server.
-func startLocal(ctx context.Context, c *common, eng *engine.Config, workspace string) (*client.Client, func(), error) {
+func startLocal(ctx context.Context, c *common, eng *engine.Config, workspace string) (*client.Client, func(idle bool), error) {
 	if c.natsURL == "" {
 		if err := checkFree(c.listen, "FLOE_NATS_LISTEN / --nats-listen"); err != nil {
 			return nil, nil, err
@@ -263,12 +278,18 @@ func startLocal(ctx context.Context, c *common, eng *engine.Config, workspace st
 	}
 	hs := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
 	go hs.Serve(ln)
-	stop := func() {
+	// stop: with nothing running (idle), without waiting out the
+	// services' pull timeouts.
+	stop := func(idle bool) {
 		release()
 		sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		_ = hs.Shutdown(sctx)
 		cancel()
-		st.Stop()
+		if idle {
+			st.StopIdle()
+		} else {
+			st.Stop()
+		}
 		closeLog()
 	}
 	return client.New("http://"+ln.Addr().String(), client.WithToken(token)), stop, nil
@@ -299,13 +320,16 @@ type pendingApproval struct {
 	toolCallID, tool string
 }
 
-func runChat(ctx context.Context, o *chatOpts, cl *client.Client, home string, maxAttempts int) (int, error) {
+// runChat runs the chat until it ends; idle reports that no Task was
+// running at the end.
+func runChat(ctx context.Context, o *chatOpts, cl *client.Client, home string, maxAttempts int) (code int, idle bool, err error) {
 	ch := &chat{o: o, cl: cl, home: home}
 	sess, resumed, err := ch.openSession(ctx)
 	if err != nil {
-		return 1, err
+		return 1, true, err
 	}
 	ch.sess = sess
+	o.sid = sess.ID
 	ch.used = resumed
 	if !resumed {
 		demoNotice(sess.Model)
@@ -313,13 +337,13 @@ func runChat(ctx context.Context, o *chatOpts, cl *client.Client, home string, m
 
 	stream, err := cl.Stream(ctx, sess.ID, "")
 	if err != nil {
-		return 1, fmt.Errorf("stream session %s: %w", sess.ID, err)
+		return 1, true, fmt.Errorf("stream session %s: %w", sess.ID, err)
 	}
 	var con console
 	if o.interactive {
 		tc, err := newTTYConsole()
 		if err != nil {
-			return 1, err
+			return 1, true, err
 		}
 		con = tc
 	} else {
@@ -334,7 +358,7 @@ func runChat(ctx context.Context, o *chatOpts, cl *client.Client, home string, m
 	if resumed {
 		if err := ch.showHistory(ctx); err != nil {
 			con.Close()
-			return 1, err
+			return 1, true, err
 		}
 	}
 	ch.updatePrompt()
@@ -344,11 +368,11 @@ func runChat(ctx context.Context, o *chatOpts, cl *client.Client, home string, m
 	signal.Notify(sigs, os.Interrupt)
 	defer signal.Stop(sigs)
 
-	code, err := ch.loop(ctx, stream, sigs)
+	code, err = ch.loop(ctx, stream, sigs)
 	ch.r.Flush()
 	con.Close()
-	ch.leave(ctx)
-	return code, err
+	idle = ch.leave(ctx)
+	return code, idle, err
 }
 
 // openSession creates the chat's Session or finds the one to resume.
@@ -742,6 +766,9 @@ func (ch *chat) onEvent(ctx context.Context, ev client.Event) {
 	if omni.Unmarshal(ev.Data, &m) != nil {
 		return
 	}
+	if seq := seqOf(ev.ID); seq > 0 && len(m.Origin) == 0 && (m.Type == omni.KindModel || m.Type == omni.KindEvent) && !m.IsPartial() {
+		ch.o.lastTraced = seq
+	}
 	p := &m.Payload
 	switch {
 	case m.Type == omni.KindEvent && p.Type == omni.TypeApprovalDecision:
@@ -845,7 +872,9 @@ func (ch *chat) updatePrompt() {
 
 // leave ends the chat: a Task still running in-process is interrupted
 // (the services stop with the command); the resume command is printed.
-func (ch *chat) leave(ctx context.Context) {
+// It reports whether nothing runs any more.
+func (ch *chat) leave(ctx context.Context) (idle bool) {
+	idle = !ch.running
 	if ch.running {
 		if ch.home != "" {
 			actx, cancel := context.WithTimeout(ctx, 5*time.Second)
@@ -858,4 +887,5 @@ func (ch *chat) leave(ctx context.Context) {
 	if ch.used {
 		fmt.Fprintf(os.Stdout, "resume with: %s\n", ch.resumeCommand())
 	}
+	return idle
 }

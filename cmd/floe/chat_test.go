@@ -124,7 +124,7 @@ func TestChatCtrlC(t *testing.T) {
 	p.expect("model " + model)
 	p.send("typed but not sent")
 	time.Sleep(2100 * time.Millisecond) // past the double Ctrl-C window
-	p.send("\x03")                       // clears the line
+	p.send("\x03")                      // clears the line
 	p.expect("^C")
 	p.send("next one\r")
 	p.expect("after the abort")

@@ -115,7 +115,12 @@ func cmdRun(ctx context.Context, stopSignals context.CancelFunc, name string, ar
 	if err != nil {
 		return 1, err
 	}
-	defer st.Stop()
+	stopped := false
+	defer func() {
+		if !stopped {
+			st.Stop()
+		}
+	}()
 
 	now := time.Now().UTC()
 	sid := omni.NewSessionID(now, randHex(4))
@@ -211,6 +216,8 @@ func cmdRun(ctx context.Context, stopSignals context.CancelFunc, name string, ar
 		return 1, err
 	}
 	tracePath := waitTrace(c.home, sid, lastTrace)
+	st.StopIdle() // nothing runs any more: no idle second after the Trace path
+	stopped = true
 	fmt.Fprintf(os.Stderr, "floe: session %s %s\n", sid, status)
 	if tracePath != "" {
 		fmt.Fprintf(os.Stderr, "floe: trace %s\n", tracePath)

@@ -194,16 +194,43 @@ func (s *Stack) Err() error {
 
 // Stop stops the services, waits for them, flushes and closes connections,
 // and shuts the embedded server down last.
-func (s *Stack) Stop() {
+func (s *Stack) Stop() { s.stop(0) }
+
+// StopIdle is Stop for a stack with no work left (a terminal command
+// whose Task has ended and been traced): services still waiting out a
+// pull request's timeout after a short grace are not waited for, so the
+// command exits without an idle second. The connections are drained and
+// the embedded server shut down as in Stop, so nothing stored is lost.
+func (s *Stack) StopIdle() { s.stop(idleGrace) }
+
+// idleGrace is how long StopIdle waits for the services to return.
+const idleGrace = 200 * time.Millisecond
+
+// stop stops the services, waiting for them up to grace (0: until they
+// return), then drains and closes the connections.
+func (s *Stack) stop(grace time.Duration) {
 	if s.cancel != nil {
 		s.cancel()
 	}
-	s.wg.Wait()
+	done := make(chan struct{})
+	go func() {
+		s.wg.Wait()
+		close(done)
+	}()
+	if grace > 0 {
+		select {
+		case <-done:
+		case <-time.After(grace):
+		}
+	} else {
+		<-done
+	}
 	for _, c := range s.conns {
 		_ = c.Drain()
 	}
+	drainUntil := time.Now().Add(5 * time.Second) // StopIdle only
 	for _, c := range s.conns {
-		for c.IsDraining() {
+		for c.IsDraining() && (grace == 0 || time.Now().Before(drainUntil)) {
 			time.Sleep(5 * time.Millisecond)
 		}
 		c.Close()
