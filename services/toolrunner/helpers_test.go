@@ -343,15 +343,29 @@ func (b *syncBuffer) String() string {
 	return b.buf.String()
 }
 
-// checkNoGoroutines fails if a goroutine of the toolrunner's code is alive.
+// checkNoGoroutines fails if a goroutine of the toolrunner's code is still
+// alive after a short grace: a job goroutine that has just called
+// WaitGroup.Done may still be unwinding when Wait returns, so the stacks are
+// sampled until none is left (a real leak stays past the grace).
 // Only meaningful in a test that does not run in parallel with others.
 func checkNoGoroutines(t *testing.T) {
 	t.Helper()
-	buf := make([]byte, 8<<20)
-	buf = buf[:runtime.Stack(buf, true)]
-	for g := range strings.SplitSeq(string(buf), "\n\n") {
-		if strings.Contains(g, "floe.dev/services/toolrunner/internal/") {
-			t.Errorf("goroutine left behind:\n%s", g)
+	var left []string
+	for deadline := time.Now().Add(5 * time.Second); ; {
+		buf := make([]byte, 8<<20)
+		buf = buf[:runtime.Stack(buf, true)]
+		left = left[:0]
+		for g := range strings.SplitSeq(string(buf), "\n\n") {
+			if strings.Contains(g, "floe.dev/services/toolrunner/internal/") {
+				left = append(left, g)
+			}
 		}
+		if len(left) == 0 || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	for _, g := range left {
+		t.Errorf("goroutine left behind:\n%s", g)
 	}
 }

@@ -401,8 +401,8 @@ func TestServeExitsWhenGatewayCannotListen(t *testing.T) {
 	if code := p.wait(); code == 0 {
 		t.Fatalf("floe serve exited 0 with its HTTP port taken\nstderr:\n%s", p.errs.String())
 	}
-	if !strings.Contains(p.errs.String(), "address already in use") {
-		t.Fatalf("floe serve's error does not say why:\n%s", p.errs.String())
+	if errs := p.errs.String(); !strings.Contains(errs, "already in use") || !strings.Contains(errs, h.httpAddr) {
+		t.Fatalf("floe serve's error does not say why (the address and that it is in use):\n%s", errs)
 	}
 }
 
