@@ -124,6 +124,7 @@ func service(ctx context.Context, name string, args []string) error {
 		fs.IntVar(concurrency, "concurrency", int(envInt("FLOE_TOOL_CONCURRENCY", 0)), "concurrent tool jobs (FLOE_TOOL_CONCURRENCY)")
 	}
 	setup := fs.Bool("setup", envBool("FLOE_SETUP", true), "create or update the JetStream layout at start; false waits for it (FLOE_SETUP)")
+	metricsAddr := fs.String("metrics", os.Getenv("FLOE_METRICS_ADDR"), "serve Prometheus metrics on http://ADDR/metrics (FLOE_METRICS_ADDR; the gateway also serves them on its HTTP port)")
 	if err := parse(fs, args); err != nil {
 		return err
 	}
@@ -141,7 +142,7 @@ func service(ctx context.Context, name string, args []string) error {
 	// Each service gets replies on its own inbox prefix, so its NATS user
 	// can be allowed to subscribe to _INBOX.<service>.> only.
 	o := stack.Options{Home: c.home, NatsURL: c.natsURL, Bus: busCfg, Connect: connect,
-		InboxPrefix: "_INBOX." + name, NoSetup: !*setup}
+		InboxPrefix: "_INBOX." + name, NoSetup: !*setup, MetricsAddr: *metricsAddr}
 	switch name {
 	case "engine":
 		if o.Engine, err = engineConfig(c); err != nil {

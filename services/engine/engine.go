@@ -11,15 +11,19 @@ import (
 	"os"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 
 	"floe.dev/pkg/bus"
+	"floe.dev/pkg/bus/ops"
 	"floe.dev/pkg/omni"
 	"floe.dev/services/engine/internal/fold"
+	"floe.dev/services/engine/internal/model"
 	"floe.dev/services/engine/internal/provider"
 	"floe.dev/services/engine/internal/task"
 )
@@ -56,6 +60,8 @@ type Config struct {
 	// MaxSubagentDepth is how deep run_subagent may nest (default 1;
 	// negative disables subagents).
 	MaxSubagentDepth int
+	// Metrics receives the engine's series (nil: none are served).
+	Metrics prometheus.Registerer
 }
 
 // Defaults fills unset fields.
@@ -146,12 +152,27 @@ func Run(ctx context.Context, nc *nats.Conn, cfg Config, log zerolog.Logger) err
 		return fmt.Errorf("engine: task consumer: %w", err)
 	}
 	reg := provider.NewRegistry(cfg.Providers)
+	e.metrics = newMetrics(cfg.Metrics)
+	resolve := func(ref string) (model.Provider, model.Info, error) {
+		p, info, err := reg.Resolve(ref)
+		if err == nil {
+			p = measuredProvider{Provider: p, name: info.Provider, m: e.metrics}
+		}
+		return p, info, err
+	}
+	if srv, err := ops.Register(nc, "engine", "Floe engine: runs Tasks of pool "+cfg.Pool, func() any {
+		return map[string]any{"pool": cfg.Pool, "max_tasks": cfg.MaxTasks, "tasks_running": e.running.Load()}
+	}); err != nil {
+		log.Warn().Err(err).Msg("not registered as a NATS micro service")
+	} else {
+		defer srv.Stop()
+	}
 	e.deps = &task.Deps{
 		NC:         nc,
 		JS:         js,
 		Sessions:   sessions,
 		Log:        log,
-		Resolve:    reg.Resolve,
+		Resolve:    resolve,
 		Tools:      e.listTools,
 		MCPServers: e.mcpServers,
 		Settings: task.Settings{
@@ -186,6 +207,9 @@ type engine struct {
 	toolsMu   sync.Mutex
 	tools     []omni.ToolSpec
 	toolsTime time.Time
+
+	metrics *metrics
+	running atomic.Int64 // Tasks running now
 }
 
 func (e *engine) loop(ctx context.Context, cons jetstream.Consumer) error {
@@ -251,7 +275,12 @@ func (e *engine) handle(ctx context.Context, msg jetstream.Msg) {
 	}()
 	runner := task.New(e.deps, t)
 	e.runners.Store(t.SessionID, runner)
+	e.metrics.tasks.Set(float64(e.running.Add(1)))
 	status, err := runner.Run(ctx)
+	e.metrics.tasks.Set(float64(e.running.Add(-1)))
+	if err == nil {
+		e.metrics.outcomes.WithLabelValues(status).Inc()
+	}
 	e.runners.CompareAndDelete(t.SessionID, runner)
 	stopProgress()
 	switch {

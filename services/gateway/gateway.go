@@ -32,6 +32,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 
 	"floe.dev/pkg/omni"
@@ -99,6 +100,11 @@ type Config struct {
 	// release, or Run's shutdown, ends them. floe serve and floe gateway
 	// turn it on.
 	DetachSSE bool
+	// Metrics receives the gateway's series and Gatherer is what /metrics
+	// serves (floe serve passes one registry of every service for both);
+	// nil: a registry of the gateway's own, with the Go runtime's series.
+	Metrics  prometheus.Registerer
+	Gatherer prometheus.Gatherer
 	// WriteTimeout bounds one write to an SSE client (default 15s); a
 	// client that accepts nothing for that long is disconnected.
 	WriteTimeout time.Duration
@@ -221,7 +227,7 @@ func (c *Config) options() server.Options {
 		Tokens: c.Tokens, MaxBody: c.MaxBody, MaxImport: c.MaxImport, Home: c.Home, DefaultModel: c.DefaultModel,
 		WorkspaceRoots: c.WorkspaceRoots, ScriptsDir: c.ScriptsDir, ReadBodyTimeout: c.ReadBodyTimeout,
 		Heartbeat: c.Heartbeat, ControlTimeout: c.ControlTimeout, QueueWait: c.QueueWait,
-		ClientBuffer: c.ClientBuffer, WriteTimeout: c.WriteTimeout, DetachSSE: c.DetachSSE, CommandPolicy: c.CommandPolicy,
+		ClientBuffer: c.ClientBuffer, WriteTimeout: c.WriteTimeout, DetachSSE: c.DetachSSE, Metrics: c.Metrics, Gatherer: c.Gatherer, CommandPolicy: c.CommandPolicy,
 	}
 }
 

@@ -29,8 +29,10 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 
+	"floe.dev/pkg/bus/ops"
 	"floe.dev/pkg/omni"
 	"floe.dev/services/toolrunner/internal/mcptools"
 	"floe.dev/services/toolrunner/internal/runner"
@@ -81,6 +83,8 @@ type Config struct {
 	// stdio server gets the same allow-listed environment as
 	// exec_command (FLOE_TOOL_ENV) plus its declared env.
 	MCPConfig string
+	// Metrics receives the toolrunner's series (nil: none are served).
+	Metrics prometheus.Registerer
 }
 
 // Defaults sets every zero field to its default.
@@ -173,13 +177,21 @@ func Run(ctx context.Context, nc *nats.Conn, cfg Config, log zerolog.Logger) err
 	}))
 	// The MCP servers stop after the last job: Run has returned.
 	defer box.Close()
+	m := newMetrics(cfg.Metrics)
+	if srv, err := ops.Register(nc, "toolrunner", "Floe tool runner: executes tool calls of pool "+cfg.Pool, func() any {
+		return map[string]any{"runner": cfg.RunnerID, "pool": cfg.Pool, "concurrency": cfg.Concurrency}
+	}); err != nil {
+		log.Warn().Err(err).Msg("not registered as a NATS micro service")
+	} else {
+		defer srv.Stop()
+	}
 	return runner.Run(ctx, nc, runner.Config{
 		Pool:              cfg.Pool,
 		Concurrency:       cfg.Concurrency,
 		RunnerID:          cfg.RunnerID,
 		HeartbeatInterval: cfg.HeartbeatInterval,
 		ShutdownGrace:     cfg.ShutdownGrace,
-		Tools:             box,
+		Tools:             measured{box, m},
 	}, log)
 }
 

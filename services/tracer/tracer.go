@@ -31,11 +31,14 @@ import (
 	"fmt"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 
+	"floe.dev/pkg/bus/ops"
 	"floe.dev/services/tracer/internal/consume"
 )
 
@@ -75,6 +78,8 @@ type Config struct {
 	// standby tracer polls for the home's lock.
 	RetryMin time.Duration
 	RetryMax time.Duration
+	// Metrics receives the tracer's series (nil: none are served).
+	Metrics prometheus.Registerer
 }
 
 // Defaults returns the default tunables; Home is left empty (the caller sets
@@ -156,7 +161,34 @@ func Run(ctx context.Context, nc *nats.Conn, cfg Config, log zerolog.Logger) err
 	if nc == nil {
 		return errors.New("tracer: no NATS connection")
 	}
+	records := ops.MustRegister(cfg.Metrics, prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "floe_tracer_records_total", Help: "Trace records written.",
+	}))
+	lag := ops.MustRegister(cfg.Metrics, prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "floe_tracer_lag_seconds", Help: "How far the Traces are behind the stream: age of the last committed message while messages are pending, else 0.",
+	}))
+	pendingG := ops.MustRegister(cfg.Metrics, prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "floe_tracer_pending_messages", Help: "FLOE_SESSIONS messages not yet traced, at the last commit.",
+	}))
+	var last atomic.Int64 // stream time of the last committed message, unix ns
+	if srv, err := ops.Register(nc, "tracer", "Floe tracer: writes Session Traces", func() any {
+		return map[string]any{"home": cfg.Home, "durable": cfg.Durable, "last_committed": time.Unix(0, last.Load()).UTC()}
+	}); err != nil {
+		log.Warn().Err(err).Msg("not registered as a NATS micro service")
+	} else {
+		defer srv.Stop()
+	}
 	return consume.Run(ctx, nc, consume.Options{
+		Committed: func(n int, stored time.Time, pending uint64) {
+			records.Add(float64(n))
+			last.Store(stored.UnixNano())
+			pendingG.Set(float64(pending))
+			if pending == 0 {
+				lag.Set(0)
+			} else {
+				lag.Set(time.Since(stored).Seconds())
+			}
+		},
 		Home:       cfg.Home,
 		Durable:    cfg.Durable,
 		Batch:      cfg.Batch,

@@ -16,9 +16,11 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 
 	"floe.dev/pkg/bus"
+	"floe.dev/pkg/bus/ops"
 )
 
 // EnvOr returns the variable's value, or def when it is unset or empty.
@@ -102,6 +104,8 @@ type Main struct {
 	service                        string
 	url, creds, user, passwordFile string
 	level                          string
+	metricsAddr                    string
+	reg                            *prometheus.Registry
 }
 
 // NewMain registers the shared flags of service on fs.
@@ -112,8 +116,14 @@ func NewMain(service string, fs *flag.FlagSet) *Main {
 	fs.StringVar(&m.user, "nats-user", os.Getenv("FLOE_NATS_USER"), "NATS user (FLOE_NATS_USER); password from FLOE_NATS_PASSWORD or --nats-password-file")
 	fs.StringVar(&m.passwordFile, "nats-password-file", os.Getenv("FLOE_NATS_PASSWORD_FILE"), "file holding the NATS password (FLOE_NATS_PASSWORD_FILE)")
 	fs.StringVar(&m.level, "log-level", EnvOr("FLOE_LOG_LEVEL", "info"), "debug, info, warn or error (FLOE_LOG_LEVEL)")
+	fs.StringVar(&m.metricsAddr, "metrics", os.Getenv("FLOE_METRICS_ADDR"), "serve Prometheus metrics on http://ADDR/metrics (FLOE_METRICS_ADDR)")
+	m.reg = ops.NewRegistry()
 	return m
 }
+
+// Metrics is the registry the service's series go to (its Config's
+// Metrics), served on --metrics ADDR when set.
+func (m *Main) Metrics() *prometheus.Registry { return m.reg }
 
 // Run connects and runs the service until SIGINT or SIGTERM. Call it after
 // the flags are parsed and the service's Config is built and valid.
@@ -143,6 +153,18 @@ func (m *Main) Run(run func(ctx context.Context, nc *nats.Conn, log zerolog.Logg
 	})
 	if ctx.Err() != nil {
 		return nil
+	}
+	if m.metricsAddr != "" {
+		served := make(chan struct{})
+		defer func() { <-served }()
+		mctx, stopMetrics := context.WithCancel(ctx)
+		defer stopMetrics()
+		go func() {
+			defer close(served)
+			if err := ops.ServeMetrics(mctx, m.metricsAddr, m.reg); err != nil {
+				log.Error().Err(err).Str("service", m.service).Str("addr", m.metricsAddr).Msg("metrics not served")
+			}
+		}()
 	}
 	if err := run(ctx, nc, log); err != nil && !errors.Is(err, context.Canceled) {
 		return err

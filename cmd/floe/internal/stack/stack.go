@@ -18,6 +18,7 @@ import (
 
 	"floe.dev/pkg/bus"
 	"floe.dev/pkg/bus/embed"
+	"floe.dev/pkg/bus/ops"
 	"floe.dev/pkg/omni"
 	"floe.dev/services/engine"
 	"floe.dev/services/gateway"
@@ -54,6 +55,11 @@ type Options struct {
 	Toolrunner *toolrunner.Config
 	Tracer     *tracer.Config
 	Gateway    *gateway.Config
+
+	// MetricsAddr, when set, serves every service's series on
+	// http://MetricsAddr/metrics; the gateway serves them on its own port
+	// too. One registry holds every service of the stack.
+	MetricsAddr string
 }
 
 // CredentialsDir is where a listening embedded server keeps its users'
@@ -159,6 +165,32 @@ func Start(ctx context.Context, o Options, log zerolog.Logger) (*Stack, error) {
 			}
 		}()
 		return nil
+	}
+	reg := ops.NewRegistry()
+	if o.Engine != nil {
+		c := *o.Engine
+		c.Metrics, o.Engine = reg, &c
+	}
+	if o.Toolrunner != nil {
+		c := *o.Toolrunner
+		c.Metrics, o.Toolrunner = reg, &c
+	}
+	if o.Tracer != nil {
+		c := *o.Tracer
+		c.Metrics, o.Tracer = reg, &c
+	}
+	if o.Gateway != nil {
+		c := *o.Gateway
+		c.Metrics, c.Gatherer, o.Gateway = reg, reg, &c
+	}
+	if o.MetricsAddr != "" {
+		s.wg.Add(1)
+		go func() {
+			defer s.wg.Done()
+			if err := ops.ServeMetrics(runCtx, o.MetricsAddr, reg); err != nil {
+				log.Error().Err(err).Str("addr", o.MetricsAddr).Msg("metrics not served")
+			}
+		}()
 	}
 	var errs []error
 	if o.Tracer != nil {

@@ -54,7 +54,7 @@ func run() error {
 		}
 		return err
 	}
-	cfg := engine.Config{RetryMax: 5, Home: *home, Pool: *pool}
+	cfg := engine.Config{RetryMax: 5, Home: *home, Pool: *pool, Metrics: m.Metrics()}
 	if err := engine.EnvConfig(&cfg); err != nil {
 		return err
 	}

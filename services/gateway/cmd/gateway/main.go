@@ -55,7 +55,7 @@ func run() error {
 		}
 		return err
 	}
-	cfg := gateway.Config{Addr: *addr, Home: *home, DefaultModel: *model, DetachSSE: true}
+	cfg := gateway.Config{Addr: *addr, Home: *home, DefaultModel: *model, DetachSSE: true, Metrics: m.Metrics(), Gatherer: m.Metrics()}
 	cfg.FromEnv(os.Getenv)
 	var err error
 	if cfg.CommandPolicy, err = cmdpolicy.Load(os.Getenv("FLOE_COMMAND_POLICY")); err != nil {

@@ -1,10 +1,11 @@
 package server
 
 import (
-	"errors"
 	"strconv"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"floe.dev/pkg/bus/ops"
 )
 
 // metrics are the gateway's series, registered on the Registerer the
@@ -45,31 +46,17 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Buckets: latencyBuckets,
 		}),
 	}
-	m.requests = register(reg, m.requests)
-	m.sseClients = register(reg, m.sseClients)
-	m.sseSessions = register(reg, m.sseSessions)
-	m.sseConnected = register(reg, m.sseConnected)
-	m.sseEvents = register(reg, m.sseEvents)
-	m.sseReplayed = register(reg, m.sseReplayed)
-	m.sseResyncs = register(reg, m.sseResyncs)
-	m.sseReconnects = register(reg, m.sseReconnects)
-	m.sseSlow = register(reg, m.sseSlow)
-	m.sseLatency = register(reg, m.sseLatency)
+	m.requests = ops.MustRegister(reg, m.requests)
+	m.sseClients = ops.MustRegister(reg, m.sseClients)
+	m.sseSessions = ops.MustRegister(reg, m.sseSessions)
+	m.sseConnected = ops.MustRegister(reg, m.sseConnected)
+	m.sseEvents = ops.MustRegister(reg, m.sseEvents)
+	m.sseReplayed = ops.MustRegister(reg, m.sseReplayed)
+	m.sseResyncs = ops.MustRegister(reg, m.sseResyncs)
+	m.sseReconnects = ops.MustRegister(reg, m.sseReconnects)
+	m.sseSlow = ops.MustRegister(reg, m.sseSlow)
+	m.sseLatency = ops.MustRegister(reg, m.sseLatency)
 	return m
-}
-
-// register registers c, or returns the collector already registered under
-// its name: two gateways on one registry share their series.
-func register[C prometheus.Collector](reg prometheus.Registerer, c C) C {
-	if err := reg.Register(c); err != nil {
-		var are prometheus.AlreadyRegisteredError
-		if errors.As(err, &are) {
-			if old, ok := are.ExistingCollector.(C); ok {
-				return old
-			}
-		}
-	}
-	return c
 }
 
 func (m *metrics) request(route string, status int) {

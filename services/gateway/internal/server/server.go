@@ -19,11 +19,13 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nats.go/micro"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/rs/zerolog"
 
 	"floe.dev/pkg/bus"
+	"floe.dev/pkg/bus/ops"
 	"floe.dev/pkg/omni"
 )
 
@@ -71,6 +73,7 @@ type Server struct {
 	tail     *tail
 	replays  chan struct{} // a slot per running replay (maxReplays)
 	promh    http.Handler
+	micro    micro.Service // nil when the registration failed
 
 	// ctx ends when the server closes: long-lived handlers (SSE) end with it.
 	ctx    context.Context
@@ -97,7 +100,7 @@ func New(ctx context.Context, nc *nats.Conn, opts Options, log zerolog.Logger) (
 		return nil, fmt.Errorf("gateway: open stream %s: %w (is the bus layout set up?)", omni.SessionsStream, err)
 	}
 	if opts.Metrics == nil {
-		reg := prometheus.NewRegistry()
+		reg := ops.NewRegistry()
 		opts.Metrics, opts.Gatherer = reg, reg
 	}
 	if opts.Gatherer == nil {
@@ -113,6 +116,11 @@ func New(ctx context.Context, nc *nats.Conn, opts Options, log zerolog.Logger) (
 	}
 	s.tail = newTail(s)
 	s.replays = make(chan struct{}, maxReplays)
+	if srv, err := ops.Register(nc, "gateway", "Floe gateway: HTTP API and SSE", s.status); err != nil {
+		log.Warn().Err(err).Msg("not registered as a NATS micro service")
+	} else {
+		s.micro = srv
+	}
 	s.routes()
 	return s, nil
 }
@@ -125,6 +133,23 @@ func (s *Server) Close() {
 	s.cancel()
 	s.streams.Wait()
 	s.tail.close()
+	if s.micro != nil {
+		s.micro.Stop()
+	}
+}
+
+// status is the micro status endpoint's answer.
+func (s *Server) status() any {
+	s.tail.mu.Lock()
+	defer s.tail.mu.Unlock()
+	return map[string]any{"sse_clients": s.tail.clients, "sse_sessions": len(s.tail.feeds), "stream_consumers": boolInt(s.tail.run != nil)}
+}
+
+func boolInt(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 // track registers a long-lived handler; false once Close has begun.

@@ -258,14 +258,4 @@ func (t *tail) close() {
 	}
 }
 
-// consumers reports how many consumers the tail holds on FLOE_SESSIONS.
-func (t *tail) consumers() int {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if t.run != nil {
-		return 1
-	}
-	return 0
-}
-
 func isClientClass(class string) bool { return slices.Contains(omni.ClientClasses, class) }

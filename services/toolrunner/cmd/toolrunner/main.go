@@ -53,7 +53,7 @@ func run() error {
 		}
 		return err
 	}
-	cfg := toolrunner.Config{Pool: *pool, Concurrency: *concurrency, MCPConfig: *mcpConfig}
+	cfg := toolrunner.Config{Pool: *pool, Concurrency: *concurrency, MCPConfig: *mcpConfig, Metrics: m.Metrics()}
 	cfg.Defaults()
 	if err := cfg.Validate(); err != nil {
 		return err

@@ -49,7 +49,7 @@ func run() error {
 		}
 		return err
 	}
-	cfg := tracer.Config{Home: *home}
+	cfg := tracer.Config{Home: *home, Metrics: m.Metrics()}
 	if err := cfg.Validate(); err != nil {
 		return err
 	}

@@ -56,6 +56,10 @@ type Options struct {
 	MaxOpen    int
 	RetryMin   time.Duration
 	RetryMax   time.Duration
+	// Committed, when set, is called after each commit with the Trace
+	// records it covered, the stream time of its last message and the
+	// messages still pending after it (for the tracer's metrics).
+	Committed func(records int, stored time.Time, pending uint64)
 
 	// Hooks are for tests only.
 	Hooks Hooks
@@ -140,6 +144,8 @@ type runner struct {
 	log   zerolog.Logger
 	store *tracefile.Store
 	buf   []byte // a record whose newlines had to be replaced
+	// appended counts the records appended since the last commit.
+	appended int
 	// dels delivers TraceDelete requests (a channel subscription: the
 	// NATS callback goroutine never touches the Store; this goroutine
 	// serves them between messages).
@@ -212,14 +218,14 @@ func (r *runner) consumerConfig() jetstream.ConsumerConfig {
 	// stream's subjects is no filter at all. The other classes are skipped
 	// here (handle) and acknowledged with the next commit.
 	return jetstream.ConsumerConfig{
-		Durable:        r.o.Durable,
-		Description:    "Floe tracer: writes Session Traces",
-		FilterSubject:  omni.SessionSubjects,
-		DeliverPolicy:  jetstream.DeliverAllPolicy,
-		AckPolicy:      jetstream.AckAllPolicy,
-		AckWait:        r.o.AckWait,
-		MaxAckPending:  max(1000, 4*r.o.Batch),
-		MaxDeliver:     -1,
+		Durable:       r.o.Durable,
+		Description:   "Floe tracer: writes Session Traces",
+		FilterSubject: omni.SessionSubjects,
+		DeliverPolicy: jetstream.DeliverAllPolicy,
+		AckPolicy:     jetstream.AckAllPolicy,
+		AckWait:       r.o.AckWait,
+		MaxAckPending: max(1000, 4*r.o.Batch),
+		MaxDeliver:    -1,
 	}
 }
 
@@ -433,6 +439,12 @@ func (r *runner) commit(last jetstream.Msg, seq uint64) error {
 		return fmt.Errorf("ack seq %d: %w", seq, err)
 	}
 	r.store.Committed(seq)
+	if f := r.o.Committed; f != nil {
+		if md, err := last.Metadata(); err == nil {
+			f(r.appended, md.Timestamp, md.NumPending)
+		}
+	}
+	r.appended = 0
 	return nil
 }
 
@@ -495,6 +507,7 @@ func (r *runner) handle(m jetstream.Msg) (seq uint64, err error) {
 	if _, err := r.store.Append(sid, tracefile.Record{Seq: seq, Data: data, Meta: msg.IsSessionMeta(), Time: created}); err != nil {
 		return seq, fmt.Errorf("session %s seq %d: %w", sid, seq, err)
 	}
+	r.appended++
 	return seq, nil
 }
 
