@@ -37,7 +37,7 @@ func rolePermissions(user string) *server.Permissions {
 			"$JS.API.STREAM.MSG.GET.FLOE_SESSIONS",
 			"$JS.API.STREAM.INFO.FLOE_TOOLS",
 			"$JS.API.STREAM.MSG.DELETE.FLOE_TOOLS",
-		}, []string{"floe.ctl.*.*", "floe.hb.*", "_INBOX.engine.>"})
+		}, []string{"floe.ctl.*.*", "floe.hb.*", "_INBOX.engine.>", "$SRV.>", "floe.status.engine"})
 		p.Response = responses
 		return p
 	case UserToolrunner:
@@ -50,7 +50,7 @@ func rolePermissions(user string) *server.Permissions {
 			"$JS.API.CONSUMER.INFO.FLOE_TOOLS.*",
 			"$JS.API.CONSUMER.MSG.NEXT.FLOE_TOOLS.*",
 			"$JS.ACK.FLOE_TOOLS.>",
-		}, []string{"floe.cancel.*", "floe.toollist.*", "_INBOX.toolrunner.>"})
+		}, []string{"floe.cancel.*", "floe.toollist.*", "_INBOX.toolrunner.>", "$SRV.>", "floe.status.toolrunner"})
 		p.Response = responses
 		return p
 	case UserTracer:
@@ -64,11 +64,11 @@ func rolePermissions(user string) *server.Permissions {
 			"$JS.API.CONSUMER.RESET.FLOE_SESSIONS.floe-tracer",
 			"$JS.API.CONSUMER.MSG.NEXT.FLOE_SESSIONS.floe-tracer",
 			"$JS.ACK.FLOE_SESSIONS.floe-tracer.>",
-		}, []string{"floe.tracer.delete.*", "_INBOX.tracer.>"})
+		}, []string{"floe.tracer.delete.*", "_INBOX.tracer.>", "$SRV.>", "floe.status.tracer"})
 		p.Response = responses
 		return p
 	case UserGateway:
-		return allow([]string{
+		p := allow([]string{
 			"floe.task.*",
 			"floe.ctl.*.*",
 			"floe.tracer.delete.*",
@@ -95,7 +95,9 @@ func rolePermissions(user string) *server.Permissions {
 			"$JS.API.STREAM.PURGE.FLOE_SESSIONS",
 			"$JS.API.STREAM.INFO.FLOE_TASKS",
 			"$JS.API.STREAM.PURGE.FLOE_TASKS",
-		}, []string{"_INBOX.gateway.>"})
+		}, []string{"_INBOX.gateway.>", "$SRV.>", "floe.status.gateway"})
+		p.Response = responses
+		return p
 	case UserOps:
 		return &server.Permissions{
 			Publish: &server.SubjectPermission{
@@ -117,6 +119,8 @@ func rolePermissions(user string) *server.Permissions {
 					"$JS.API.DIRECT.GET.>",
 					"$JS.API.STREAM.MSG.GET.*",
 					"$JS.FC.>",
+					"$SRV.>",
+					"floe.status.>",
 				},
 				Deny: []string{
 					"$JS.API.CONSUMER.CREATE.FLOE_SESSIONS.floe-tracer",
