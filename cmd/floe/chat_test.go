@@ -309,3 +309,43 @@ func TestChatBadInput(t *testing.T) {
 		}
 	}
 }
+
+// The slash commands: /help, /model, /session, /approve, /compact,
+// /abort when idle, an unknown one, /exit.
+func TestChatSlashCommands(t *testing.T) {
+	_, ws, env := chatEnv(t)
+	model := writeScript(t, ws, `{"requests": [
+	  {"steps": [{"text": "first answer"}]},
+	  {"steps": [{"text": "the summary of it all"}]}
+	], "after_last": "final_text", "final_text": "after compaction"}`)
+	p := startPTY(t, ws, env, "chat", "--model", model)
+	p.expect("> ")
+	p.send("/help\r")
+	p.expect("/approve [MODE]")
+	p.send("/bogus\r")
+	p.expect("unknown command /bogus: /help lists the commands")
+	p.send("/abort\r")
+	p.expect("nothing is running")
+	p.send("/approve sometimes\r")
+	p.expect(`unknown approval mode "sometimes"`)
+	p.send("/approve read-only\r")
+	p.expect("approval mode read-only")
+	p.send("/approve\r")
+	p.expect("approval mode read-only (set with")
+	p.send("hello\r")
+	p.expect("first answer")
+	p.expect("> ")
+	p.send("/session\r")
+	p.expect("trace " + filepath.Join(filepath.Dir(ws), "floe", "traces"))
+	p.expect("resume: floe chat --resume session-")
+	p.send("/compact\r")
+	p.expect("… compacting (")
+	p.expect("… compaction completed")
+	p.expect("> ")
+	p.send("/model\r")
+	p.expect("model " + model)
+	p.send("/exit\r")
+	if code := p.wait(); code != 0 {
+		t.Fatalf("exit status %d", code)
+	}
+}
