@@ -40,6 +40,15 @@ func (e *env) gw(t *testing.T, tweak func(*gateway.Config)) *client.Client {
 	return client.New(srv.URL)
 }
 
+func readString(t *testing.T, path string) string {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
 func readFixture(t *testing.T, name string) []byte {
 	t.Helper()
 	b, err := os.ReadFile(filepath.Join("testdata", "interop", name))
@@ -90,6 +99,7 @@ func ctxT(t *testing.T) context.Context {
 func TestImportOriginalTracesSendsTheOriginalsContext(t *testing.T) {
 	tests := []struct {
 		file, sid, date, model string
+		closed                 bool // the file ends in a completed compaction
 		want                   []string
 	}{
 		{
@@ -120,7 +130,7 @@ func TestImportOriginalTracesSendsTheOriginalsContext(t *testing.T) {
 			},
 		},
 		{
-			file: "original_compaction_closed.jsonl", sid: "session-2026-07-21-09-30-00-deadbeef", date: "2026-07-21", model: "qwen3-coder",
+			file: "original_compaction_closed.jsonl", sid: "session-2026-07-21-09-30-00-deadbeef", date: "2026-07-21", model: "qwen3-coder", closed: true,
 			want: []string{
 				"system:You help with code.",
 				"user:" + omni.Block(omni.TagContextSummary, "The user asked an old question and got an old answer."),
@@ -165,19 +175,38 @@ func TestImportOriginalTracesSendsTheOriginalsContext(t *testing.T) {
 			if got := sentContext(req); !slices.Equal(got, tc.want) {
 				t.Fatalf("the model got\n  %s\nwant\n  %s", strings.Join(got, "\n  "), strings.Join(tc.want, "\n  "))
 			}
-			// The Task went on in the imported file, which is the
-			// Session's only one.
-			files, err := trace.Files(e.home, tc.sid)
-			if err != nil || len(files) != 1 || files[0] != path {
-				t.Fatalf("trace files = %v, %v; want only %s", files, err, path)
+			// The Task went on in the imported file; one that ended in a
+			// completed compaction gets the new context's head first, in
+			// the next file, as the original writes it.
+			last := path
+			if tc.closed {
+				last = filepath.Join(e.home, "traces", tc.date, tc.sid+"_002.jsonl")
 			}
 			eventually(t, 10*time.Second, "the Task in the Trace", func() bool {
-				b, _ := os.ReadFile(path)
+				b, _ := os.ReadFile(last)
 				return strings.Contains(string(b), `"text":"ok"`)
 			})
+			files, err := trace.Files(e.home, tc.sid)
+			if err != nil || files[0] != path || files[len(files)-1] != last {
+				t.Fatalf("trace files = %v, %v; want %s … %s", files, err, path, last)
+			}
 			b, _ := os.ReadFile(path)
 			if !strings.HasPrefix(string(b), string(data)) {
 				t.Fatal("the imported records were rewritten")
+			}
+			if tc.closed {
+				msgs, skipped, err := trace.Read(strings.NewReader(readString(t, last)))
+				if err != nil || len(skipped) > 0 || len(msgs) < 4 {
+					t.Fatalf("_002: %v %v %d", err, skipped, len(msgs))
+				}
+				if msgs[0].Type != omni.KindSessionMeta || msgs[1].Payload.Type != omni.TypeToolListReady || msgs[2].Payload.Text != tc.want[1][len("user:"):] || msgs[3].Payload.Text != "next task" {
+					t.Fatalf("_002 starts %v", lcMsgLabels(msgs[:4]))
+				}
+			}
+			// The history API shows the imported records.
+			hist, err := c.Messages(ctxT(t), tc.sid)
+			if err != nil || len(hist.Messages) < strings.Count(string(data), "\n") {
+				t.Fatalf("messages: %d, %v", len(hist.Messages), err)
 			}
 		})
 	}

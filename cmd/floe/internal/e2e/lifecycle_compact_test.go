@@ -94,8 +94,20 @@ func TestLifecycleCompactionByContextSummarizesMidTask(t *testing.T) {
 			t.Fatalf("a partial during the compaction at %d", r.seq)
 		}
 	}
-	if len(traced) != 1 || traced[0].msg.Payload.Text != output || traced[0].msg.Payload.Role != omni.RoleAssistant {
-		t.Fatalf("trace subject = %v, want the one compaction output", lcDescribe(traced))
+	// The trace subject: the prompt, the attempt's bracket around its
+	// output, and after the rotation the [context_summary] text.
+	lcSameLabels(t, "trace subject", labels(traced, nil), []string{"text", "request_begin", "text", "request_end:completed", "text"})
+	if p := traced[0].msg.Payload; p.Role != omni.RoleUser || !strings.HasPrefix(p.Text, lcCompactionPrompt) {
+		t.Fatalf("first trace record = %+v, want the compaction prompt", p)
+	}
+	if p := traced[2].msg.Payload; p.Text != output || p.Role != omni.RoleAssistant {
+		t.Fatalf("compaction output = %+v", p)
+	}
+	if p := traced[4].msg.Payload; p.Role != omni.RoleUser || p.Text != omni.Block(omni.TagContextSummary, summary) {
+		t.Fatalf("after the rotation = %+v, want the [context_summary] text", p)
+	}
+	if end.Attempt != 1 || end.ErrorMessage != "" {
+		t.Fatalf("compaction_end attempt %d error %q, want attempt 1", end.Attempt, end.ErrorMessage)
 	}
 	if lcPayload(t, rs, "session_meta").SessionID != sid || len(labels(rs, lcOnlyClass(omni.ClassMeta))) != 2 {
 		t.Fatalf("want two session_meta (one per context): %v", labels(rs, lcOnlyClass(omni.ClassMeta)))
@@ -108,21 +120,21 @@ func TestLifecycleCompactionByContextSummarizesMidTask(t *testing.T) {
 	lcSameGroups(t, "trace _001", lcMsgLabels(files[0].msgs), lcGroups(
 		lcSeq("session_meta", "tool_list_ready", "text", "request_begin", "tool_call:probe"),
 		[][]string{{"approval_decision:allow:probe", "token_usage", "request_end:completed", "tool_call_output:probe"}},
-		lcSeq("compaction_begin", "text", "token_usage", "compaction_end:completed"),
+		lcSeq("compaction_begin", "text", "request_begin", "text", "token_usage", "request_end:completed", "compaction_end:completed"),
 	)...)
 	lcSameLabels(t, "trace _002", lcMsgLabels(files[1].msgs), []string{
-		"session_meta", "tool_list_ready", "request_begin", "text", "token_usage", "request_end:completed",
+		"session_meta", "tool_list_ready", "text", "request_begin", "text", "token_usage", "request_end:completed",
 	})
 	lcSameLabels(t, "resumed context", lcCtxLabels(engine.ModelContext(lcTraceMsgs(files))), []string{
 		"user:" + omni.Block(omni.TagContextSummary, summary), "assistant:Done after compaction.",
 	})
 }
 
-// A Session over maxSessionTurns compacts when the next Task starts; in
-// discard mode there is no request (so no token_usage), and the new
-// Task's own input is not thrown away with the old context: it opens the
-// new one.
-func TestLifecycleCompactionByTurnsDiscardsAtTaskStart(t *testing.T) {
+// A Session at maxSessionTurns compacts at the Task boundary, after the
+// Task's last request_end and before it goes idle; discard waits for the
+// boundary (it would drop the Task's own work mid-Task) and makes no
+// request, so no token_usage. The next Task starts from an empty context.
+func TestLifecycleCompactionByTurnsDiscardsAtTheTaskBoundary(t *testing.T) {
 	e := lcStart(t, "", envOpts{})
 	ref := e.script(map[string]any{"requests": []any{
 		map[string]any{"steps": []any{call("a", "echo a")}},
@@ -130,35 +142,44 @@ func TestLifecycleCompactionByTurnsDiscardsAtTaskStart(t *testing.T) {
 		map[string]any{"expect_last_user": "second task", "steps": []any{map[string]any{"text": "second answer"}}},
 	}})
 	sid := e.session(ref, omni.ApproveAllowAll, func(r *omni.SessionRecord) {
-		r.Compaction = omni.CompactionConfig{MaxSessionTurns: 2, Mode: omni.ModeDiscard}
+		r.Compaction = omni.CompactionConfig{MaxSessionTurns: 1, Mode: omni.ModeDiscard}
 	})
 	rs1, status := e.wait(sid, e.submit(sid, "first task"))
 	lcRequireStatus(t, rs1, status, omni.StatusCompleted)
-	if indexOf(labels(rs1, nil), "compaction_begin") >= 0 {
-		t.Fatalf("compacted during the first Task: %v", labels(rs1, noPartials))
+	lcNoFailedRequests(t, rs1)
+	lcSameGroups(t, "first Task's client stream", labels(rs1, lcClientStream), lcGroups(
+		lcSeq("tool_list_ready", "text", "request_begin", "tool_call:a"),
+		[][]string{{"approval_decision:allow:a", "token_usage", "request_end:completed", "tool_call_output:a"}},
+		// not mid-Task (turns reached 1 after the first request): at the end
+		lcSeq("request_begin", "text", "token_usage", "request_end:completed",
+			"compaction_begin", "compaction_end:completed", "tool_list_ready"),
+	)...)
+	begin := lcPayload(t, rs1, "compaction_begin")
+	if begin.Reason != omni.CompactTurns || begin.Mode != omni.ModeDiscard || begin.Turns != 2 {
+		t.Fatalf("compaction_begin = reason %q mode %q turns %d", begin.Reason, begin.Mode, begin.Turns)
 	}
 	rs2, status := e.wait(sid, e.submit(sid, "second task"))
 	rs2 = rs2[len(rs1):]
 	lcRequireStatus(t, rs2, status, omni.StatusCompleted)
-	lcNoFailedRequests(t, rs2)
+	// Its one turn reaches the limit again: it compacts at its end too.
 	lcSameLabels(t, "second Task's client stream", labels(rs2, lcClientStream), []string{
-		"compaction_begin", "compaction_end:completed", "tool_list_ready",
 		"text", "request_begin", "text", "token_usage", "request_end:completed",
+		"compaction_begin", "compaction_end:completed", "tool_list_ready",
 	})
-	begin := lcPayload(t, rs2, "compaction_begin")
-	if begin.Reason != omni.CompactTurns || begin.Mode != omni.ModeDiscard || begin.Turns != 2 {
-		t.Fatalf("compaction_begin = reason %q mode %q turns %d", begin.Reason, begin.Mode, begin.Turns)
-	}
 	files := e.lcTrace(sid)
-	if len(files) != 2 {
-		t.Fatalf("%d trace files, want 2", len(files))
+	if len(files) != 3 {
+		t.Fatalf("%d trace files, want 3", len(files))
 	}
 	lcSameLabels(t, "trace _002", lcMsgLabels(files[1].msgs), []string{
 		"session_meta", "tool_list_ready", "text", "request_begin", "text", "token_usage", "request_end:completed",
+		"compaction_begin", "compaction_end:completed",
 	})
-	lcSameLabels(t, "context", lcCtxLabels(engine.ModelContext(lcTraceMsgs(files))), []string{
+	lcSameLabels(t, "context of _002", lcCtxLabels(engine.ModelContext(files[1].msgs[:7])), []string{
 		"user:second task", "assistant:second answer",
 	})
+	if ctx := engine.ModelContext(lcTraceMsgs(files)); len(ctx) != 0 {
+		t.Fatalf("context after the second discard = %v, want empty", lcCtxLabels(ctx))
+	}
 }
 
 // A manual compaction is a Task of kind compact on a Session moved to
@@ -180,8 +201,8 @@ func TestLifecycleCompactionManual(t *testing.T) {
 	rs2 = rs2[len(rs1):]
 	lcRequireStatus(t, rs2, status, omni.StatusCompleted)
 	lcSameLabels(t, "manual compaction", labels(rs2, noPartials), []string{
-		"compaction_begin", "text", "token_usage", "compaction_end:completed",
-		"session_meta", "tool_list_ready",
+		"compaction_begin", "text", "request_begin", "text", "token_usage", "request_end:completed", "compaction_end:completed",
+		"session_meta", "tool_list_ready", "text",
 	})
 	if rs2[0].ev.State != omni.StateCompacting || rs2[0].ev.TaskID != ctask {
 		t.Fatalf("first server event = %+v, want task_state compacting", rs2[0].ev)
@@ -189,8 +210,10 @@ func TestLifecycleCompactionManual(t *testing.T) {
 	if p := lcPayload(t, rs2, "compaction_begin"); p.Reason != omni.CompactManual || p.Mode != omni.ModeSummarize || p.Turns != 1 {
 		t.Fatalf("compaction_begin = %+v", p)
 	}
-	if r := rs2[2]; r.class != omni.ClassTrace {
-		t.Fatalf("the summary went to %s", r.class)
+	for _, i := range []int{2, 3, 4, 6, 10} { // prompt, bracket, output, context summary
+		if r := rs2[i]; r.class != omni.ClassTrace {
+			t.Fatalf("%s went to %s", label(r), r.class)
+		}
 	}
 
 	rs3, status := e.wait(sid, e.submit(sid, "after the compaction"))
@@ -201,11 +224,16 @@ func TestLifecycleCompactionManual(t *testing.T) {
 		t.Fatalf("%d trace files, want 2", len(files))
 	}
 	lcSameLabels(t, "trace _002", lcMsgLabels(files[1].msgs), []string{
-		"session_meta", "tool_list_ready", "text", "request_begin", "text", "token_usage", "request_end:completed",
+		"session_meta", "tool_list_ready", "text", "text", "request_begin", "text", "token_usage", "request_end:completed",
 	})
-	lcSameLabels(t, "context", lcCtxLabels(engine.ModelContext(lcTraceMsgs(files))), []string{
-		"user:" + omni.Block(omni.TagContextSummary, "We said hello."), "user:after the compaction", "assistant:Still here.",
-	})
+	if p := files[1].msgs[2].Payload; p.Text != omni.Block(omni.TagContextSummary, "We said hello.") {
+		t.Fatalf("_002's third record = %q, want the [context_summary] text", p.Text)
+	}
+	for name, msgs := range map[string][]omni.Message{"both files": lcTraceMsgs(files), "_002 alone": files[1].msgs} {
+		lcSameLabels(t, "context from "+name, lcCtxLabels(engine.ModelContext(msgs)), []string{
+			"user:" + omni.Block(omni.TagContextSummary, "We said hello."), "user:after the compaction", "assistant:Still here.",
+		})
+	}
 }
 
 // A compaction that fails keeps the old context and the Trace file: the
@@ -225,26 +253,51 @@ func TestLifecycleCompactionFailureKeepsContext(t *testing.T) {
 	rs, status := e.wait(sid, e.submit(sid, "hello"))
 	lcRequireStatus(t, rs, status, omni.StatusCompleted)
 	n := len(rs)
-	for i, want := range []struct{ usages int }{{2}, {1}, {1}} {
+	for i, want := range []struct {
+		trace []string // the trace subject after the prompt
+		msg   string   // compaction_end's error_message
+	}{
+		{[]string{"request_begin", "request_end:timeout", "request_begin", "request_end:timeout"}, "upstream gone"},
+		{[]string{"request_begin", "text", "request_end:completed"}, "empty summary"},
+		{[]string{"request_begin", "request_end:completed"}, "tool call"},
+	} {
 		ctask := e.lcSubmitTask(sid, omni.TaskCompact)
 		all, status := e.wait(sid, ctask)
 		got := all[n:]
 		n = len(all)
 		lcRequireStatus(t, got, status, omni.StatusFailed)
+		attempts := int64(0)
 		ls := []string{"compaction_begin"}
-		for range want.usages {
-			ls = append(ls, "token_usage")
+		for _, l := range want.trace {
+			if l == "request_begin" {
+				attempts++
+				ls = append(ls, "token_usage")
+			}
 		}
-		ls = append(ls, "compaction_end:"+[]string{omni.StatusTimeout, omni.StatusFailed, omni.StatusFailed}[i])
-		lcSameLabels(t, "failed compaction", labels(got, noPartials), ls)
+		// failed whatever the last attempt's own status (timeout, or a
+		// request that completed with an unusable answer)
+		ls = append(ls, "compaction_end:failed")
+		lcSameLabels(t, "failed compaction (client stream)", labels(got, lcClientStream), ls)
+		lcSameLabels(t, "failed compaction (trace subject)", labels(got, lcOnlyClass(omni.ClassTrace)), append([]string{"text"}, want.trace...))
+		end := lcPayload(t, got, "compaction_end:failed")
+		if wantAttempt := attempts; end.Attempt != wantAttempt || !strings.Contains(end.ErrorMessage, want.msg) {
+			t.Fatalf("compaction %d: compaction_end attempt %d error %q, want attempt %d mentioning %q", i+1, end.Attempt, end.ErrorMessage, wantAttempt, want.msg)
+		}
 	}
 	rs, status = e.wait(sid, e.submit(sid, "still there?"))
 	lcRequireStatus(t, rs[n:], status, omni.StatusCompleted)
 	lcNoFailedRequests(t, rs[n:])
+	metas := 0
 	for _, r := range rs {
-		if r.class == omni.ClassModel && r.msg.Payload.Type == omni.TypeToolCall || r.class == omni.ClassTrace {
-			t.Fatalf("a failed compaction's output was published: %s", r.raw)
+		if r.class == omni.ClassModel && r.msg.Payload.Type == omni.TypeToolCall {
+			t.Fatalf("a failed compaction's output reached the stream: %s", r.raw)
 		}
+		if r.class == omni.ClassMeta {
+			metas++
+		}
+	}
+	if metas != 1 {
+		t.Fatalf("%d session_meta, want 1: a failed compaction never rotates", metas)
 	}
 	files := e.lcTrace(sid)
 	if len(files) != 1 {

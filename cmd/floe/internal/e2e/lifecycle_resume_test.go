@@ -151,9 +151,10 @@ func TestLifecycleResumeAfterRestartFromTrace(t *testing.T) {
 	lcSameGroups(t, "trace _002 after the restart", lcMsgLabels(afterFiles[1].msgs[len(before[1].msgs):]), lcGroups(
 		lcSeq("text", "request_begin", "tool_call:"+newID),
 		[][]string{{"approval_decision:allow:" + newID, "token_usage", "request_end:completed", "tool_call_output:" + newID}},
-		lcSeq("request_begin", "text", "token_usage", "request_end:completed", "compaction_begin", "text", "token_usage", "compaction_end:completed"),
+		lcSeq("request_begin", "text", "token_usage", "request_end:completed",
+			"compaction_begin", "text", "request_begin", "text", "token_usage", "request_end:completed", "compaction_end:completed"),
 	)...)
-	lcSameLabels(t, "trace _003 after the restart", lcMsgLabels(afterFiles[2].msgs), []string{"session_meta", "tool_list_ready"})
+	lcSameLabels(t, "trace _003 after the restart", lcMsgLabels(afterFiles[2].msgs), []string{"session_meta", "tool_list_ready", "text"})
 }
 
 // lcPublishAs appends m to the Session's stream as an engine would.

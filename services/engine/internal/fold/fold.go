@@ -50,6 +50,11 @@ type Context struct {
 	Summary string
 	// Compactions counts completed compactions.
 	Compactions int
+	// Closed is true after a completed compaction until the next
+	// session_meta: the new context's head (a Trace that ends in a
+	// completed compaction, e.g. an engine stopped right after it, or an
+	// imported file of the original's) is still to be written.
+	Closed bool
 
 	// Records counts folded records.
 	Records int
@@ -95,6 +100,7 @@ func (c *Context) Apply(m *omni.Message) {
 	case omni.KindSessionMeta:
 		mm := *m
 		c.Meta = &mm
+		c.Closed = false
 	case omni.KindEvent:
 		c.applyEvent(m)
 	case omni.KindModel:
@@ -216,6 +222,7 @@ func (c *Context) applyEvent(m *omni.Message) {
 			return
 		}
 		c.Compactions++
+		c.Closed = true
 		c.entries = nil
 		clear(c.byCall)
 		c.open = nil

@@ -3,8 +3,8 @@ package task
 import (
 	"context"
 	"strings"
+	"time"
 
-	"floe.dev/pkg/bus"
 	"floe.dev/pkg/omni"
 	"floe.dev/services/engine/internal/fold"
 	"floe.dev/services/engine/internal/model"
@@ -32,12 +32,16 @@ func (r *Runner) compactionReason() string {
 	return ""
 }
 
-// compact runs one compaction. On the client stream it shows as
-// compaction_begin → the compaction request's token_usage →
-// compaction_end(status); the request's own output goes only to the Trace
-// (the trace subject). A completed compaction starts a new context: a fresh
-// session_meta and tool_list_ready head the next Trace file. A failed one
-// keeps the old context.
+// compact runs one compaction, recorded as the original records it:
+// compaction_begin → the compaction prompt (user text) → one bracket
+// request_begin … output … token_usage → request_end per attempt →
+// compaction_end{reason, mode, status, attempt, error_message?}. Only the
+// two compaction events and each attempt's token_usage are streamed; the
+// rest goes to the trace subject (the Trace only). A completed compaction
+// starts a new context: session_meta and tool_list_ready head the next
+// Trace file, then (summarize) the [context_summary] user text, also Trace
+// only. One that cannot complete ends failed whatever its last attempt's
+// status, keeps the old context and never rotates the Trace.
 func (r *Runner) compact(ctx context.Context, reason string) string {
 	mode := r.rec.Compaction.Mode
 	if mode == "" {
@@ -53,16 +57,23 @@ func (r *Runner) compact(ctx context.Context, reason string) string {
 	begin := omni.CompactionBegin(reason, mode, last, turns)
 	r.publish(&begin, "")
 
-	status := omni.StatusCompleted
+	res := compaction{status: omni.StatusCompleted}
 	if mode == omni.ModeSummarize {
-		status = r.summarize(ctx)
+		res = r.summarize(ctx)
 	}
-	end := omni.CompactionEnd(reason, mode, status)
+	if res.status != omni.StatusCompleted && res.status != omni.StatusAborted {
+		res.status = omni.StatusFailed
+	}
+	end := omni.CompactionEnd(reason, mode, res.status)
+	end.Payload.Attempt = res.attempt
+	if res.status != omni.StatusCompleted {
+		end.Payload.ErrorMessage = res.errMsg
+	}
 	r.publish(&end, "")
-	if status == omni.StatusAborted {
+	if res.status == omni.StatusAborted {
 		return Aborted
 	}
-	if status != omni.StatusCompleted {
+	if res.status != omni.StatusCompleted {
 		return Failed
 	}
 	// The carry-over belonged to the old context.
@@ -73,18 +84,50 @@ func (r *Runner) compact(ctx context.Context, reason string) string {
 			return nil
 		})
 	}
+	r.publishHead()
+	return Completed
+}
+
+// publishHead starts a new context after a completed compaction: the next
+// Trace file's session_meta and tool_list_ready, then the summary as the
+// [context_summary] user text the original writes there (Trace only).
+func (r *Runner) publishHead() {
 	meta := r.sessionMeta()
 	r.publish(&meta, "")
 	tl := omni.ToolListReady(r.tools)
 	r.publish(&tl, "")
-	return Completed
+	r.publishSummary()
 }
 
-// summarize runs the compaction request with the reconnect ladder and
-// publishes its output on the trace subject. Only a non-empty text answer
-// counts: a tool call, an empty summary or exhausted retries fail it.
-func (r *Runner) summarize(ctx context.Context) string {
-	for attempt := 1; ; attempt++ {
+// publishSummary writes the context's summary (if any) as the
+// [context_summary] user text, Trace only.
+func (r *Runner) publishSummary() {
+	r.mu.Lock()
+	summary := r.fc.Summary
+	r.mu.Unlock()
+	if summary != "" {
+		m := omni.UserText(omni.Block(omni.TagContextSummary, summary))
+		r.publishClass(&m, omni.ClassTrace, "")
+	}
+}
+
+// compaction is how a compaction's requests ended.
+type compaction struct {
+	status  string
+	attempt int64
+	errMsg  string
+}
+
+// summarize runs the compaction request with the reconnect ladder, each
+// attempt in its own request bracket on the trace subject. Only a
+// non-empty text answer counts: a tool call, an empty summary or exhausted
+// retries fail it.
+func (r *Runner) summarize(ctx context.Context) compaction {
+	prompt := omni.UserText(CompactionPrompt)
+	r.publishClass(&prompt, omni.ClassTrace, "")
+	for attempt := int64(1); ; attempt++ {
+		rb := omni.RequestBegin()
+		r.publishClass(&rb, omni.ClassTrace, "")
 		var text, other strings.Builder
 		req := &model.Request{
 			SessionID:    r.sid,
@@ -102,46 +145,57 @@ func (r *Runner) summarize(ctx context.Context) string {
 			}
 			return nil
 		})
-		// As in any request, the output comes before the request's
-		// token_usage, its last message.
 		r.usage = r.usage.Add(res.Usage)
 		tu := omni.TokenUsage(r.usage, res.Usage)
-		if err == nil {
-			out := text.String()
-			switch {
-			case other.Len() > 0:
-				r.log.Warn().Msg("compaction answered with a tool call")
-				r.publish(&tu, "")
-				return omni.StatusFailed
-			case emptySummary(out):
-				r.log.Warn().Msg("compaction produced an empty summary")
-				r.publish(&tu, "")
-				return omni.StatusFailed
+		out := text.String()
+		// As in any request, the output comes before the request's
+		// token_usage, and request_end follows it.
+		// status is the request's own; unusable is why a request that
+		// completed still cannot complete the compaction.
+		status, msg, unusable := omni.StatusCompleted, "", ""
+		switch {
+		case err != nil:
+			status, msg = model.StatusOf(err), err.Error()
+			if r.aborted() {
+				status = omni.StatusAborted
 			}
+		case other.Len() > 0:
+			unusable = "the compaction request answered with a tool call"
+		case emptySummary(out):
+			unusable = "the compaction request produced an empty summary"
+		}
+		if out != "" {
 			m := omni.Text(omni.RoleAssistant, out)
-			r.apply(&m)
-			nm, merr := bus.SessionMsgClass(r.sid, omni.ClassTrace, &m, "")
-			if merr == nil {
-				_, merr = r.d.JS.PublishMsgAsync(nm)
+			if err != nil {
+				m.Payload.StopReason = status
 			}
-			r.publish(&tu, "")
-			if merr != nil {
-				r.log.Error().Err(merr).Msg("could not publish compaction output")
-				return omni.StatusFailed
-			}
-			return omni.StatusCompleted
+			r.publishClass(&m, omni.ClassTrace, "")
 		}
 		r.publish(&tu, "")
-		if r.aborted() {
-			return omni.StatusAborted
+		var wait time.Duration
+		retry := err != nil && status != omni.StatusAborted && status != omni.StatusAuth && attempt <= int64(r.d.Settings.RetryMax)
+		if retry {
+			wait = r.backoffFor(int(attempt))
 		}
-		status := model.StatusOf(err)
-		if status == omni.StatusAuth || attempt > r.d.Settings.RetryMax {
-			r.log.Warn().Err(err).Msg("compaction request failed")
-			return status
+		re := omni.RequestEnd(status, msg, attempt, wait.Milliseconds())
+		r.publishClass(&re, omni.ClassTrace, "")
+		if unusable != "" {
+			r.log.Warn().Int64("attempt", attempt).Msg(unusable)
+			return compaction{omni.StatusFailed, attempt, unusable}
 		}
-		if !r.sleepBackoff(r.backoffFor(attempt)) {
-			return omni.StatusAborted
+		if err == nil {
+			if perr := r.settlePublishes(); perr != nil {
+				r.log.Error().Err(perr).Msg("could not publish compaction output")
+				return compaction{omni.StatusFailed, attempt, "could not record the compaction output: " + perr.Error()}
+			}
+			return compaction{omni.StatusCompleted, attempt, ""}
+		}
+		r.log.Warn().Str("status", status).Str("error", msg).Int64("attempt", attempt).Msg("compaction request failed")
+		if !retry {
+			return compaction{status, attempt, msg}
+		}
+		if !r.sleepBackoff(wait) {
+			return compaction{omni.StatusAborted, attempt, msg}
 		}
 	}
 }

@@ -434,9 +434,11 @@ func (r *Runner) run(ctx context.Context) string {
 		}
 		if maxTurns > 0 && turn >= maxTurns {
 			r.publishMaxTurnsNotice(maxTurns)
-			return Failed
+			return r.atBoundary(ctx, Failed)
 		}
-		if reason := r.compactionReason(); turn > 0 && reason != "" {
+		// Mid-Task a compaction runs only before a request, and discard
+		// (which would drop the Task's own work) waits for the boundary.
+		if reason := r.compactionReason(); turn > 0 && reason != "" && r.rec.Compaction.Mode != omni.ModeDiscard {
 			if r.compact(ctx, reason) == Aborted {
 				return Aborted
 			}
@@ -457,12 +459,24 @@ func (r *Runner) run(ctx context.Context) string {
 			if r.deliverSteeringOrClose() {
 				continue
 			}
-			return Completed
+			return r.atBoundary(ctx, Completed)
 		}
 		if err := r.awaitOutputs(calls); err != nil {
 			return Aborted
 		}
 	}
+}
+
+// atBoundary checks the compaction triggers at the Task boundary, after
+// the Task's last request_end and before it goes idle, and compacts when
+// one is due; the Task keeps its outcome unless the compaction is aborted.
+func (r *Runner) atBoundary(ctx context.Context, outcome string) string {
+	if reason := r.compactionReason(); reason != "" {
+		if r.compact(ctx, reason) == Aborted {
+			return Aborted
+		}
+	}
+	return outcome
 }
 
 // publishMaxTurnsNotice streams the max-turns notice like any text:
@@ -499,8 +513,12 @@ func (r *Runner) start(ctx context.Context) error {
 	}
 	mcp := len(servers) > 0
 	first := r.fc.Meta == nil
+	// A Trace that ends in a completed compaction without the new
+	// context's head (an engine stopped right after it, or an imported file
+	// of the original's) gets that head now, before anything of this Task.
+	closed := !first && r.fc.Closed
 	publishMeta := func() error {
-		if !first {
+		if !first && !closed {
 			return nil
 		}
 		meta := r.sessionMeta()
@@ -547,11 +565,14 @@ func (r *Runner) start(ctx context.Context) error {
 			return err
 		}
 	}
-	if first || mcp {
+	if first || closed || mcp {
 		tl := omni.ToolListReady(tools)
 		if _, err := r.publishOnce(ctx, &tl, r.task.ID+"/tools"); err != nil {
 			return err
 		}
+	}
+	if closed {
+		r.publishSummary()
 	}
 	return nil
 }
@@ -684,11 +705,17 @@ func (r *Runner) apply(m *omni.Message) {
 // A failed publish is recorded (pubFailed) and fails the request it belongs
 // to, whose retry then restores what was lost.
 func (r *Runner) publish(m *omni.Message, msgID string) {
+	r.publishClass(m, omni.ClassOf(m), msgID)
+}
+
+// publishClass is publish on an explicit subject class (trace: Trace-only
+// records, never streamed).
+func (r *Runner) publishClass(m *omni.Message, class, msgID string) {
 	if !r.leaseValid() {
 		return
 	}
 	r.apply(m)
-	nm, err := bus.SessionMsg(r.sid, m, msgID)
+	nm, err := bus.SessionMsgClass(r.sid, class, m, msgID)
 	var f jetstream.PubAckFuture
 	if err == nil {
 		f, err = r.d.JS.PublishMsgAsync(nm, jetstream.WithRetryAttempts(0))
