@@ -2,7 +2,7 @@
 // step), embedded into the gateway's binary and served at / (SPEC §3
 // "Browsers"). The view model (app/viewmodel.js) and the Markdown renderer
 // (app/markdown.js) are pure modules; their unit tests run with
-// `node --test services/gateway/web/test` (scripts/test runs them).
+// `node --test services/gateway/web/test/*.test.mjs` (scripts/test runs them).
 package web
 
 import (

@@ -1,4 +1,4 @@
-// Unit tests of the view model: node --test services/gateway/web/test
+// Unit tests of the view model: node --test services/gateway/web/test/*.test.mjs
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { SessionFeed, Transcript, parseEventId, cursorSeq, systemBlock } from '../app/viewmodel.js';
