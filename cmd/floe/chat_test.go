@@ -344,8 +344,29 @@ func TestChatSlashCommands(t *testing.T) {
 	p.expect("> ")
 	p.send("/model\r")
 	p.expect("model " + model)
+	p.send("\x1b[A\r") // up: the last line again
+	p.expect("model " + model)
 	p.send("/exit\r")
 	if code := p.wait(); code != 0 {
 		t.Fatalf("exit status %d", code)
 	}
+}
+
+// A second Ctrl-C within 2 s leaves, whatever the first one did.
+func TestChatDoubleCtrlCLeaves(t *testing.T) {
+	_, ws, env := chatEnv(t)
+	model := writeScript(t, ws, `{"requests": [
+	  {"steps": [{"tool_call": {"name": "exec_command", "arguments": {"description": "long", "cmd": "echo long-start; sleep 60"}}}]}
+	], "after_last": "final_text"}`)
+	p := startPTY(t, ws, env, "chat", "--model", model)
+	p.expect("> ")
+	p.send("wait a minute\r")
+	p.expect("long-start")
+	p.send("\x03")
+	p.expect("interrupting")
+	p.send("\x03")
+	if code := p.wait(); code != 0 {
+		t.Fatalf("exit status %d, want 0", code)
+	}
+	p.expect("resume with: floe chat --resume ")
 }

@@ -99,3 +99,18 @@ func TestRetryLine(t *testing.T) {
 		t.Errorf("LastError = %q", r.LastError)
 	}
 }
+
+// A subagent's messages are indented by their depth and name it.
+func TestSubagentIndent(t *testing.T) {
+	var buf bytes.Buffer
+	r := New(&buf, false)
+	m := omni.Text(omni.RoleAssistant, "child says hi")
+	m.Origin = []string{"session-child"}
+	r.Message(&m)
+	g := omni.Text(omni.RoleAssistant, "grandchild says hi")
+	g.Origin = []string{"session-child", "session-grandchild"}
+	r.Message(&g)
+	if got, want := buf.String(), "  [session-child] child says hi\n    [session-grandchild] grandchild says hi\n"; got != want {
+		t.Errorf("got %q, want %q", got, want)
+	}
+}
