@@ -311,9 +311,10 @@ type chat struct {
 	steered   []string          // steering sent, not yet delivered
 	lastCtrlC time.Time
 	aborting  bool
-	cursor    uint64 // stream events at or below it were in the history
-	used      bool   // the Session has history worth resuming
-	exit      bool   // a queued /exit ran
+	cursor    uint64    // stream events at or below it were in the history
+	used      bool      // the Session has history worth resuming
+	exit      bool      // a queued /exit ran
+	retryAt   time.Time // when the failed model request is retried (countdown)
 }
 
 type pendingApproval struct {
@@ -490,6 +491,8 @@ func (ch *chat) showHistory(ctx context.Context) error {
 // terminal input and signals.
 func (ch *chat) loop(ctx context.Context, stream *client.Stream, sigs <-chan os.Signal) (int, error) {
 	eof := false
+	tick := time.NewTicker(250 * time.Millisecond)
+	defer tick.Stop()
 	for {
 		if ch.exit || eof && !ch.running && len(ch.queued) == 0 {
 			return 0, nil
@@ -505,6 +508,9 @@ func (ch *chat) loop(ctx context.Context, stream *client.Stream, sigs <-chan os.
 				return 1, errors.New("the stream ended")
 			}
 			ch.onEvent(ctx, ev)
+		case <-tick.C:
+			ch.countdown()
+			continue
 		case <-sigs:
 			if ch.interrupt(ctx, "") {
 				return 0, nil
@@ -770,7 +776,13 @@ func (ch *chat) onEvent(ctx context.Context, ev client.Event) {
 		ch.o.lastTraced = seq
 	}
 	p := &m.Payload
+	ch.retryAt = time.Time{}
 	switch {
+	case m.Type == omni.KindEvent && p.Type == omni.TypeRequestEnd && p.RetryInMs > 0 && len(m.Origin) == 0:
+		ch.r.Message(&m)
+		ch.retryAt = time.Now().Add(time.Duration(p.RetryInMs) * time.Millisecond)
+		ch.countdown()
+		return
 	case m.Type == omni.KindEvent && p.Type == omni.TypeApprovalDecision:
 		ch.dropApproval(p.ToolCallID)
 	case m.Type == omni.KindModel && len(m.Origin) == 0 && p.Type == omni.TypeText && p.Role == omni.RoleUser:
@@ -857,6 +869,21 @@ func (ch *chat) drainQueue(ctx context.Context) {
 		ch.queued = ch.queued[1:]
 		ch.exit = ch.do(ctx, next)
 	}
+}
+
+// countdown shows the seconds left before a failed model request is
+// retried.
+func (ch *chat) countdown() {
+	if ch.retryAt.IsZero() || !ch.running {
+		ch.con.SetStatus("")
+		return
+	}
+	left := time.Until(ch.retryAt)
+	if left <= 0 {
+		ch.con.SetStatus(ch.dim("  retrying now… "))
+		return
+	}
+	ch.con.SetStatus(ch.dim(fmt.Sprintf("  retrying in %d s… ", int(left.Seconds()+0.999))))
 }
 
 func (ch *chat) updatePrompt() {

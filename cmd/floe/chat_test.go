@@ -370,3 +370,25 @@ func TestChatDoubleCtrlCLeaves(t *testing.T) {
 	}
 	p.expect("resume with: floe chat --resume ")
 }
+
+// A model that cannot be reached: each failed attempt is one line, the
+// wait before the retry counts down, the final failure repeats the
+// cause, and the prompt comes back.
+func TestChatRetryCountdown(t *testing.T) {
+	_, ws, env := chatEnv(t)
+	dead := freeAddr(t)
+	env = append(env, "OPENAI_BASE_URL=http://"+dead+"/v1", "OPENAI_API_KEY=sk-x",
+		"FLOE_RETRY_BASE_MS=2000", "FLOE_RETRY_CAP_MS=2000", "FLOE_RETRY_MAX=1")
+	p := startPTY(t, ws, env, "chat", "--model", "openai:gpt-4o-mini")
+	p.expect("> ")
+	p.send("hello?\r")
+	p.expect("model request failed: connection refused (" + dead + "); retrying in 2 s (attempt 2 of 2)")
+	p.expect("retrying in 2 s… ")
+	p.expect("retrying in 1 s… ")
+	p.expect("task failed: model request failed: connection refused (" + dead + ")")
+	p.expect("> ")
+	p.send("\x04")
+	if code := p.wait(); code != 0 {
+		t.Fatalf("exit status %d", code)
+	}
+}

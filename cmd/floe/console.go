@@ -34,6 +34,9 @@ type console interface {
 	Events() <-chan inputEvent
 	// SetPrompt sets the prompt shown while the editor waits.
 	SetPrompt(p string)
+	// SetStatus shows a transient line (a retry's countdown) in front of
+	// the prompt until the next status or output; plain consoles ignore it.
+	SetStatus(s string)
 	// Interactive reports a line editor (prompts shown, input echoed by
 	// the editor itself).
 	Interactive() bool
@@ -63,6 +66,7 @@ func newPlainConsole(in io.Reader, out io.Writer) *plainConsole {
 func (c *plainConsole) Write(p []byte) (int, error) { return c.w.Write(p) }
 func (c *plainConsole) Events() <-chan inputEvent   { return c.events }
 func (c *plainConsole) SetPrompt(string)            {}
+func (c *plainConsole) SetStatus(string)            {}
 func (c *plainConsole) Interactive() bool           { return false }
 func (c *plainConsole) Close()                      {}
 
@@ -82,6 +86,7 @@ type ttyConsole struct {
 	mu     sync.Mutex
 	prompt string       // the prompt proper ("> ", an approval question)
 	tail   string       // the output line still open, shown before the prompt
+	status string       // a transient status, shown before the prompt
 	typing bool         // the edit buffer is not empty
 	held   bytes.Buffer // output held while typing
 	closed bool
@@ -163,9 +168,20 @@ func (c *ttyConsole) Write(p []byte) (int, error) {
 	if c.typing {
 		return c.held.Write(p)
 	}
+	c.status = ""
 	c.writeLocked(p)
 	c.refreshLocked()
 	return len(p), nil
+}
+
+func (c *ttyConsole) SetStatus(s string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.status == s {
+		return
+	}
+	c.status = s
+	c.refreshLocked()
 }
 
 // writeLocked writes the complete lines of tail+p above the prompt and
@@ -184,7 +200,7 @@ func (c *ttyConsole) writeLocked(p []byte) {
 func (c *ttyConsole) refreshLocked() {
 	p := c.prompt
 	if !c.typing {
-		p = c.tail + p
+		p = c.tail + c.status + p
 	} else if c.prompt == "" {
 		p = "steer> "
 	}
