@@ -24,6 +24,15 @@ export function safeHref(href) {
   return SAFE_SCHEMES.includes(m[1].toLowerCase() + ':') ? h : '';
 }
 
+// A closing mark is looked for at most this far ahead, so a long line
+// full of unmatched marks costs linear time, not quadratic.
+const REACH = 400;
+
+function find(text, mark, from, start) {
+  const j = text.slice(from, start + REACH + mark.length).indexOf(mark);
+  return j >= 0 ? from + j : -1;
+}
+
 // parseInline splits a line of text into inline nodes.
 export function parseInline(text) {
   const out = [];
@@ -44,7 +53,7 @@ export function parseInline(text) {
       let n = 1;
       while (text[i + n] === '`') n++;
       const fence = '`'.repeat(n);
-      const end = text.indexOf(fence, i + n);
+      const end = find(text, fence, i + n, i);
       if (end > i) {
         flush();
         out.push({ type: 'code', text: text.slice(i + n, end).replace(/^ (.*) $/, '$1') });
@@ -54,7 +63,7 @@ export function parseInline(text) {
     }
     if ((c === '*' || c === '_' || c === '~') && text[i + 1] === c) {
       const mark = c + c;
-      const end = text.indexOf(mark, i + 2);
+      const end = find(text, mark, i + 2, i);
       if (end > i + 2) {
         flush();
         out.push({ type: c === '~' ? 'del' : 'strong', children: parseInline(text.slice(i + 2, end)) });
@@ -65,8 +74,13 @@ export function parseInline(text) {
     if ((c === '*' || c === '_') && text[i + 1] && text[i + 1] !== ' ' && text[i + 1] !== c) {
       const prev = i > 0 ? text[i - 1] : ' ';
       if (c === '*' || !/\w/.test(prev)) {
-        let end = i + 1;
-        while ((end = text.indexOf(c, end)) > 0 && (text[end - 1] === ' ' || (c === '_' && /\w/.test(text[end + 1] || '')))) end++;
+        let end = -1;
+        for (let j = i + 2, lim = Math.min(text.length, i + REACH); j < lim; j++) {
+          if (text[j] === c && text[j - 1] !== ' ' && !(c === '_' && /\w/.test(text[j + 1] || ''))) {
+            end = j;
+            break;
+          }
+        }
         if (end > i + 1) {
           flush();
           out.push({ type: 'em', children: parseInline(text.slice(i + 1, end)) });
@@ -78,7 +92,7 @@ export function parseInline(text) {
     if (c === '[') {
       const close = findClose(text, i);
       if (close > 0 && text[close + 1] === '(') {
-        const endParen = text.indexOf(')', close + 2);
+        const endParen = find(text, ')', close + 2, i);
         if (endParen > 0) {
           const label = text.slice(i + 1, close);
           const target = text.slice(close + 2, endParen).trim().split(/\s+/)[0] || '';
@@ -112,7 +126,7 @@ export function parseInline(text) {
 
 function findClose(text, open) {
   let depth = 0;
-  for (let i = open; i < text.length; i++) {
+  for (let i = open; i < text.length && i - open <= REACH; i++) {
     if (text[i] === '\\') {
       i++;
       continue;

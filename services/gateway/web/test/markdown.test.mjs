@@ -44,3 +44,13 @@ test('inline: emphasis, strike, escapes, bare URLs', () => {
   assert.ok(n[5].text.includes('*not*'));
   assert.deepEqual(parseInline('snake_case_name').map((x) => x.type), ['text']);
 });
+
+test('long lines of unmatched marks parse to the same text', () => {
+  for (const unit of ['*a ', '_b ', '**c ', '`d ', '[e ', '[f](g ', '~~h ']) {
+    const line = unit.repeat(20000);
+    const text = parseInline(line).map(function flat(n) {
+      return n.text !== undefined && n.type !== 'code' ? n.text : n.children ? n.children.map(flat).join('') : n.text || '';
+    }).join('');
+    assert.ok(text.length > 0, unit);
+  }
+});
