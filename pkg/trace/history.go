@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -216,12 +217,24 @@ func readFile(path string, limit int64, out *[]Record) (int, error) {
 		return 0, fmt.Errorf("trace: open %s: %w", path, err)
 	}
 	defer f.Close()
-	var r io.Reader = f
-	if limit >= 0 {
-		r = io.LimitReader(f, limit)
+	// One read into one buffer sized from the file, and the records' Data
+	// are slices of it: no copy per line, no growing.
+	size := int64(64 << 10)
+	if st, err := f.Stat(); err == nil {
+		size = st.Size()
 	}
-	skipped, err := readLines(r, func(line []byte, m omni.Message) {
-		*out = append(*out, Record{Data: bytes.Clone(line), Msg: m})
+	if limit >= 0 {
+		size = min(size, limit)
+	}
+	data := make([]byte, size)
+	n, err := io.ReadFull(f, data)
+	if err != nil && !errors.Is(err, io.ErrUnexpectedEOF) && !errors.Is(err, io.EOF) {
+		return 0, fmt.Errorf("trace: read %s: %w", path, err)
+	}
+	data = data[:n]
+	*out = slices.Grow(*out, bytes.Count(data, []byte{'\n'})+1)
+	skipped, err := decodeLines(data, func(line []byte, m omni.Message) {
+		*out = append(*out, Record{Data: line, Msg: m})
 	})
 	if err != nil {
 		return 0, fmt.Errorf("trace: read %s: %w", path, err)

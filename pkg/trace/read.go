@@ -1,7 +1,6 @@
 package trace
 
 import (
-	"bufio"
 	"bytes"
 	"fmt"
 	"io"
@@ -29,44 +28,36 @@ func (e *LineError) Unwrap() error { return e.Err }
 // line, a garbage middle line) are skipped and reported in skipped; err is
 // only an I/O error. Lines may be up to 64 MiB long.
 func Read(r io.Reader) (msgs []omni.Message, skipped []*LineError, err error) {
-	skipped, err = readLines(r, func(_ []byte, m omni.Message) { msgs = append(msgs, m) })
+	data, rerr := io.ReadAll(r)
+	// What was read before an I/O error still counts.
+	skipped, err = decodeLines(data, func(_ []byte, m omni.Message) { msgs = append(msgs, m) })
+	if err == nil {
+		err = rerr
+	}
 	return msgs, skipped, err
 }
 
-// readLines calls fn with each valid record of r, its line (trimmed, valid
-// only during the call) and its decoding, and returns the skipped lines.
-func readLines(r io.Reader, fn func(line []byte, m omni.Message)) (skipped []*LineError, err error) {
-	br := bufio.NewReaderSize(r, 64<<10)
-	line := 0
-	var buf []byte
-	for {
-		chunk, rerr := br.ReadSlice('\n')
-		buf = append(buf, chunk...)
-		if rerr == bufio.ErrBufferFull {
-			if len(buf) > 64<<20 {
-				return skipped, fmt.Errorf("trace line %d: longer than 64 MiB", line+1)
-			}
+// maxLine is the longest Trace line read.
+const maxLine = 64 << 20
+
+// decodeLines calls fn with each valid record of data, its line (trimmed,
+// a slice of data) and its decoding, and returns the skipped lines.
+func decodeLines(data []byte, fn func(line []byte, m omni.Message)) (skipped []*LineError, err error) {
+	for line := 1; len(data) > 0; line++ {
+		text, rest, complete := bytes.Cut(data, []byte{'\n'})
+		if len(text) > maxLine {
+			return skipped, fmt.Errorf("trace line %d: longer than 64 MiB", line)
+		}
+		data = rest
+		if text = bytes.TrimSpace(text); len(text) == 0 {
 			continue
 		}
-		if len(buf) > 0 {
-			line++
-			complete := buf[len(buf)-1] == '\n'
-			text := bytes.TrimSpace(buf)
-			if len(text) > 0 {
-				m, derr := omni.Decode(text)
-				if derr != nil {
-					skipped = append(skipped, &LineError{Line: line, Torn: !complete && rerr == io.EOF, Err: derr})
-				} else {
-					fn(text, m)
-				}
-			}
-			buf = buf[:0]
+		m, derr := omni.Decode(text)
+		if derr != nil {
+			skipped = append(skipped, &LineError{Line: line, Torn: !complete, Err: derr})
+			continue
 		}
-		if rerr == io.EOF {
-			return skipped, nil
-		}
-		if rerr != nil {
-			return skipped, rerr
-		}
+		fn(text, m)
 	}
+	return skipped, nil
 }
