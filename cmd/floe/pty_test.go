@@ -31,6 +31,7 @@ type ptyProc struct {
 	out  bytes.Buffer
 	pos  int // expect searches from here
 	done chan struct{}
+	read chan struct{} // closed when the terminal has no more output
 	code int
 }
 
@@ -46,8 +47,9 @@ func startPTY(t *testing.T, dir string, env []string, args ...string) *ptyProc {
 	if err != nil {
 		t.Fatalf("pty: %v", err)
 	}
-	p := &ptyProc{t: t, cmd: cmd, tty: tty, done: make(chan struct{})}
+	p := &ptyProc{t: t, cmd: cmd, tty: tty, done: make(chan struct{}), read: make(chan struct{})}
 	go func() {
+		defer close(p.read)
 		buf := make([]byte, 4096)
 		for {
 			n, err := tty.Read(buf)
@@ -115,6 +117,7 @@ func (p *ptyProc) expect(want string) {
 		}
 		select {
 		case <-p.done:
+			p.drain()
 			if s := p.screen(); !strings.Contains(s[p.pos:], want) {
 				p.t.Fatalf("floe exited (status %d) before printing %q", p.code, want)
 			}
@@ -140,7 +143,7 @@ func (p *ptyProc) wait() int {
 	p.t.Helper()
 	select {
 	case <-p.done:
-		time.Sleep(50 * time.Millisecond) // the reader drains the last output
+		p.drain()
 		return p.code
 	case <-time.After(bound):
 		p.t.Fatalf("floe did not exit within %v", bound)
@@ -259,4 +262,12 @@ func runPiped(t *testing.T, dir string, env []string, stdin string, args ...stri
 		t.Fatalf("floe %v: %v", args, err)
 	}
 	return o.String(), e.String(), code
+}
+
+// drain waits (bounded) for the output written before the exit.
+func (p *ptyProc) drain() {
+	select {
+	case <-p.read:
+	case <-time.After(2 * time.Second):
+	}
 }

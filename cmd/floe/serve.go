@@ -3,7 +3,9 @@ package main
 import (
 	"context"
 	"fmt"
+	"net"
 	"os"
+	"time"
 
 	"floe.dev/cmd/floe/internal/stack"
 	"floe.dev/pkg/bus/embed"
@@ -61,6 +63,15 @@ func cmdServe(ctx context.Context, args []string) error {
 	nats := c.natsURL
 	if st.Server != nil {
 		nats = st.Server.ClientURL()
+	}
+	// Say where it serves once it does: a client started on this line
+	// (a script, floe chat --server) must find the API there.
+	if err := waitListening(c.httpAddr, st.Failed()); err != nil {
+		st.Stop()
+		if e := st.Err(); e != nil {
+			return e
+		}
+		return err
 	}
 	fmt.Fprintf(os.Stderr, "floe serve: http://%s  nats: %s  home: %s\n", c.httpAddr, orNone(nats), c.home)
 	if st.Server != nil && st.Server.Authenticated() && nats != "" {
@@ -183,4 +194,25 @@ func service(ctx context.Context, name string, args []string) error {
 	}
 	st.Stop()
 	return st.Err()
+}
+
+// waitListening waits (bounded) until addr accepts connections, or failed
+// closes.
+func waitListening(addr string, failed <-chan struct{}) error {
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		conn, err := net.DialTimeout("tcp", addr, time.Second)
+		if err == nil {
+			conn.Close()
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("the gateway is not listening on %s after 30 s: %v", addr, err)
+		}
+		select {
+		case <-failed:
+			return fmt.Errorf("the gateway stopped before listening on %s", addr)
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
 }
