@@ -95,6 +95,9 @@ const (
 	DeniedByPolicy    = "Tool call denied by policy."
 	NoOutput          = "[no output]"
 	InterruptedOutput = "[interrupted: tool aborted by user]"
+	// AbortedByUser is the reason of the abort event that ends a run a
+	// person interrupted.
+	AbortedByUser = "aborted by user"
 )
 
 // MaxTurnsNotice is the assistant text that ends a run at max_turns.

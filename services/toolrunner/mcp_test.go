@@ -164,9 +164,10 @@ func TestMCPAbortCancelsTheServerRequest(t *testing.T) {
 		t.Fatalf("cancel reply %+v, want h1 stopped", reply)
 	}
 	bustest.Eventually(t, wait, "the server sees the call cancelled", func() bool { return len(g.cancels()) == 1 })
-	// A cancelled job publishes nothing more: its output is the engine's.
-	if outs := completes(of(h.session(sid), "h1")); len(outs) != 0 {
-		t.Errorf("cancelled call published %d complete outputs", len(outs))
+	// The cancelled call's one output is the aborted one.
+	outs := completes(of(h.session(sid), "h1"))
+	if len(outs) != 1 || outs[0].msg.Payload.StopReason != omni.StatusAborted || outs[0].msg.Payload.Output != omni.InterruptedOutput {
+		t.Errorf("cancelled call's outputs = %+v, want one aborted %q", outs, omni.InterruptedOutput)
 	}
 }
 

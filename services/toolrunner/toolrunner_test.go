@@ -183,7 +183,11 @@ func TestHeartbeatsWhileJobRunsAndNotAfter(t *testing.T) {
 	}
 }
 
-func TestCancelStopsRunningJobAndPublishesNothingMore(t *testing.T) {
+// A cancelled job's process is stopped; its output segment closes with
+// stop_reason aborted and, before the cancel reply, its one complete
+// output holds what it printed and the interrupted marker (SPEC §6 case
+// A); nothing of the process comes after.
+func TestCancelStopsRunningJobAndPublishesItsAbortedOutput(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t)
 	r := h.start(toolrunner.Config{Concurrency: 1})
@@ -201,12 +205,24 @@ func TestCancelStopsRunningJobAndPublishesNothingMore(t *testing.T) {
 	}
 	// The only slot frees when the cancelled job's goroutine is gone, so
 	// once the next job has run the cancelled one can publish nothing more.
+	// Stored before the reply: it is on the stream already.
+	xs := of(h.session("s1"), "x")
+	if n := len(completes(xs)); n != 1 {
+		t.Fatalf("cancelled job has %d complete outputs on the stream at the reply, want 1", n)
+	}
 	h.enqueue(h.execJob("s1", "y", "echo after"))
 	h.checkSegment("s1", h.waitOutput("s1", "y"))
-	for _, m := range of(h.session("s1"), "x") {
-		p := m.msg.Payload
-		if !m.msg.IsPartial() || p.EventType == omni.EventStop || strings.Contains(p.Content(), "finished") {
-			t.Errorf("cancelled job published %s/%s %q", p.Type, p.EventType, p.Content())
+	xs = of(h.session("s1"), "x")
+	p := h.checkSegment("s1", xs)
+	if want := "started\n" + omni.InterruptedOutput; p.Output != want || p.StopReason != omni.StatusAborted {
+		t.Fatalf("aborted output = %q (%s), want %q (aborted)", p.Output, p.StopReason, want)
+	}
+	for _, m := range xs {
+		if m.msg.IsPartial() && m.msg.Payload.EventType == omni.EventStop && m.msg.Payload.StopReason != omni.StatusAborted {
+			t.Errorf("stop fragment stop_reason %q, want aborted", m.msg.Payload.StopReason)
+		}
+		if strings.Contains(m.msg.Payload.Content(), "finished") {
+			t.Errorf("the stopped process went on: %q", m.msg.Payload.Content())
 		}
 	}
 }

@@ -38,10 +38,11 @@ func lcEndsWithAbort(t *testing.T, rs []rec) {
 	}
 }
 
-// Interrupt while two tools run, one finished: abort is the run's last
-// message, the running process is killed and never reports, and the next
-// Task's model input holds the finished output and the interrupted
-// placeholder in call order, model-only.
+// Interrupt while two tools run, one finished (case A): the running process
+// is killed, its complete output (what it printed and the interrupted
+// marker, stop_reason aborted) is on the stream and in the Trace before
+// abort{reason: "aborted by user"}, the run's last message; the next Task's
+// model input holds both outputs in call order.
 func TestLifecycleAbortWithToolsRunningCarriesOutputsOver(t *testing.T) {
 	e := lcStart(t, "", envOpts{})
 	ref := e.script(map[string]any{"requests": []any{
@@ -74,11 +75,18 @@ func TestLifecycleAbortWithToolsRunningCarriesOutputsOver(t *testing.T) {
 	lcEndsWithAbort(t, rs1)
 	checkDiscipline(t, rs1)
 	got := labels(rs1, noPartials)
-	if indexOf(got, "tool_call_output:slow") >= 0 {
-		t.Fatalf("the aborted tool published an output: %v", got)
-	}
 	if i, j := indexOf(got, "request_end:completed"), indexOf(got, "abort"); i < 0 || j < i {
 		t.Fatalf("want the request completed before the abort: %v", got)
+	}
+	if i, j := indexOf(got, "tool_call_output:slow"), indexOf(got, "abort"); i < 0 || j < i {
+		t.Fatalf("want the stopped tool's output before the abort: %v", got)
+	}
+	slowOut := outputOf(t, rs1, "slow")
+	if slowOut.StopReason != omni.StatusAborted || slowOut.Output != "started\n"+omni.InterruptedOutput {
+		t.Fatalf("stopped tool's output = %q (%s), want its output and %q (aborted)", slowOut.Output, slowOut.StopReason, omni.InterruptedOutput)
+	}
+	if ab := lcPayload(t, rs1, "abort"); ab.Reason != omni.AbortedByUser {
+		t.Fatalf("abort reason = %q, want %q", ab.Reason, omni.AbortedByUser)
 	}
 
 	// The slow process is gone (killed, and reaped by its runner).
@@ -123,17 +131,12 @@ func TestLifecycleAbortWithToolsRunningCarriesOutputsOver(t *testing.T) {
 		lcSeq("session_meta", "tool_list_ready", "text", "request_begin"),
 		[][]string{{"tool_call:slow", "approval_decision:allow:slow", "tool_call:fast", "approval_decision:allow:fast",
 			"tool_call_output:fast", "token_usage", "request_end:completed"}},
-		lcSeq("abort", "text", "request_begin", "text", "token_usage", "request_end:completed"),
+		lcSeq("tool_call_output:slow", "abort", "text", "request_begin", "text", "token_usage", "request_end:completed"),
 	)...)
-	for _, l := range files[0].lines {
-		if strings.Contains(string(l), omni.InterruptedOutput) {
-			t.Fatalf("the interrupted placeholder is in the Trace: %s", l)
-		}
-	}
 	lcSameLabels(t, "model context", lcCtxLabels(lcContextOf(files[0].msgs)), []string{
 		"user:run a slow and a fast tool",
 		"tool_call:slow", "tool_call:fast",
-		"out:slow:" + omni.InterruptedOutput,
+		"out:slow:started\n" + omni.InterruptedOutput,
 		"out:fast:fast-output",
 		"user:and now?",
 		"assistant:Picked up where we left off.",

@@ -61,11 +61,20 @@ func TestAbortMidAnswerAndMidTool(t *testing.T) {
 			t.Fatalf("abort mid-tool = %v, %v; want 202", interrupted, err)
 		}
 		c.until("the task's end", idleOf(task))
+		// Case A: the stopped tool's complete output, aborted, comes
+		// before abort (checkAborted checks abort is last).
 		msgs := checkAborted(t, e, sid, task)
+		outs := 0
 		for _, sm := range msgs {
 			if m, _ := omni.Decode(sm.Data); m.Payload.Type == omni.TypeToolCallOutput {
-				t.Fatalf("the aborted tool published a complete output: %s", sm.Data)
+				outs++
+				if m.Payload.StopReason != omni.StatusAborted || m.Payload.Output != "started\n"+omni.InterruptedOutput {
+					t.Fatalf("the stopped tool's output = %s", sm.Data)
+				}
 			}
+		}
+		if outs != 1 {
+			t.Fatalf("%d complete outputs of the stopped tool, want 1", outs)
 		}
 		b, err := os.ReadFile(filepath.Join(ws, "sleep.pid"))
 		if err != nil {

@@ -357,7 +357,10 @@ func (r *Runner) reply(m *nats.Msg, rep omni.ControlReply) {
 }
 
 // finishAbort stops the Task's outstanding tool jobs and publishes abort as
-// the run's last message. Jobs still queued are deleted from the work
+// the run's last message (case A: each stopped tool's runner has published
+// its aborted output, [interrupted: tool aborted by user], before it
+// confirms, so those outputs precede abort; calls never dispatched get the
+// placeholder in the next request only). Jobs still queued are deleted from the work
 // queue; running ones are cancelled and the runners confirm they will
 // publish nothing more, so nothing of this run lands after abort.
 func (r *Runner) finishAbort(ctx context.Context) {
@@ -388,7 +391,7 @@ func (r *Runner) finishAbort(ctx context.Context) {
 		r.cancelRunning(ctx, running)
 	}
 	r.abortChildren(ctx)
-	ab := omni.Abort("")
+	ab := omni.Abort(omni.AbortedByUser)
 	if err := r.publishSync(ctx, &ab, ""); err != nil {
 		r.log.Error().Err(err).Msg("could not publish abort")
 	}

@@ -91,8 +91,9 @@ func (r *runner) onCancel(m *nats.Msg) {
 }
 
 // replyCancel waits, bounded, until the stopped jobs' goroutines have
-// exited (their processes are gone) and their last partials are stored, then
-// replies to the cancel request.
+// exited (their processes are gone) and their last partials are stored,
+// publishes each one's aborted complete output, then replies to the cancel
+// request.
 func (r *runner) replyCancel(reply, sid string, stopped []*job, ids []string, acks []jetstream.PubAckFuture) {
 	deadline := time.NewTimer(cancelWait)
 	defer deadline.Stop()
@@ -106,6 +107,13 @@ wait:
 		}
 	}
 	waitAcks(r.log, acks)
+	// Each stopped job's aborted output is stored before the reply: the
+	// engine publishes abort only after it, so the output precedes abort.
+	for _, j := range stopped {
+		if err := r.publishOutput(sid, j.id, j.aborted, omni.StatusAborted, nil); err != nil {
+			r.log.Error().Err(err).Str("session_id", sid).Str("tool_call_id", j.id).Msg("publish aborted tool output failed")
+		}
+	}
 	if reply == "" {
 		return
 	}

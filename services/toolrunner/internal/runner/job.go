@@ -29,7 +29,9 @@ const (
 	// completing: the stop fragment is out and the complete output is
 	// being published; a cancel no longer stops the job.
 	completing
-	// cancelled: the engine stopped the job; nothing more is published.
+	// cancelled: the engine stopped the job; its output segment is closed
+	// as aborted and, once the job has exited, the runner publishes its
+	// aborted complete output (SPEC §6 case A); the job publishes nothing.
 	cancelled
 )
 
@@ -53,6 +55,9 @@ type job struct {
 	buf     strings.Builder          // output not yet published
 	sent    strings.Builder          // output published as fragments
 	acks    []jetstream.PubAckFuture // partial publishes not yet acknowledged
+	// aborted is the complete output of a cancelled job: what it streamed
+	// and the interrupted marker.
+	aborted string
 }
 
 func jobKey(sid, id string) string { return sid + "/" + id }
@@ -239,7 +244,18 @@ func (j *job) publishFragmentLocked(s string) {
 // for its ack; one connection keeps the fragments in order on the stream.
 // j.mu must be held.
 func (j *job) publishPartialLocked(eventType, content string) {
+	j.publishPartialStopLocked(eventType, content, "")
+}
+
+// publishStopLocked publishes the segment's stop fragment with its stop
+// reason ("" for none). j.mu must be held.
+func (j *job) publishStopLocked(stopReason string) {
+	j.publishPartialStopLocked(omni.EventStop, "", stopReason)
+}
+
+func (j *job) publishPartialStopLocked(eventType, content, stopReason string) {
 	m := omni.Partial(omni.TypeToolCallOutput, eventType, content, "", j.id)
+	m.Payload.StopReason = stopReason
 	nm, err := bus.SessionMsg(j.sid, &m, "")
 	if err != nil {
 		j.log.Error().Err(err).Msg("encode partial tool output")
@@ -315,7 +331,7 @@ func (j *job) finish(res tools.Result) {
 	if !j.started {
 		j.publishFragmentLocked("")
 	}
-	j.publishPartialLocked(omni.EventStop, "")
+	j.publishStopLocked("")
 	j.state = completing
 	acks := j.acks
 	j.acks = nil
@@ -342,6 +358,17 @@ func (j *job) tryCancel() (ok bool, acks []jetstream.PubAckFuture) {
 	}
 	j.state = cancelled
 	j.cancel(errCancelled)
+	// The output so far and the interrupted marker close the segment, so
+	// its deltas still concatenate to the complete output published once
+	// the job has exited.
+	j.flushLocked()
+	marker := omni.InterruptedOutput
+	if s := j.sent.String(); s != "" && !strings.HasSuffix(s, "\n") {
+		marker = "\n" + marker
+	}
+	j.publishFragmentLocked(marker)
+	j.publishStopLocked(omni.StatusAborted)
+	j.aborted = j.sent.String()
 	acks, j.acks = j.acks, nil
 	return true, acks
 }
