@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
@@ -68,7 +67,7 @@ func cmdAttach(ctx context.Context, _ context.CancelFunc, name string, args []st
 			}
 		}
 	}
-	stdin := bufio.NewReader(os.Stdin)
+	lines := stdinLines()
 	running := false
 	for ev := range stream.C {
 		if ev.Event == client.EventServer {
@@ -79,7 +78,7 @@ func cmdAttach(ctx context.Context, _ context.CancelFunc, name string, args []st
 			r.Server(&se)
 			switch se.Type {
 			case omni.ServerApprovalRequest:
-				go approveViaGateway(ctx, c, sid, &se, stdin)
+				go approveViaGateway(ctx, c, sid, &se, lines)
 			case omni.ServerTaskState:
 				if se.State != omni.StateIdle {
 					running = true
@@ -127,12 +126,12 @@ func seqOf(id string) uint64 {
 	return n
 }
 
-func approveViaGateway(ctx context.Context, c *client.Client, sid string, ev *omni.ServerEvent, in *bufio.Reader) {
+func approveViaGateway(ctx context.Context, c *client.Client, sid string, ev *omni.ServerEvent, lines <-chan string) {
 	var tc omni.Message
 	if omni.Unmarshal(ev.ToolCall, &tc) != nil || !isTTY(os.Stdin) {
 		return // leave it to another client
 	}
-	d := askApproval(tc.Payload.Name, in)
+	d := askApproval(tc.Payload.Name, lines, nil)
 	if err := c.Approve(ctx, sid, tc.Payload.ToolCallID, d); err != nil {
 		fmt.Fprintf(os.Stderr, "floe: approve: %v\n", err)
 	}

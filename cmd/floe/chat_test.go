@@ -392,3 +392,44 @@ func TestChatRetryCountdown(t *testing.T) {
 		t.Fatalf("exit status %d", code)
 	}
 }
+
+// floe run asks as floe chat does: Enter allows, and Ctrl-C at the
+// question denies (the Task goes on without the call).
+func TestRunApprovalsOnTerminal(t *testing.T) {
+	_, ws, env := chatEnv(t)
+	call := func(word string) string {
+		return `{"steps": [{"tool_call": {"name": "exec_command", "arguments": {"description": "say", "cmd": "echo said-` + word + `"}}}]}`
+	}
+	model := writeScript(t, ws, `{"requests": [`+call("one")+`,`+call("two")+`, {"steps": [{"text": "run is done"}]}]}`)
+	p := startPTY(t, ws, env, "run", "--model", model, "--approve", "always-ask", "two commands")
+	p.expect("allow exec_command? [Y/n] ")
+	p.send("\r")
+	p.expect("said-one")
+	p.expect("allow exec_command? [Y/n] ")
+	p.send("\x03")
+	p.expect("^C denied")
+	p.expect("✗ deny")
+	p.expect("run is done")
+	if code := p.wait(); code != 0 {
+		t.Fatalf("exit status %d, want 0", code)
+	}
+	if strings.Contains(p.screen(), "said-two\n") {
+		t.Errorf("the denied command ran")
+	}
+}
+
+// Ctrl-C during floe run's tool interrupts the Task: status 130.
+func TestRunCtrlCAborts(t *testing.T) {
+	_, ws, env := chatEnv(t)
+	model := writeScript(t, ws, `{"requests": [
+	  {"steps": [{"tool_call": {"name": "exec_command", "arguments": {"description": "long", "cmd": "echo long-start; sleep 60"}}}]}
+	], "after_last": "final_text"}`)
+	p := startPTY(t, ws, env, "run", "--model", model, "wait")
+	p.expect("long-start")
+	p.send("\x03")
+	p.expect("floe: interrupting")
+	p.expect("aborted")
+	if code := p.wait(); code != 130 {
+		t.Fatalf("exit status %d, want 130", code)
+	}
+}

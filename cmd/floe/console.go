@@ -200,7 +200,8 @@ func (c *ttyConsole) writeLocked(p []byte) {
 func (c *ttyConsole) refreshLocked() {
 	p := c.prompt
 	if !c.typing {
-		p = c.tail + c.status + p
+		// Tabs would throw the editor's width count off.
+		p = strings.ReplaceAll(c.tail, "\t", "    ") + c.status + p
 	} else if c.prompt == "" {
 		p = "steer> "
 	}

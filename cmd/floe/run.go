@@ -10,9 +10,11 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"os/signal"
 	"path/filepath"
 	"strings"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/mattn/go-isatty"
@@ -157,27 +159,47 @@ func cmdRun(ctx context.Context, stopSignals context.CancelFunc, name string, ar
 		lastTrace uint64
 		aborting  atomic.Bool
 	)
-	stdin := bufio.NewReader(os.Stdin)
+	lines := stdinLines()
 	followCtx, cancelFollow := context.WithCancel(opCtx)
 	defer cancelFollow()
 	// One approval at a time, in order, off the follow loop (a prompt
 	// waiting for an answer must not hold the stream back).
 	approvals := make(chan omni.ServerEvent, 64)
+	denyAsked := make(chan struct{}, 1)
+	var asking atomic.Bool
 	go func() {
 		for ev := range approvals {
-			answerApproval(st, sid, &ev, stdin)
+			asking.Store(true)
+			answerApproval(st, sid, &ev, lines, denyAsked)
+			asking.Store(false)
 		}
 	}()
 	defer close(approvals)
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
+	defer signal.Stop(sigs)
 	go func() {
-		select {
-		case <-ctx.Done():
-			// Ctrl-C: interrupt the Task; a second one exits at once.
-			stopSignals()
-			aborting.Store(true)
-			fmt.Fprintln(os.Stderr, "\nfloe: interrupting…")
-			_, _ = st.Conn.Request(omni.ControlSubject(sid, omni.CtlAbort), nil, 5*time.Second)
-		case <-followCtx.Done():
+		for {
+			select {
+			case <-sigs:
+				switch {
+				case asking.Load():
+					// Ctrl-C at an approval denies it, as in floe chat.
+					select {
+					case denyAsked <- struct{}{}:
+					default:
+					}
+				case !aborting.Load():
+					// Interrupt the Task; another Ctrl-C exits at once.
+					aborting.Store(true)
+					fmt.Fprintln(os.Stderr, "\nfloe: interrupting… (Ctrl-C again to exit at once)")
+					go st.Conn.Request(omni.ControlSubject(sid, omni.CtlAbort), nil, 5*time.Second)
+				default:
+					os.Exit(130)
+				}
+			case <-followCtx.Done():
+				return
+			}
 		}
 	}()
 	err = bus.FollowUntil(followCtx, st.JS, sid, nil, 0, false, func(sm bus.StreamMsg) error {
@@ -256,12 +278,12 @@ func waitTrace(home, sid string, seq uint64) string {
 // answerApproval asks on the terminal (Enter or y allows, n denies);
 // without a terminal on stdin it denies and says why. Approvals are asked
 // one at a time, in the order they come.
-func answerApproval(st *stack.Stack, sid string, ev *omni.ServerEvent, in *bufio.Reader) {
+func answerApproval(st *stack.Stack, sid string, ev *omni.ServerEvent, lines <-chan string, deny <-chan struct{}) {
 	var tc omni.Message
 	if omni.Unmarshal(ev.ToolCall, &tc) != nil {
 		return
 	}
-	decision := askApproval(tc.Payload.Name, in)
+	decision := askApproval(tc.Payload.Name, lines, deny)
 	body, _ := omni.Pack(&omni.Control{ToolCallID: tc.Payload.ToolCallID, Decision: decision})
 	_, _ = st.Conn.Request(omni.ControlSubject(sid, omni.CtlApprove), body, 5*time.Second)
 }
@@ -273,25 +295,49 @@ func approvePrompt(tool string) string { return "allow " + tool + "? [Y/n] " }
 // noTerminal is said when an approval cannot be asked.
 const noTerminal = "no terminal to ask: denied"
 
-// askApproval asks on stderr and reads one line of in: y, yes or a bare
-// Enter allow; n, no deny; anything else asks again. EOF denies.
-func askApproval(tool string, in *bufio.Reader) string {
-	if !isTTY(os.Stdin) {
+// askApproval asks on stderr and reads one line: y, yes or a bare Enter
+// allow; n, no deny; anything else asks again. The end of input, or a
+// Ctrl-C sent on deny, denies. Without a terminal on stdin (lines nil) it
+// denies and says why.
+func askApproval(tool string, lines <-chan string, deny <-chan struct{}) string {
+	if lines == nil {
 		fmt.Fprintf(os.Stderr, "%s%s\n", approvePrompt(tool), noTerminal)
 		return omni.DecisionDeny
 	}
 	for {
 		fmt.Fprint(os.Stderr, approvePrompt(tool))
-		line, err := in.ReadString('\n')
-		if d, ok := parseAnswer(line); ok && (err == nil || line != "") {
-			return d
-		}
-		if err != nil {
-			fmt.Fprintln(os.Stderr)
+		select {
+		case line, ok := <-lines:
+			if !ok {
+				fmt.Fprintln(os.Stderr)
+				return omni.DecisionDeny
+			}
+			if d, ok := parseAnswer(line); ok {
+				return d
+			}
+			fmt.Fprintln(os.Stderr, "answer y (or Enter) to allow, n to deny")
+		case <-deny:
+			fmt.Fprintln(os.Stderr, "^C denied")
 			return omni.DecisionDeny
 		}
-		fmt.Fprintln(os.Stderr, "answer y (or Enter) to allow, n to deny")
 	}
+}
+
+// stdinLines reads the terminal on stdin line by line; nil when stdin is
+// not a terminal (nobody to ask).
+func stdinLines() <-chan string {
+	if !isTTY(os.Stdin) {
+		return nil
+	}
+	ch := make(chan string)
+	go func() {
+		defer close(ch)
+		sc := bufio.NewScanner(os.Stdin)
+		for sc.Scan() {
+			ch <- sc.Text()
+		}
+	}()
+	return ch
 }
 
 // parseAnswer reads an approval answer: y, yes or empty allow; n, no deny.
