@@ -167,3 +167,55 @@ func TestFirstFiveMinutesErrors(t *testing.T) {
 		t.Errorf("-v does not show the logs on stderr:\n%s", errOut)
 	}
 }
+
+// The README's floe serve example works as written: run as a script (the
+// binary for `go run ./cmd/floe`, a free port for 7364), the stream
+// opened first sees the Task, attach renders it, and chat resumes it.
+func TestReadmeServeExample(t *testing.T) {
+	readme, err := os.ReadFile(filepath.Join("..", "..", "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, rest, ok := strings.Cut(string(readme), "From a project directory under your home directory")
+	if !ok {
+		t.Fatal("README: the floe serve example is gone")
+	}
+	_, rest, _ = strings.Cut(rest, "```sh\n")
+	script, _, ok := strings.Cut(rest, "```")
+	if !ok {
+		t.Fatal("README: the example's code block does not end")
+	}
+	home := t.TempDir()
+	proj := filepath.Join(home, "project")
+	if err := os.MkdirAll(proj, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(proj, "README.md"), []byte("# The example project\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	port := strings.TrimPrefix(freeAddr(t), "127.0.0.1:")
+	script = strings.ReplaceAll(script, "go run ./cmd/floe", buildFloe(t))
+	script = strings.ReplaceAll(script, "7364", port)
+	script = "set -e\n" + script + "\nkill $(jobs -p) 2>/dev/null; wait\n"
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "bash", "-c", script)
+	cmd.Dir = proj
+	cmd.Env = append(cleanEnv(home), "FLOE_HTTP_ADDR=127.0.0.1:"+port, "FLOE_NATS_LISTEN=off")
+	cmd.Stdin = strings.NewReader("/exit\n")
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("the example failed: %v\n%s", err, out)
+	}
+	for _, want := range []string{
+		`"taskId":"task-`,     // the Task was accepted
+		`The example project`, // the stream saw read_file's output
+		`README.md starts with: "# The example project"`, // attach rendered the answer
+		"resumed session session-",                       // chat --resume found it
+		"resume with: floe chat --resume session-",
+	} {
+		if !strings.Contains(string(out), want) {
+			t.Errorf("the example's output lacks %q:\n%s", want, out)
+		}
+	}
+}
