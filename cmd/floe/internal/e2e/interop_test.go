@@ -1,7 +1,9 @@
 package e2e
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"encoding/base64"
 	"fmt"
 	"net/http/httptest"
@@ -209,5 +211,95 @@ func TestImportOriginalTracesSendsTheOriginalsContext(t *testing.T) {
 				t.Fatalf("messages: %d, %v", len(hist.Messages), err)
 			}
 		})
+	}
+}
+
+// Round trip: a Floe Session that used a compaction, a tool and steering
+// is exported, deleted and imported; the next Task's request carries
+// exactly the history the original Session's would.
+func TestExportDeleteImportKeepsTheHistory(t *testing.T) {
+	gate := rcExecArgs("wait", "while [ ! -f release ]; do sleep 0.05; done; echo released")
+	f := rcNewFake(t,
+		rcAnswer("Hello back."),
+		rcAnswer("[summary]\nWe greeted each other.\n[/summary]"),
+		toolCallsTurn([3]string{"call_gate", "exec_command", gate}),
+		rcAnswer("Through the gate."),
+		rcAnswer("Three."),
+		rcAnswer("Three."),
+	)
+	e := rcEnv(t, f, nil)
+	c := e.gw(t, nil)
+	sid := e.session("openai:gpt-test", omni.ApproveAllowAll, nil)
+	_, status := e.wait(sid, e.submit(sid, "hello"))
+	if status != omni.StatusCompleted {
+		t.Fatalf("task 1: %s", status)
+	}
+	if _, status := e.wait(sid, e.lcSubmitTask(sid, omni.TaskCompact)); status != omni.StatusCompleted {
+		t.Fatalf("compaction: %s", status)
+	}
+	task2 := e.submit(sid, "go through the gate")
+	e.lcFollow(sid, nil, "the gate tool to run", func(r rec) bool { return label(r) == "approval_decision:allow:call_gate" })
+	e.lcMustControl(sid, omni.CtlSteer, omni.Control{Text: "mind the step"})
+	if err := os.WriteFile(filepath.Join(e.ws, "release"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, status := e.wait(sid, task2); status != omni.StatusCompleted {
+		t.Fatalf("task 2: %s", status)
+	}
+	e.lcTraced(sid)
+	files, err := c.Traces(ctxT(t), sid)
+	if err != nil || len(files) != 2 {
+		t.Fatalf("traces = %v, %v; want two (a compaction rotated)", files, err)
+	}
+	exported, err := c.Trace(ctxT(t), sid, files[1].Index)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{omni.Block(omni.TagContextSummary, "We greeted each other."), omni.Block(omni.TagUserSteering, "mind the step"), "call_gate"} {
+		quoted, _ := json.Marshal(want) // as the Trace line holds it
+		if !bytes.Contains(exported, bytes.Trim(quoted, `"`)) {
+			t.Fatalf("the exported file lacks %q:\n%s", want, exported)
+		}
+	}
+
+	// The next Task on the original Session.
+	if _, status := e.wait(sid, e.submit(sid, "third")); status != omni.StatusCompleted {
+		t.Fatalf("task 3: %s", status)
+	}
+	before := f.body(4)
+
+	if err := c.DeleteSession(ctxT(t), sid); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.GetSession(ctxT(t), sid); !client.IsCode(err, omni.CodeNotFound) {
+		t.Fatalf("after delete: %v", err)
+	}
+	imp, err := c.ImportTrace(ctxT(t), client.ImportTrace{DataBase64: base64.StdEncoding.EncodeToString(exported), Model: "openai:gpt-test"})
+	if err != nil || imp.SessionID != sid {
+		t.Fatalf("import = %+v, %v", imp, err)
+	}
+	taskID, err := c.SubmitTask(ctxT(t), sid, client.TaskRequest{Input: []client.InputPart{{Type: client.InputText, Text: "third"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rs, status := e.wait(sid, taskID)
+	if status != omni.StatusCompleted {
+		t.Fatalf("task 3 after the import: %s; %v", status, labels(rs, noPartials))
+	}
+	after := f.body(5)
+	if got, want := sentContext(after), sentContext(before); !slices.Equal(got, want) {
+		t.Fatalf("after the round trip the model got\n  %s\nwant\n  %s", strings.Join(got, "\n  "), strings.Join(want, "\n  "))
+	}
+	want := []string{
+		"user:" + omni.Block(omni.TagContextSummary, "We greeted each other."),
+		"user:go through the gate",
+		"assistant:[call call_gate exec_command " + gate + "]",
+		"tool:call_gate:released\n",
+		"user:" + omni.Block(omni.TagUserSteering, "mind the step"),
+		"assistant:Through the gate.",
+		"user:third",
+	}
+	if got := sentContext(after)[1:]; !slices.Equal(got, want) {
+		t.Fatalf("context after the round trip:\n  %s\nwant\n  %s", strings.Join(got, "\n  "), strings.Join(want, "\n  "))
 	}
 }
