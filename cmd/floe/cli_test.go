@@ -208,8 +208,7 @@ func TestReadmeServeExample(t *testing.T) {
 		t.Fatalf("the example failed: %v\n%s", err, out)
 	}
 	for _, want := range []string{
-		`"taskId":"task-`,     // the Task was accepted
-		`The example project`, // the stream saw read_file's output
+		`"taskId":"task-`, // the Task was accepted
 		`README.md starts with: "# The example project"`, // attach rendered the answer
 		"resumed session session-",                       // chat --resume found it
 		"resume with: floe chat --resume session-",
@@ -217,5 +216,12 @@ func TestReadmeServeExample(t *testing.T) {
 		if !strings.Contains(string(out), want) {
 			t.Errorf("the example's output lacks %q:\n%s", want, out)
 		}
+	}
+	sse := false // the stream, opened before the Task, saw read_file's output
+	for _, l := range strings.Split(string(out), "\n") {
+		sse = sse || strings.HasPrefix(l, "data: ") && strings.Contains(l, "The example project")
+	}
+	if !sse {
+		t.Errorf("the SSE stream did not carry the Task:\n%s", out)
 	}
 }
