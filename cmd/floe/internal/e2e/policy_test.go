@@ -2,14 +2,10 @@ package e2e
 
 import (
 	"context"
-	"encoding/json"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
-
-	"floe.dev/pkg/bus"
 
 	"floe.dev/pkg/omni"
 	"floe.dev/pkg/omni/cmdpolicy"
@@ -137,21 +133,10 @@ func (e *env) approveAll(t *testing.T, sid string) (stop func()) {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		_ = bus.FollowUntil(ctx, e.st.JS, sid, []string{omni.ClassServer}, 0, false, func(sm bus.StreamMsg) error {
-			var ev omni.ServerEvent
-			if json.Unmarshal(sm.Data, &ev) != nil || ev.Type != omni.ServerApprovalRequest {
-				return nil
-			}
-			var tc omni.Message
-			if err := omni.Unmarshal(ev.ToolCall, &tc); err != nil {
-				t.Errorf("approval_request toolCall: %v", err)
-				return nil
-			}
-			body, _ := omni.Pack(&omni.Control{ToolCallID: tc.Payload.ToolCallID, Decision: omni.DecisionAllow})
-			if _, err := e.st.Conn.Request(omni.ControlSubject(sid, omni.CtlApprove), body, 5*time.Second); err != nil {
+		lcApprovalRequests(ctx, e, sid, func(_ omni.ServerEvent, tc omni.Message) {
+			if _, err := e.lcControl(sid, omni.CtlApprove, omni.Control{ToolCallID: tc.Payload.ToolCallID, Decision: omni.DecisionAllow}); err != nil {
 				t.Errorf("approve %s: %v", tc.Payload.ToolCallID, err)
 			}
-			return nil
 		})
 	}()
 	return func() { cancel(); <-done }
