@@ -74,7 +74,7 @@ func cmdChat(ctx context.Context, stopSignals context.CancelFunc, name string, a
 	cwd, _ := os.Getwd()
 	fs.StringVar(&o.workspace, "workspace", cwd, "the Workspace the tools work in")
 	fs.StringVar(&o.approve, "approve", omni.ApproveAllowAll, "approval mode: allow-all, deny-all, read-only, always-ask")
-	fs.Var(&o.resume, "resume", "continue a Session: `--resume` the most recent one, --resume SESSION_ID that one")
+	fs.Var(&o.resume, "resume", "continue a Session: alone, the most recent one; --resume SESSION_ID, that one")
 	fs.StringVar(&o.server, "server", "", "a running gateway (floe serve) instead of in-process services; token from FLOE_API_TOKEN")
 	fs.StringVar(&o.thinking, "thinking", "", "thinking level: low, medium, high")
 	fs.IntVar(&o.maxTurns, "max-turns", 0, "stop a Task after this many model requests (0 = unlimited)")
