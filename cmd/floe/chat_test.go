@@ -104,14 +104,7 @@ func TestChatApprovalsInline(t *testing.T) {
 // Ctrl-C during a tool aborts the Task and the prompt comes back; Ctrl-C
 // at the empty prompt then leaves with status 0.
 func TestChatCtrlC(t *testing.T) {
-	_, ws, env := chatEnv(t)
-	model := writeScript(t, ws, `{"requests": [
-	  {"steps": [{"tool_call": {"name": "exec_command", "arguments": {"description": "long", "cmd": "echo long-start; sleep 60"}}}]}
-	], "after_last": "final_text", "final_text": "after the abort"}`)
-	p := startPTY(t, ws, env, "chat", "--model", model)
-	p.expect("> ")
-	p.send("wait a minute\r")
-	p.expect("long-start")
+	p, model := chatInLongTool(t, "after the abort")
 	start := time.Now()
 	p.send("\x03")
 	p.expect("interrupting")
@@ -354,14 +347,7 @@ func TestChatSlashCommands(t *testing.T) {
 
 // A second Ctrl-C within 2 s leaves, whatever the first one did.
 func TestChatDoubleCtrlCLeaves(t *testing.T) {
-	_, ws, env := chatEnv(t)
-	model := writeScript(t, ws, `{"requests": [
-	  {"steps": [{"tool_call": {"name": "exec_command", "arguments": {"description": "long", "cmd": "echo long-start; sleep 60"}}}]}
-	], "after_last": "final_text"}`)
-	p := startPTY(t, ws, env, "chat", "--model", model)
-	p.expect("> ")
-	p.send("wait a minute\r")
-	p.expect("long-start")
+	p, _ := chatInLongTool(t, "Done.")
 	p.send("\x03")
 	p.expect("interrupting")
 	p.send("\x03")
@@ -421,10 +407,7 @@ func TestRunApprovalsOnTerminal(t *testing.T) {
 // Ctrl-C during floe run's tool interrupts the Task: status 130.
 func TestRunCtrlCAborts(t *testing.T) {
 	_, ws, env := chatEnv(t)
-	model := writeScript(t, ws, `{"requests": [
-	  {"steps": [{"tool_call": {"name": "exec_command", "arguments": {"description": "long", "cmd": "echo long-start; sleep 60"}}}]}
-	], "after_last": "final_text"}`)
-	p := startPTY(t, ws, env, "run", "--model", model, "wait")
+	p := startPTY(t, ws, env, "run", "--model", longToolScript(t, ws, "Done."), "wait")
 	p.expect("long-start")
 	p.send("\x03")
 	p.expect("floe: interrupting")
@@ -432,4 +415,23 @@ func TestRunCtrlCAborts(t *testing.T) {
 	if code := p.wait(); code != 130 {
 		t.Fatalf("exit status %d, want 130", code)
 	}
+}
+
+// longToolScript is a scripted model whose first request runs a minute
+// long command (printing long-start first), then answers final.
+func longToolScript(t *testing.T, dir, final string) string {
+	return writeScript(t, dir, `{"requests": [
+	  {"steps": [{"tool_call": {"name": "exec_command", "arguments": {"description": "long", "cmd": "echo long-start; sleep 60"}}}]}
+	], "after_last": "final_text", "final_text": "`+final+`"}`)
+}
+
+// chatInLongTool starts a chat whose first Task is in the long command.
+func chatInLongTool(t *testing.T, final string) (*ptyProc, string) {
+	_, ws, env := chatEnv(t)
+	model := longToolScript(t, ws, final)
+	p := startPTY(t, ws, env, "chat", "--model", model)
+	p.expect("> ")
+	p.send("wait a minute\r")
+	p.expect("long-start")
+	return p, model
 }
