@@ -60,6 +60,8 @@ type chatOpts struct {
 	// message the tracer writes.
 	sid        string
 	lastTraced uint64
+	// failed is closed when an in-process service stops on its own.
+	failed <-chan struct{}
 }
 
 func cmdChat(ctx context.Context, stopSignals context.CancelFunc, name string, args []string) (int, error) {
@@ -158,7 +160,7 @@ func cmdChat(ctx context.Context, stopSignals context.CancelFunc, name string, a
 		}
 		maxAttempts = eng.RetryMax + 1
 		var stop func(idle bool)
-		cl, stop, err = startLocal(ctx, c, eng, o.workspace)
+		cl, stop, o.failed, err = startLocal(ctx, c, eng, o.workspace)
 		if err != nil {
 			return 1, err
 		}
@@ -228,28 +230,28 @@ func checkServer(ctx context.Context, cl *client.Client, url string) error {
 // run) and serves the gateway's API on a loopback port of its own, behind
 // a token of this run only, so the chat uses the same Session API as
 // with --server.
-func startLocal(ctx context.Context, c *common, eng *engine.Config, workspace string) (*client.Client, func(idle bool), error) {
+func startLocal(ctx context.Context, c *common, eng *engine.Config, workspace string) (*client.Client, func(idle bool), <-chan struct{}, error) {
 	if c.natsURL == "" {
 		if err := checkFree(c.listen, "FLOE_NATS_LISTEN / --nats-listen"); err != nil {
-			return nil, nil, err
+			return nil, nil, nil, err
 		}
 	}
 	busCfg, err := c.busConfig()
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	connect, err := c.auth.options()
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	log, closeLog, err := c.fileLogger("chat")
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	trc, err := toolrunnerConfig()
 	if err != nil {
 		closeLog()
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	st, err := stack.Start(ctx, stack.Options{
 		Home: c.home, NatsURL: c.natsURL, Listen: c.listen, Bus: busCfg, Connect: connect,
@@ -257,7 +259,7 @@ func startLocal(ctx context.Context, c *common, eng *engine.Config, workspace st
 	}, log)
 	if err != nil {
 		closeLog()
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	token := randHex(16)
 	h, release, err := gateway.NewHandler(ctx, st.Conn, gateway.Config{
@@ -267,14 +269,14 @@ func startLocal(ctx context.Context, c *common, eng *engine.Config, workspace st
 	if err != nil {
 		st.Stop()
 		closeLog()
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		release()
 		st.Stop()
 		closeLog()
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	hs := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
 	go hs.Serve(ln)
@@ -292,7 +294,7 @@ func startLocal(ctx context.Context, c *common, eng *engine.Config, workspace st
 		}
 		closeLog()
 	}
-	return client.New("http://"+ln.Addr().String(), client.WithToken(token)), stop, nil
+	return client.New("http://"+ln.Addr().String(), client.WithToken(token)), stop, st.Failed(), nil
 }
 
 // chat is one `floe chat`: its Session, the terminal and the stream.
@@ -511,6 +513,8 @@ func (ch *chat) loop(ctx context.Context, stream *client.Stream, sigs <-chan os.
 		case <-tick.C:
 			ch.countdown()
 			continue
+		case <-ch.o.failed:
+			return 1, errors.New("a service stopped on its own; see $FLOE_HOME/logs/floe-chat.log")
 		case <-sigs:
 			if ch.interrupt(ctx, "") {
 				return 0, nil
