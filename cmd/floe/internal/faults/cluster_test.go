@@ -442,7 +442,7 @@ type outcome struct {
 	calls    []string       // tool_call ids in stream order
 	outputs  map[string]rec // the one complete output of each call
 	dangling int            // partial segments a dead producer left open
-	aborted  []string       // calls an abort left without output
+	aborted  []string       // calls an abort stopped (aborted output) or caught before they ran (none)
 	requests int            // request_begin count
 }
 
@@ -450,9 +450,9 @@ type outcome struct {
 // stream and that pairing is intact:
 //   - one session_meta; each prompt exactly once as a user text;
 //   - every tool_call id once, with exactly one approval_decision before
-//     exactly one complete tool_call_output after it (none when an abort
-//     follows: an aborted Task's running calls end without output), no
-//     output without a call;
+//     exactly one complete tool_call_output after it (an aborted one,
+//     before the abort, for a call the abort stopped; none for a call it
+//     caught before it ran), no output without a call;
 //   - request_begin and request_end alternate (an interrupted request is
 //     closed by the engine that takes over before the next begins) and the
 //     stream does not end inside a request;
@@ -600,14 +600,22 @@ func checkSession(t *testing.T, rs []rec, prompts ...string) outcome {
 		if decisions[id] != 1 {
 			t.Errorf("call %s has %d approval_decisions, want 1", id, decisions[id])
 		}
-		if _, ok := o.outputs[id]; !ok {
-			// Abort stops running calls without an output: the model sees
-			// them as interrupted (the fold adds the fixed text).
-			if lastAbort > callSeq[id] {
-				o.aborted = append(o.aborted, id)
-			} else {
-				t.Errorf("call %s has no output", id)
+		out, ok := o.outputs[id]
+		switch {
+		case ok && out.msg.Payload.StopReason == omni.StatusAborted && strings.Contains(out.msg.Payload.Output, omni.InterruptedOutput):
+			// Case A: a running call stopped by the abort has its
+			// aborted output before the abort.
+			if lastAbort < out.seq {
+				t.Errorf("call %s's aborted output comes after the abort", id)
 			}
+			o.aborted = append(o.aborted, id)
+		case ok:
+		case lastAbort > callSeq[id]:
+			// A call the abort caught before it ran has no output: the
+			// model sees it as interrupted (the fold adds the fixed text).
+			o.aborted = append(o.aborted, id)
+		default:
+			t.Errorf("call %s has no output", id)
 		}
 	}
 	if inRequest {
