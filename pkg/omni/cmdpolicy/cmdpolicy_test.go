@@ -141,3 +141,12 @@ func FuzzMatch(f *testing.F) {
 		m.Match(s) // must not panic
 	})
 }
+
+func BenchmarkMatchFactory(b *testing.B) {
+	m, _ := Compile(Factory())
+	cmd := `cd /work/proj && sudo env GOFLAGS=-mod=mod go test ./... 2>&1 | tee out.txt; bash -c 'ls -la && echo done'`
+	b.ReportAllocs()
+	for b.Loop() {
+		m.Match(cmd)
+	}
+}
