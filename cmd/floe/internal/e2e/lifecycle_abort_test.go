@@ -230,3 +230,48 @@ func TestLifecycleAbortMidAnswerCarriesPartialOutputOver(t *testing.T) {
 		"user:count to twelve", "image_url", "assistant:Nice picture.",
 	})
 }
+
+// A call the abort catches before it runs (its approval still pending)
+// has no output on the stream or in the Trace; the next request gives the
+// model the interrupted placeholder for it, in call order.
+func TestAbortBeforeDispatchPlaceholderInTheNextRequestOnly(t *testing.T) {
+	f := rcNewFake(t,
+		toolCallsTurn([3]string{"call_p", "exec_command", rcExecArgs("touch", "touch ran.txt")}),
+		rcAnswer("Fine."),
+	)
+	e := rcEnv(t, f, nil)
+	sid := e.session("openai:gpt-test", omni.ApproveAlwaysAsk, nil)
+	task := e.submit(sid, "touch a file")
+	e.lcFollow(sid, nil, "the approval request", func(r rec) bool {
+		return r.class == omni.ClassServer && r.ev.Type == omni.ServerApprovalRequest
+	})
+	e.lcMustControl(sid, omni.CtlAbort, omni.Control{})
+	rs, status := e.wait(sid, task)
+	lcRequireStatus(t, rs, status, omni.StatusAborted)
+	lcEndsWithAbort(t, rs)
+	if indexOf(labels(rs, noPartials), "tool_call_output:call_p") >= 0 {
+		t.Fatalf("an output for the call that never ran: %v", labels(rs, noPartials))
+	}
+	rs2, status := e.wait(sid, e.submit(sid, "never mind"))
+	lcRequireStatus(t, rs2[len(rs):], status, omni.StatusCompleted)
+	got := sentContext(f.body(1))
+	want := []string{
+		"user:touch a file",
+		`assistant:[call call_p exec_command ` + rcExecArgs("touch", "touch ran.txt") + `]`,
+		"tool:call_p:" + omni.InterruptedOutput,
+		"user:never mind",
+	}
+	if !slices.Equal(got[1:], want) {
+		t.Fatalf("the next request got\n  %s\nwant\n  %s", strings.Join(got[1:], "\n  "), strings.Join(want, "\n  "))
+	}
+	if _, err := os.Stat(filepath.Join(e.ws, "ran.txt")); err == nil {
+		t.Fatal("the call ran")
+	}
+	for _, tf := range e.lcTrace(sid) {
+		for _, l := range tf.lines {
+			if strings.Contains(string(l), omni.InterruptedOutput) {
+				t.Fatalf("the placeholder is in the Trace: %s", l)
+			}
+		}
+	}
+}
