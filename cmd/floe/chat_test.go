@@ -40,6 +40,18 @@ func TestChatTwoPromptsOneSession(t *testing.T) {
 	if n := strings.Count(p.screen(), "floe chat — session "); n != 1 {
 		t.Errorf("%d banners, want one Session", n)
 	}
+	// What the user saw: the prompts with what was typed, the answers on
+	// their own lines, nothing written over the input.
+	var seen []string
+	for _, l := range terminalScreen(p.rawOutput(), 250) {
+		if l != "" && !strings.HasPrefix(l, "floe chat — ") && !strings.HasPrefix(l, "workspace ") && !strings.HasPrefix(l, "Type a message") {
+			seen = append(seen, l)
+		}
+	}
+	want := []string{"> first question", "answer 1", "> second question", "answer 2", ">"}
+	if len(seen) < len(want) || strings.Join(seen[:len(want)], "\n") != strings.Join(want, "\n") || !strings.HasPrefix(seen[len(seen)-1], "resume with: ") {
+		t.Errorf("the screen reads\n%s\nwant\n%s\nthen the resume line", strings.Join(seen, "\n"), strings.Join(want, "\n"))
+	}
 }
 
 // Typing while a slow tool runs steers the Task: the line shows as
@@ -434,4 +446,60 @@ func chatInLongTool(t *testing.T, final string) (*ptyProc, string) {
 	p.send("wait a minute\r")
 	p.expect("long-start")
 	return p, model
+}
+
+// The screen a user sees while steering, approving and editing: the
+// typed steering line, its queued note, its delivery, a short diff and
+// the approval answered under it, in that order and never overwritten.
+func TestChatScreen(t *testing.T) {
+	_, ws, env := chatEnv(t)
+	model := writeScript(t, ws, `{"requests": [
+	  {"steps": [{"text": "Let me run it, streaming slowly", "chunks": 8, "delay_ms": 60}, {"tool_call": {"name": "exec_command", "arguments": {"description": "slow", "cmd": "echo started; sleep 2; echo finished"}}}]},
+	  {"steps": [{"text": "steered fine"}, {"tool_call": {"name": "edit_file", "arguments": {"file_path": "a.txt", "old_string": "x\ny\n", "new_string": "x\nz\n"}}}]},
+	  {"steps": [{"text": "all done"}]}
+	]}`)
+	p := startPTY(t, ws, env, "chat", "--model", model, "--approve", "always-ask")
+	p.expect("> ")
+	p.send("do the slow thing\r")
+	p.expect("allow exec_command? [Y/n] ")
+	p.send("\r")
+	p.expect("started")
+	p.send("use the blue one\r")
+	p.expect("(steering)")
+	p.expect("allow edit_file? [Y/n] ")
+	p.send("n\r")
+	p.expect("all done")
+	p.expect("> ")
+	p.send("\x04")
+	p.wait()
+	screen := terminalScreen(p.rawOutput(), 250)
+	at := 0
+	for _, want := range []string{
+		"> do the slow thing",
+		"Let me run it, streaming slowly",
+		`→ exec_command {"description":"slow","cmd":"echo started; sleep 2; echo finished"}`,
+		"allow exec_command? [Y/n]",
+		"  ✓ allowed call_1",
+		"  │ started",
+		"steer> use the blue one",
+		"queued: use the blue one (delivered after the current step)",
+		"  │ finished",
+		"> use the blue one  (steering)",
+		"steered fine",
+		"→ edit_file a.txt",
+		"  - y",
+		"  + z",
+		"? approve edit_file a.txt (call_2)",
+		"allow edit_file? [Y/n] n",
+		"  ✗ deny call_2",
+		"all done",
+		">",
+	} {
+		for at < len(screen) && screen[at] != want {
+			at++
+		}
+		if at == len(screen) {
+			t.Fatalf("the screen lacks the line %q in order:\n%s", want, strings.Join(screen, "\n"))
+		}
+	}
 }

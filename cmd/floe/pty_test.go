@@ -271,3 +271,100 @@ func (p *ptyProc) drain() {
 	case <-time.After(2 * time.Second):
 	}
 }
+
+// terminalScreen replays raw terminal output on a cols-wide screen (the
+// subset of VT100 a line editor uses: CR, LF, BS, cursor up/down/left/
+// right, erase in line and below, colours ignored) and returns its lines
+// with trailing blanks trimmed: what a user would see.
+func terminalScreen(raw string, cols int) []string {
+	var screen [][]rune
+	row, col := 0, 0
+	line := func() []rune {
+		for len(screen) <= row {
+			screen = append(screen, nil)
+		}
+		return screen[row]
+	}
+	put := func(r rune) {
+		if col >= cols {
+			row, col = row+1, 0
+		}
+		l := line()
+		for len(l) <= col {
+			l = append(l, ' ')
+		}
+		l[col] = r
+		screen[row] = l
+		col++
+	}
+	rs := []rune(raw)
+	for i := 0; i < len(rs); i++ {
+		switch r := rs[i]; {
+		case r == '\r':
+			col = 0
+		case r == '\n':
+			row++
+			line()
+		case r == '\b':
+			if col > 0 {
+				col--
+			}
+		case r == 0x1b && i+1 < len(rs) && rs[i+1] == '[':
+			j := i + 2
+			for j < len(rs) && (rs[j] >= '0' && rs[j] <= '9' || rs[j] == ';' || rs[j] == '?') {
+				j++
+			}
+			if j >= len(rs) {
+				i = j
+				break
+			}
+			n := 0
+			fmt.Sscanf(string(rs[i+2:j]), "%d", &n)
+			step := max(n, 1)
+			switch rs[j] {
+			case 'A':
+				row = max(row-step, 0)
+			case 'B':
+				row += step
+			case 'C':
+				col += step
+			case 'D':
+				col = max(col-step, 0)
+			case 'K':
+				l := line()
+				switch n {
+				case 0:
+					if col < len(l) {
+						screen[row] = l[:col]
+					}
+				case 2:
+					screen[row] = nil
+				}
+			case 'J':
+				l := line()
+				if col < len(l) {
+					screen[row] = l[:col]
+				}
+				screen = screen[:row+1]
+			}
+			i = j
+		case r == 0x1b:
+			i++ // a two-character escape
+		case r < ' ':
+		default:
+			put(r)
+		}
+	}
+	out := make([]string, len(screen))
+	for i, l := range screen {
+		out[i] = strings.TrimRight(string(l), " ")
+	}
+	return out
+}
+
+// rawOutput is everything written so far, escapes included.
+func (p *ptyProc) rawOutput() string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.out.String()
+}

@@ -98,11 +98,13 @@ func key(m *omni.Message) string {
 
 // prefix indents a subagent's messages by their depth and names the
 // subagent.
-func prefix(m *omni.Message) string {
-	if len(m.Origin) == 0 {
+func prefix(m *omni.Message) string { return prefixOf(m.Origin) }
+
+func prefixOf(origin []string) string {
+	if len(origin) == 0 {
 		return ""
 	}
-	return strings.Repeat("  ", len(m.Origin)) + "[" + m.Origin[len(m.Origin)-1] + "] "
+	return strings.Repeat("  ", len(origin)) + "[" + origin[len(origin)-1] + "] "
 }
 
 // Message renders one OmniMessage.
@@ -287,7 +289,11 @@ func (r *Renderer) Server(ev *omni.ServerEvent) {
 	if err := omni.Unmarshal(ev.ToolCall, &tc); err != nil {
 		return
 	}
-	r.line(r.paint(yellow, fmt.Sprintf("? approve %s %s (%s)", tc.Payload.Name, compact(tc.Payload.Arguments), tc.Payload.ToolCallID)))
+	what := compact(tc.Payload.Arguments)
+	if _, path, ok := diffLines(tc.Payload.Name, tc.Payload.Arguments); ok {
+		what = path // its diff is on screen already
+	}
+	r.line(prefixOf(ev.Origin) + r.paint(yellow, fmt.Sprintf("? approve %s %s (%s)", tc.Payload.Name, what, tc.Payload.ToolCallID)))
 }
 
 // Flush ends any open line.
