@@ -80,13 +80,13 @@ func TestChatSteeringDuringSlowTool(t *testing.T) {
 	}
 }
 
-// always-ask: y allows, a bare Enter allows, n denies.
+// always-ask: y allows, a bare Enter allows, n denies, Ctrl-C denies.
 func TestChatApprovalsInline(t *testing.T) {
 	_, ws, env := chatEnv(t)
 	call := func(word string) string {
 		return `{"steps": [{"tool_call": {"name": "exec_command", "arguments": {"description": "say", "cmd": "echo said-` + word + `"}}}]}`
 	}
-	model := writeScript(t, ws, `{"requests": [`+call("one")+`,`+call("two")+`,`+call("three")+`,
+	model := writeScript(t, ws, `{"requests": [`+call("one")+`,`+call("two")+`,`+call("three")+`,`+call("four")+`,
 	  {"steps": [{"text": "all asked"}]}]}`)
 	p := startPTY(t, ws, env, "chat", "--model", model, "--approve", "always-ask")
 	p.expect("approvals always-ask")
@@ -103,9 +103,14 @@ func TestChatApprovalsInline(t *testing.T) {
 	p.expect("allow exec_command? [Y/n] ")
 	p.send("n\r")
 	p.expect("✗ deny")
+	p.expect("allow exec_command? [Y/n] ")
+	p.send("\x03") // Ctrl-C at the question denies
+	p.expect("✗ deny")
 	p.expect("all asked")
-	if strings.Contains(p.screen(), "said-three\n") {
-		t.Errorf("the denied command ran")
+	for _, word := range []string{"three", "four"} {
+		if strings.Contains(p.screen(), "said-"+word+"\n") {
+			t.Errorf("the denied command %s ran", word)
+		}
 	}
 	p.send("\x04")
 	if code := p.wait(); code != 0 {
