@@ -303,7 +303,10 @@ func TestChatBadInput(t *testing.T) {
 		{[]string{"run", "--model", "openai:gpt-4o-mini", "hi"}, 2, "needs OPENAI_API_KEY"},
 		{[]string{"chat", "--approve", "sometimes"}, 2, "--approve"},
 		{[]string{"chat", "extra"}, 2, "unexpected argument"},
-		{[]string{"chat", "--resume", "session-nope"}, 1, "no session session-nope"}, // last: it starts the services
+		{[]string{"chat", "--workspace", "/nonexistent/dir"}, 2, "is not a directory"},
+		// last: these start the services
+		{[]string{"chat", "--resume"}, 1, "no session to resume"},
+		{[]string{"chat", "--resume", "session-nope"}, 1, "no session session-nope"},
 	} {
 		out, errOut, code := runPiped(t, ws, env, "", tc.args...)
 		lines := strings.Split(strings.TrimSpace(errOut), "\n")
