@@ -133,7 +133,7 @@ func cmdChat(ctx context.Context, stopSignals context.CancelFunc, name string, a
 			c.model = "" // the server's default
 		}
 		var copts []client.Option
-		if tok := firstToken(os.Getenv("FLOE_API_TOKEN")); tok != "" {
+		if tok := gateway.ClientToken(os.Getenv("FLOE_API_TOKEN")); tok != "" {
 			copts = append(copts, client.WithToken(tok))
 		}
 		cl = client.New(strings.TrimRight(o.server, "/"), copts...)
@@ -192,15 +192,6 @@ func checkModelRef(ref string) error {
 		return nil
 	}
 	return fmt.Errorf("model %s: unknown provider %q (want openai, anthropic or scripted)", ref, prov)
-}
-
-func firstToken(list string) string {
-	for _, t := range strings.Split(list, ",") {
-		if t = strings.TrimSpace(t); t != "" {
-			return t
-		}
-	}
-	return ""
 }
 
 // checkServer makes one call that needs the token, so an unreachable

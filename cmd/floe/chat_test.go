@@ -219,12 +219,12 @@ func TestChatServer(t *testing.T) {
 	}
 	model := writeScript(t, ws, `{"requests": [{"steps": [{"text": "served answer"}]}]}`)
 	addr := freeAddr(t)
-	serveEnv := append(append([]string{}, env...), "FLOE_HTTP_ADDR="+addr, "FLOE_NATS_LISTEN=off", "FLOE_API_TOKEN=tok-1", "FLOE_HOME="+filepath.Join(home, "server"), "FLOE_SCRIPTS_DIR="+ws)
+	serveEnv := append(append([]string{}, env...), "FLOE_HTTP_ADDR="+addr, "FLOE_NATS_LISTEN=off", "FLOE_API_TOKEN=alice:tok-1,bob:tok-2", "FLOE_HOME="+filepath.Join(home, "server"), "FLOE_SCRIPTS_DIR="+ws)
 	serve := startPTY(t, ws, serveEnv, "serve")
 	serve.expect("floe serve: http://" + addr)
 	url := "http://" + addr
 
-	clientEnv := append(append([]string{}, env...), "FLOE_API_TOKEN=tok-1")
+	clientEnv := append(append([]string{}, env...), "FLOE_API_TOKEN=alice:tok-1")
 	p := startPTY(t, ws, clientEnv, "chat", "--server", url, "--model", model)
 	p.expect("floe chat — session ")
 	p.expect("> ")
