@@ -21,6 +21,7 @@ type metrics struct {
 	sseResyncs    prometheus.Counter
 	sseReconnects prometheus.Counter
 	sseSlow       prometheus.Counter
+	sseCatchUps   prometheus.Counter
 	sseLatency    prometheus.Histogram
 }
 
@@ -40,6 +41,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		sseResyncs:    prometheus.NewCounter(prometheus.CounterOpts{Name: "floe_gateway_sse_resync_total", Help: "SSE reconnects answered with resync_required."}),
 		sseReconnects: prometheus.NewCounter(prometheus.CounterOpts{Name: "floe_gateway_sse_reconnects_total", Help: "SSE connections that came with a Last-Event-ID."}),
 		sseSlow:       prometheus.NewCounter(prometheus.CounterOpts{Name: "floe_gateway_sse_slow_disconnects_total", Help: "SSE clients disconnected because their buffer filled."}),
+		sseCatchUps:   prometheus.NewCounter(prometheus.CounterOpts{Name: "floe_gateway_sse_catch_ups_total", Help: "Times a connection still replaying its gap fell more than its buffer behind and caught up from JetStream again."}),
 		sseLatency: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "floe_gateway_publish_to_sse_seconds",
 			Help:    "From a message's storage in FLOE_SESSIONS to its write to an SSE client (live events; replayed gaps are not counted).",
@@ -55,6 +57,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	m.sseResyncs = ops.MustRegister(reg, m.sseResyncs)
 	m.sseReconnects = ops.MustRegister(reg, m.sseReconnects)
 	m.sseSlow = ops.MustRegister(reg, m.sseSlow)
+	m.sseCatchUps = ops.MustRegister(reg, m.sseCatchUps)
 	m.sseLatency = ops.MustRegister(reg, m.sseLatency)
 	return m
 }

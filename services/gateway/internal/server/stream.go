@@ -45,6 +45,11 @@ import (
 // its queue, whose entries at or below the last replayed sequence are
 // dropped: no gap and no duplicate at the handover.
 //
+// Catching up: until a connection is live (its gap replayed, its snapshot
+// written) a full queue does not disconnect it: the tail drops it, and it
+// registers again and replays from JetStream what the dropped queue held,
+// until it keeps up.
+//
 // Snapshot placement: the authoritative task_state (from the Session
 // record) and the pending approval_requests (asked from the owning engine)
 // are read after the replay and written between it and the live tail.
@@ -204,14 +209,69 @@ type sseConn struct {
 	last   uint64 // the last stream sequence written (or skipped as seen)
 	buf    []byte // the batch being built; nil between batches
 	slow   atomic.Bool
+
+	mu     sync.Mutex
+	isLive bool // guarded by mu: catch-up done, a full queue now disconnects
+	behind bool // guarded by mu: the tail dropped the client while catching up
 }
 
 // kick is the tail cutting this client off.
+// Before the connection is live (replaying, reading the snapshot) a full
+// queue is no reason to give up: the client is marked as behind and
+// catches up from JetStream (catchUp).
 func (k *sseConn) kick(slow bool) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if slow && !k.isLive {
+		k.behind = true
+		return
+	}
 	if slow {
 		k.slow.Store(true)
 	}
 	k.cancel()
+}
+
+// goLive moves the connection to live, unless the tail dropped it while
+// it was catching up; then it reports false and the writer catches up
+// again.
+func (k *sseConn) goLive() bool {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.behind {
+		k.behind = false
+		return false
+	}
+	k.isLive = true
+	return true
+}
+
+// catchUp registers the client at the tail again and replays from
+// JetStream what its dropped queue held, up to the tail's new position.
+func (k *sseConn) catchUp(ctx context.Context) error {
+	k.s.metrics.sseCatchUps.Inc()
+	k.c = &sseClient{sid: k.sid, q: newQueue(k.s.opts.ClientBuffer), kick: k.kick}
+	live, err := k.s.tail.subscribe(ctx, k.c)
+	if err != nil {
+		return err
+	}
+	k.live = live
+	if k.last >= live {
+		return nil
+	}
+	err = k.replay(ctx, k.last+1)
+	if errors.Is(err, errGapGone) {
+		k.s.metrics.sseResyncs.Inc()
+		k.serverEvent(resyncEvent)
+		err = nil
+	}
+	if err == nil && k.last < live {
+		k.last = live
+	}
+	if err == nil {
+		err = k.flush()
+	}
+	return err
 }
 
 // run serves a detached connection: it writes the response head, then
@@ -280,7 +340,7 @@ func appendHead(b []byte, header http.Header) []byte {
 // snapshot, then the live tail until ctx ends.
 func (k *sseConn) serve(ctx context.Context) {
 	s := k.s
-	defer s.tail.unsubscribe(k.c)
+	defer func() { s.tail.unsubscribe(k.c) }()
 	m := s.metrics
 	m.sseConnected.Inc()
 	m.sseClients.Inc()
@@ -296,7 +356,7 @@ func (k *sseConn) serve(ctx context.Context) {
 	}
 	resync := k.pos.mode == modeResync
 	if k.pos.mode == modeReplay && k.pos.start <= k.live {
-		err := k.replay(ctx)
+		err := k.replay(ctx, k.pos.start)
 		switch {
 		case errors.Is(err, errGapGone):
 			resync, k.last = true, 0
@@ -319,6 +379,14 @@ func (k *sseConn) serve(ctx context.Context) {
 	}
 	if k.flush() != nil {
 		return
+	}
+	for !k.goLive() {
+		if err := k.catchUp(ctx); err != nil {
+			if ctx.Err() == nil {
+				s.log.Warn().Err(err).Str("session_id", k.sid).Msg("sse catch-up failed")
+			}
+			return
+		}
 	}
 
 	hb := time.NewTicker(s.opts.Heartbeat)
@@ -355,9 +423,9 @@ func (k *sseConn) serve(ctx context.Context) {
 // replayed (or the stream was recreated).
 var errGapGone = errors.New("the gap is no longer retained")
 
-// replay writes the Session's messages from pos.start up to at least the
+// replay writes the Session's messages from start up to at least the
 // tail's position at registration, from a short-lived consumer.
-func (k *sseConn) replay(ctx context.Context) error {
+func (k *sseConn) replay(ctx context.Context, start uint64) error {
 	s := k.s
 	select {
 	case s.replays <- struct{}{}:
@@ -365,7 +433,7 @@ func (k *sseConn) replay(ctx context.Context) error {
 	case <-ctx.Done():
 		return ctx.Err()
 	}
-	f, err := s.follow(ctx, k.sid, omni.ClientClasses, k.pos.start)
+	f, err := s.follow(ctx, k.sid, omni.ClientClasses, start)
 	if err != nil {
 		return err
 	}
@@ -375,7 +443,7 @@ func (k *sseConn) replay(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if epochOf(after) != k.pos.epoch || after.State.FirstSeq > k.pos.start {
+	if epochOf(after) != k.pos.epoch || after.State.FirstSeq > start {
 		return errGapGone
 	}
 	if f.pending == 0 {
