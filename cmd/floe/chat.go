@@ -160,7 +160,11 @@ func cmdChat(ctx context.Context, stopSignals context.CancelFunc, name string, a
 		}
 		maxAttempts = eng.RetryMax + 1
 		var stop func(idle bool)
-		cl, stop, o.failed, err = startLocal(ctx, c, eng, o.workspace)
+		roots := o.workspace // the one Workspace a new Session may use
+		if o.resume.set {
+			roots = "" // none created: the defaults
+		}
+		cl, stop, o.failed, err = startLocal(ctx, c, eng, roots)
 		if err != nil {
 			return 1, err
 		}
@@ -253,10 +257,16 @@ func startLocal(ctx context.Context, c *common, eng *engine.Config, workspace st
 		return nil, nil, nil, err
 	}
 	token := randHex(16)
-	h, release, err := gateway.NewHandler(ctx, st.Conn, gateway.Config{
-		Addr: "127.0.0.1:0", Home: c.home, DefaultModel: c.model, Tokens: map[string]string{token: "chat"},
-		WorkspaceRoots: []string{workspace}, // checked above, like floe run's
-	}, log.With().Str("service", "gateway").Logger())
+	cfg := gateway.Config{
+		// The token names no principal: in-process Sessions have none, like
+		// floe run's and those of a floe serve without tokens, so chat
+		// --resume finds them all.
+		Addr: "127.0.0.1:0", Home: c.home, DefaultModel: c.model, Tokens: map[string]string{token: ""},
+	}
+	if workspace != "" {
+		cfg.WorkspaceRoots = []string{workspace} // checked above, like floe run's
+	}
+	h, release, err := gateway.NewHandler(ctx, st.Conn, cfg, log.With().Str("service", "gateway").Logger())
 	if err != nil {
 		st.Stop()
 		closeLog()

@@ -511,3 +511,21 @@ func TestChatScreen(t *testing.T) {
 		}
 	}
 }
+
+// A Session floe run made is one floe chat can resume, by id and as the
+// most recent.
+func TestChatResumesARun(t *testing.T) {
+	_, ws, env := chatEnv(t)
+	model := writeScript(t, ws, `{"requests": [{"steps": [{"text": "ran once"}]}]}`) // each process plays it from the start
+	_, errOut, code := runPiped(t, ws, env, "", "run", "--model", model, "once")
+	m := sessionRe.FindStringSubmatch(errOut)
+	if code != 0 || m == nil {
+		t.Fatalf("floe run: status %d\n%s", code, errOut)
+	}
+	for _, args := range [][]string{{"chat", "--resume", m[1]}, {"chat", "--resume"}} {
+		out, errOut, code := runPiped(t, ws, env, "and more\n", args...)
+		if code != 0 || !strings.Contains(out, "resumed session "+m[1]) || !strings.Contains(out, "> once\nran once\n> and more\n") {
+			t.Errorf("floe %v: status %d\n%s\n%s", args, code, out, errOut)
+		}
+	}
+}
