@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"unicode/utf8"
 )
 
 // InstructionsFile is the file of a Workspace whose text joins the system
@@ -19,8 +20,8 @@ const InstructionsFile = "AGENTS.md"
 const MaxInstructions = 64 << 10
 
 // ReadInstructions returns the text of workspace's AGENTS.md: "" when there
-// is none; an error when it exists but cannot be read or is larger than
-// MaxInstructions.
+// is none; its first MaxInstructions bytes and a note when it is longer (as
+// Codex caps project docs); an error when it exists but cannot be read.
 func ReadInstructions(workspace string) (string, error) {
 	if workspace == "" {
 		return "", nil
@@ -41,10 +42,18 @@ func ReadInstructions(workspace string) (string, error) {
 	if err != nil {
 		return "", err
 	}
+	note := ""
 	if len(b) > MaxInstructions {
-		return "", fmt.Errorf("%s is larger than %d KiB", path, MaxInstructions>>10)
+		b = b[:MaxInstructions]
+		for len(b) > 0 { // drop a character cut in half
+			if r, size := utf8.DecodeLastRune(b); r != utf8.RuneError || size > 1 {
+				break
+			}
+			b = b[:len(b)-1]
+		}
+		note = fmt.Sprintf("\n\n[%s truncated: only its first %d KiB are included]", InstructionsFile, MaxInstructions>>10)
 	}
-	return strings.TrimSpace(strings.ToValidUTF8(string(b), "\uFFFD")), nil
+	return strings.TrimSpace(strings.ToValidUTF8(string(b), "")) + note, nil
 }
 
 // WithInstructions returns the system prompt base with a Workspace's
