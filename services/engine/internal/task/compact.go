@@ -148,8 +148,6 @@ func (r *Runner) summarize(ctx context.Context) compaction {
 		r.usage = r.usage.Add(res.Usage)
 		tu := omni.TokenUsage(r.usage, res.Usage)
 		out := text.String()
-		// As in any request, the output comes before the request's
-		// token_usage, and request_end follows it.
 		// status is the request's own; unusable is why a request that
 		// completed still cannot complete the compaction.
 		status, msg, unusable := omni.StatusCompleted, "", ""
@@ -164,6 +162,8 @@ func (r *Runner) summarize(ctx context.Context) compaction {
 		case emptySummary(out):
 			unusable = "the compaction request produced an empty summary"
 		}
+		// As in any request, the output comes before the request's
+		// token_usage, and request_end follows it.
 		if out != "" {
 			m := omni.Text(omni.RoleAssistant, out)
 			if err != nil {
@@ -180,7 +180,7 @@ func (r *Runner) summarize(ctx context.Context) compaction {
 		re := omni.RequestEnd(status, msg, attempt, wait.Milliseconds())
 		r.publishClass(&re, omni.ClassTrace, "")
 		if unusable != "" {
-			r.log.Warn().Int64("attempt", attempt).Msg(unusable)
+			r.log.Warn().Int64("attempt", attempt).Str("reason", unusable).Msg("compaction answer unusable")
 			return compaction{omni.StatusFailed, attempt, unusable}
 		}
 		if err == nil {
