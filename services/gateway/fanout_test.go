@@ -3,12 +3,15 @@ package gateway_test
 import (
 	"bufio"
 	"bytes"
+	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"os"
+	"os/exec"
 	"strconv"
 	"strings"
 	"sync"
@@ -156,7 +159,8 @@ func TestSSELoadEveryClientSeesItsSessionExactlyOnce(t *testing.T) {
 
 func sseLoad(t *testing.T, detach bool) {
 	sessions, perSession, msgs := 20, 10, 30
-	if os.Getenv("FLOE_SSE_LOAD") == "full" {
+	full := os.Getenv("FLOE_SSE_LOAD") == "full"
+	if full {
 		sessions, perSession, msgs = 1000, 10, 20
 	} else {
 		t.Parallel()
@@ -168,14 +172,63 @@ func sseLoad(t *testing.T, detach bool) {
 	for i := range sids {
 		sids[i] = createSession(t, g.Alice, client.CreateSession{}).ID
 	}
-
-	clients := sessions * perSession
-	type result struct {
-		ids        []uint64
-		reconnects int
-		err        error
+	var results []loadResult
+	if full {
+		// The clients run in a child process: 10 000 connections on each
+		// side do not fit one process's file descriptors.
+		results = runChildClients(t, addr, sids, perSession, msgs, func() {
+			checkOneConsumer(t, env, sessions*perSession)
+			publishEach(t, env, sids, msgs)
+		})
+	} else {
+		results = runClients(addr, sids, perSession, msgs, func() error {
+			checkOneConsumer(t, env, sessions*perSession)
+			publishEach(t, env, sids, msgs)
+			return nil
+		})
 	}
-	results := make([]result, clients)
+	want := make(map[string][]uint64, sessions)
+	for _, sid := range sids {
+		for _, m := range busStream(t, env, sid) {
+			want[sid] = append(want[sid], m.Seq)
+		}
+	}
+	reconnects := 0
+	for i, res := range results {
+		if res.Err != "" {
+			t.Fatalf("client %d: %v", i, res.Err)
+		}
+		reconnects += res.Reconnects
+		w := want[sids[i%sessions]]
+		if fmt.Sprint(res.IDs) != fmt.Sprint(w) {
+			t.Fatalf("client %d (%d reconnects) got ids %v, want %v", i, res.Reconnects, res.IDs, w)
+		}
+	}
+	t.Logf("%d clients on %d Sessions, %d events each, %d reconnects with Last-Event-ID", len(results), sessions, msgs, reconnects)
+}
+
+func checkOneConsumer(t testing.TB, env *bustest.Env, clients int) {
+	t.Helper()
+	if n := sessionConsumers(t, env); n != 1 {
+		t.Fatalf("%d consumers on %s with %d SSE clients, want 1", n, omni.SessionsStream, clients)
+	}
+}
+
+// loadResult is what one load-test client saw.
+type loadResult struct {
+	IDs        []uint64 `json:"ids"`
+	Reconnects int      `json:"reconnects"`
+	Err        string   `json:"err,omitempty"`
+}
+
+// runClients opens perSession SSE clients on every Session, calls live once
+// every stream is open (its snapshot read), then reads msgs events on
+// each; every fourth client drops its connection after a few events and
+// comes back with its Last-Event-ID.
+func runClients(addr string, sids []string, perSession, msgs int, live func() error) []loadResult {
+	sessions := len(sids)
+	clients := sessions * perSession
+	results := make([]loadResult, clients)
 	var ready, done sync.WaitGroup
 	ready.Add(clients)
 	done.Add(clients)
@@ -195,31 +248,29 @@ func sseLoad(t *testing.T, detach bool) {
 			}
 			if err != nil {
 				openErr.Store(err)
-				res.err = err
+				res.Err = err.Error()
 				return
 			}
 			readyOnce()
 			<-start
-			// Every fourth client drops its connection after a few events
-			// and comes back with its Last-Event-ID.
 			dropAt := -1
 			if i%4 == 1 {
 				dropAt = 3 + i%(msgs/2)
 			}
 			lastID := ""
-			for len(res.ids) < msgs {
-				if len(res.ids) == dropAt {
+			for len(res.IDs) < msgs {
+				if len(res.IDs) == dropAt {
 					c.close()
 					dropAt = -1
 					if c, err = dialRaw(addr, sid, lastID); err != nil {
-						res.err = err
+						res.Err = err.Error()
 						return
 					}
-					res.reconnects++
+					res.Reconnects++
 				}
 				id, _, err := c.next(deadline)
 				if err != nil {
-					res.err = fmt.Errorf("after %d events: %w", len(res.ids), err)
+					res.Err = fmt.Sprintf("after %d events: %v", len(res.IDs), err)
 					c.close()
 					return
 				}
@@ -227,40 +278,89 @@ func sseLoad(t *testing.T, detach bool) {
 					continue // snapshot after the replayed gap
 				}
 				lastID = id
-				res.ids = append(res.ids, seqOf(t, id))
+				_, q, _ := strings.Cut(id, "-")
+				seq, _ := strconv.ParseUint(q, 10, 64)
+				res.IDs = append(res.IDs, seq)
 			}
 			c.close()
 		}()
 	}
 	ready.Wait()
 	if err := openErr.Load(); err != nil {
-		t.Fatalf("opening streams: %v", err)
+		close(start)
+		done.Wait()
+		return results
 	}
-	if n := sessionConsumers(t, env); n != 1 {
-		t.Fatalf("%d consumers on %s with %d SSE clients, want 1", n, omni.SessionsStream, clients)
+	if err := live(); err != nil {
+		results[0].Err = err.Error()
 	}
 	close(start)
-	publishEach(t, env, sids, msgs)
 	done.Wait()
+	return results
+}
 
-	want := make(map[string][]uint64, sessions)
-	for _, sid := range sids {
-		for _, m := range busStream(t, env, sid) {
-			want[sid] = append(want[sid], m.Seq)
+// TestSSELoadClientProcess is the child of the full load test: it is run
+// by runChildClients only.
+func TestSSELoadClientProcess(t *testing.T) {
+	spec := os.Getenv("FLOE_SSE_LOAD_CHILD")
+	if spec == "" {
+		t.Skip("the full load test's client process")
+	}
+	var in struct {
+		Addr             string
+		Sids             []string
+		PerSession, Msgs int
+	}
+	if err := json.Unmarshal([]byte(spec), &in); err != nil {
+		t.Fatal(err)
+	}
+	stdin := bufio.NewReader(os.Stdin)
+	results := runClients(in.Addr, in.Sids, in.PerSession, in.Msgs, func() error {
+		fmt.Println("ready")
+		_, err := stdin.ReadString('\n') // "go": the parent publishes
+		return err
+	})
+	b, _ := json.Marshal(results)
+	fmt.Printf("results %s\n", b)
+}
+
+// runChildClients runs runClients in a child process (this test binary)
+// and calls publish once its streams are open.
+func runChildClients(t *testing.T, addr string, sids []string, perSession, msgs int, publish func()) []loadResult {
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec, _ := json.Marshal(map[string]any{"Addr": addr, "Sids": sids, "PerSession": perSession, "Msgs": msgs})
+	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, exe, "-test.run=^TestSSELoadClientProcess$", "-test.v")
+	cmd.Env = append(os.Environ(), "FLOE_SSE_LOAD_CHILD="+string(spec))
+	cmd.Stderr = os.Stderr
+	stdin, _ := cmd.StdinPipe()
+	stdout, _ := cmd.StdoutPipe()
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer cmd.Wait()
+	out := bufio.NewReaderSize(stdout, 1<<20)
+	var results []loadResult
+	for {
+		line, err := out.ReadString('\n')
+		if err != nil {
+			t.Fatalf("client process: %v", err)
+		}
+		switch {
+		case line == "ready\n":
+			publish()
+			io.WriteString(stdin, "go\n")
+		case strings.HasPrefix(line, "results "):
+			if err := json.Unmarshal([]byte(strings.TrimPrefix(line, "results ")), &results); err != nil {
+				t.Fatal(err)
+			}
+			return results
 		}
 	}
-	reconnects := 0
-	for i, res := range results {
-		if res.err != nil {
-			t.Fatalf("client %d: %v", i, res.err)
-		}
-		reconnects += res.reconnects
-		w := want[sids[i%sessions]]
-		if fmt.Sprint(res.ids) != fmt.Sprint(w) {
-			t.Fatalf("client %d (%d reconnects) got ids %v, want %v", i, res.reconnects, res.ids, w)
-		}
-	}
-	t.Logf("%d clients on %d Sessions, %d events each, %d reconnects with Last-Event-ID", clients, sessions, msgs, reconnects)
 }
 
 // publishEach publishes n partial deltas on every Session, round-robin,
