@@ -73,7 +73,9 @@ func SessionsStreamConfig(c Config) jetstream.StreamConfig {
 		Duplicates:   dup,
 		MaxConsumers: maxc,
 		AllowDirect:  true,
-		Discard:      jetstream.DiscardOld,
+		// Fast batch publishing: the ordered publisher (pkg/bus/publish).
+		AllowBatchPublish: true,
+		Discard:           jetstream.DiscardOld,
 	}
 }
 

@@ -130,8 +130,9 @@ func Run(ctx context.Context, nc *nats.Conn, cfg Config, log zerolog.Logger) err
 	}
 	log = log.With().Str("service", "engine").Logger()
 	e := &engine{cfg: cfg, nc: nc, log: log}
-	js, err := jetstream.New(nc, jetstream.WithPublishAsyncMaxPending(4096),
-		jetstream.WithPublishAsyncErrHandler(e.onPublishError))
+	// Every publish to FLOE_SESSIONS goes through a Task's ordered
+	// publishers (pkg/bus/publish); nothing is published asynchronously.
+	js, err := jetstream.New(nc)
 	if err != nil {
 		return fmt.Errorf("engine: jetstream: %w", err)
 	}
@@ -297,21 +298,6 @@ func (e *engine) handle(ctx context.Context, msg jetstream.Msg) {
 		e.log.Info().Str("session_id", t.SessionID).Str("task_id", t.ID).Str("status", status).Msg("task finished")
 		_ = msg.Ack()
 	}
-}
-
-// onPublishError hands a failed asynchronous publish to the Task of its
-// Session, which fails the request it belonged to.
-func (e *engine) onPublishError(_ jetstream.JetStream, m *nats.Msg, err error) {
-	sid, _, ok := omni.ParseSessionSubject(m.Subject)
-	if !ok {
-		e.log.Error().Err(err).Str("subject", m.Subject).Msg("async publish failed")
-		return
-	}
-	if r, ok := e.runners.Load(sid); ok {
-		r.(*task.Runner).NotePublishFailure(err)
-		return
-	}
-	e.log.Error().Err(err).Str("session_id", sid).Msg("async publish failed after its Task ended")
 }
 
 // listTools asks the pool's runners for their tools. An answer without

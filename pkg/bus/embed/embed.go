@@ -182,3 +182,10 @@ func (s *Server) Shutdown() {
 		s.lock = nil
 	}
 }
+
+// DisconnectClient closes a client's connection from the server side (the
+// client sees its connection drop and reconnects): for tests of what a
+// dropped connection costs. cid is nats.Conn.GetClientID.
+func (s *Server) DisconnectClient(cid uint64) error {
+	return s.ns.DisconnectClientByID(cid)
+}

@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"os"
@@ -317,8 +318,17 @@ func (c *cluster) submit(sid, prompt string) string {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	id := fmt.Sprintf("task-%d-%s", seq.Add(1), randHex(3))
-	if _, err := c.sessions.Begin(ctx, sid, omni.StateRunning, id); err != nil {
-		c.t.Fatal(err)
+	for {
+		// A record just created may not have reached the replica that
+		// serves this read (direct gets are served by any replica).
+		_, err := c.sessions.Begin(ctx, sid, omni.StateRunning, id)
+		if err == nil {
+			break
+		}
+		if !errors.Is(err, bus.ErrSessionNotFound) || ctx.Err() != nil {
+			c.t.Fatal(err)
+		}
+		time.Sleep(50 * time.Millisecond)
 	}
 	nm, err := bus.PackMsg(omni.TaskSubject(sid), &omni.Task{ID: id, Kind: omni.TaskRun, SessionID: sid,
 		Input: []omni.InputPart{{Type: "text", Text: prompt}}})

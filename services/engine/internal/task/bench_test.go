@@ -38,8 +38,8 @@ func consume(b *testing.B, js jetstream.JetStream, sid string, want int) (done <
 }
 
 // BenchmarkEnginePathPartials: 100k text deltas through the engine's
-// publish path (segmenter → OmniMessage → JSON → async JetStream publish on
-// one connection) read back by an ordered consumer, beside a bare
+// publish path (segmenter → OmniMessage → JSON → the Task's ordered
+// publisher, a JetStream fast batch) read back by an ordered consumer, beside a bare
 // JetStream async publish of the same bytes in the same run.
 func BenchmarkEnginePathPartials(b *testing.B) {
 	env := bustest.Start(b, bus.Config{})
@@ -49,6 +49,8 @@ func BenchmarkEnginePathPartials(b *testing.B) {
 	}
 	r := New(&Deps{NC: env.Conn, JS: js, Sessions: env.Sessions, Log: zerolog.Nop()}, omni.Task{ID: "t", SessionID: "bench-engine"})
 	r.fc = fold.New()
+	r.openPublishers()
+	defer r.closePublishers()
 	frag := "some streamed words "
 
 	// Bare: the same encoded bytes, pre-built.

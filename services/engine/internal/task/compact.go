@@ -184,7 +184,9 @@ func (r *Runner) summarize(ctx context.Context) compaction {
 			return compaction{omni.StatusFailed, attempt, unusable}
 		}
 		if err == nil {
-			if perr := r.settlePublishes(); perr != nil {
+			// The summary replaces the context only if the stream took
+			// all of the compaction request.
+			if perr := r.settleResume(ctx); perr != nil {
 				r.log.Error().Err(perr).Msg("could not publish compaction output")
 				return compaction{omni.StatusFailed, attempt, "could not record the compaction output: " + perr.Error()}
 			}

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"floe.dev/pkg/bus/publish"
 	"floe.dev/pkg/omni"
 	"floe.dev/services/engine/internal/model"
 	"floe.dev/services/engine/internal/segment"
@@ -23,7 +24,15 @@ func (r *Runner) request(ctx context.Context) (string, []string) {
 			attempt = 2
 			retried = omni.Block(omni.TagTurnRetried, "The previous attempt was interrupted before it completed.")
 		}
-		_ = r.settlePublishes() // a failure before this attempt is not its own
+		// A loss before this attempt is not its own: resume the Task's
+		// stream. Everything of the attempt comes after sequence from.
+		from, perr := r.pub.Settle(ctx)
+		if perr != nil {
+			r.pub.Resume()
+			from, _ = r.pub.Settle(ctx)
+		}
+		r.attemptFrom.Store(from + 1)
+		r.inAttempt.Store(true)
 		begin := omni.RequestBegin()
 		r.publish(&begin, "")
 
@@ -33,11 +42,15 @@ func (r *Runner) request(ctx context.Context) (string, []string) {
 
 		var calls []string
 		seg := segment.New(func(m *omni.Message) error {
+			// The call's approval decision goes out only if nothing the
+			// Task published from here on was lost (publishDecision).
+			gen := r.pub.Token()
 			r.publish(m, "")
 			if m.Payload.Type == omni.TypeToolCall && m.Payload.Stop() == omni.StatusCompleted {
 				calls = append(calls, m.Payload.ToolCallID)
 				r.mu.Lock()
-				r.calls[m.Payload.ToolCallID] = &callState{id: m.Payload.ToolCallID, name: m.Payload.Name}
+				r.calls[m.Payload.ToolCallID] = &callState{id: m.Payload.ToolCallID, name: m.Payload.Name,
+					gen: gen, from: r.attemptFrom.Load()}
 				r.mu.Unlock()
 				queue <- *m
 			}
@@ -79,46 +92,82 @@ func (r *Runner) request(ctx context.Context) (string, []string) {
 		}
 		_ = seg.Finish(stopReason)
 		close(queue)
-		if perr := r.settlePublishes(); perr != nil && status == omni.StatusCompleted {
+		// Per-Task settling: the attempt's messages are all stored, or one
+		// was lost and nothing after it was stored.
+		_, perr = r.pub.Settle(ctx)
+		lost := perr != nil && !errors.Is(perr, publish.ErrFenced) && ctx.Err() == nil
+		if !lost {
+			r.inAttempt.Store(false)
+		}
+		if lost && status == omni.StatusCompleted {
 			// Part of the attempt never reached the stream (no leader
-			// during an election): fail it, so its retry restores it.
+			// during an election, a dropped connection): fail it, so its
+			// retry restores it.
 			status, errMsg = omni.StatusTimeout, "the stream did not store part of this request: "+perr.Error()
 		}
 
 		r.usage = r.usage.Add(res.Usage)
 		tu := omni.TokenUsage(r.usage, res.Usage)
-		if status == omni.StatusCompleted {
-			r.publish(&tu, "")
-		} else if err := r.publishSync(ctx, &tu, ""); err != nil {
-			r.log.Error().Err(err).Msg("could not publish token_usage")
+		retry := status != omni.StatusCompleted && status != omni.StatusAborted &&
+			status != omni.StatusAuth && attempt <= r.d.Settings.RetryMax
+		var wait time.Duration
+		if retry {
+			wait = r.backoffFor(attempt)
 		}
-
-		if status == omni.StatusCompleted {
+		var end omni.Message
+		switch status {
+		case omni.StatusCompleted:
 			reportAttempt := int64(0)
 			if attempt > 1 {
 				reportAttempt = int64(attempt)
 			}
-			end := omni.RequestEnd(omni.StatusCompleted, "", reportAttempt, 0)
+			end = omni.RequestEnd(omni.StatusCompleted, "", reportAttempt, 0)
+		case omni.StatusAborted:
+			end = omni.RequestEnd(omni.StatusAborted, "", int64(attempt), 0)
+		default:
+			end = omni.RequestEnd(status, errMsg, int64(attempt), wait.Milliseconds())
+		}
+		switch {
+		case lost:
+			// Close the attempt's open segments with what the stream
+			// holds, then its token_usage and request_end; calls whose
+			// complete message was lost never ran and are not awaited.
+			stored := r.recoverAttempt(ctx, from+1, attempt, &tu, &end)
+			kept := calls[:0]
+			r.mu.Lock()
+			for _, id := range calls {
+				if stored[id] {
+					kept = append(kept, id)
+				} else {
+					delete(r.calls, id)
+				}
+			}
+			r.mu.Unlock()
+			calls = kept
+			r.inAttempt.Store(false)
+		case status == omni.StatusCompleted:
+			r.publish(&tu, "")
 			r.publish(&end, "")
+		default:
+			if err := r.publishSync(ctx, &tu, ""); err != nil {
+				r.log.Error().Err(err).Msg("could not publish token_usage")
+			}
+			if status == omni.StatusAborted {
+				r.publish(&end, "")
+			} else if err := r.publishSync(ctx, &end, ""); err != nil {
+				r.log.Error().Err(err).Msg("could not publish request_end")
+			}
+		}
+
+		if status == omni.StatusCompleted {
 			return status, calls
 		}
 		if status == omni.StatusAborted {
-			end := omni.RequestEnd(omni.StatusAborted, "", int64(attempt), 0)
-			r.publish(&end, "")
 			r.saveCarryOver(ctx, omni.Block(omni.TagTurnAborted, describe(seg.Completed, nil)))
 			<-approvalsDone
 			return status, nil
 		}
 
-		retry := status != omni.StatusAuth && attempt <= r.d.Settings.RetryMax
-		var wait time.Duration
-		if retry {
-			wait = r.backoffFor(attempt)
-		}
-		end := omni.RequestEnd(status, errMsg, int64(attempt), wait.Milliseconds())
-		if err := r.publishSync(ctx, &end, ""); err != nil {
-			r.log.Error().Err(err).Msg("could not publish request_end")
-		}
 		r.log.Warn().Str("status", status).Int("attempt", attempt).Str("error", errMsg).Msg("model request failed")
 
 		// Calls of the failed attempt already ran or run now: wait for them,

@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"floe.dev/pkg/bus"
+	"floe.dev/pkg/bus/publish"
 	"floe.dev/pkg/omni"
 )
 
@@ -142,7 +143,19 @@ func (r *Runner) runSubagent(tc omni.Message) {
 
 // forwardChild republishes the child's stream under this Session until
 // the child's Task ends; it returns the child's final answer and status.
+//
+// Forwarding is a producer of its own (pkg/bus/publish), fenced by the
+// Task's lease: the child's messages keep their order on the nested
+// subject. A forwarded message the stream lost fails the forwarding, and
+// with it the call (the child's own stream and Trace are intact).
 func (r *Runner) forwardChild(ctx context.Context, child, childTask string) (answer, status string, err error) {
+	nested := publish.New(r.d.JS, publish.Options{Fence: r.leaseValid})
+	defer nested.Close()
+	defer func() {
+		if _, serr := nested.Settle(context.WithoutCancel(ctx)); serr != nil && err == nil {
+			err = fmt.Errorf("forwarding to the nested subject: %w", serr)
+		}
+	}()
 	var last string
 	err = bus.FollowUntil(ctx, r.d.JS, child, []string{omni.ClassMeta, omni.ClassPartial, omni.ClassModel, omni.ClassEvent, omni.ClassNested, omni.ClassServer}, 0, false, func(sm bus.StreamMsg) error {
 		if sm.Class == omni.ClassServer {
@@ -190,10 +203,7 @@ func (r *Runner) forwardChild(ctx context.Context, child, childTask string) (ans
 		if perr != nil {
 			return perr
 		}
-		if _, perr = r.d.JS.PublishMsgAsync(nm); perr != nil {
-			return perr
-		}
-		return nil
+		return nested.Publish(ctx, nm)
 	})
 	return last, status, err
 }

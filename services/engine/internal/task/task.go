@@ -15,7 +15,6 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -28,6 +27,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"floe.dev/pkg/bus"
+	"floe.dev/pkg/bus/publish"
 	"floe.dev/pkg/omni"
 	"floe.dev/pkg/trace"
 	"floe.dev/services/engine/internal/fold"
@@ -84,6 +84,11 @@ type callState struct {
 	lastBeat   time.Time
 	dispatched time.Time
 	output     *omni.Message
+	// gen is the Task stream's generation (publish.Publisher.Token)
+	// before the call's message was queued, from the first sequence of its
+	// attempt: its decision must not outlive a loss of the call.
+	gen  uint64
+	from uint64
 }
 
 // Runner runs one Task. Create with New, then Run once.
@@ -116,8 +121,16 @@ type Runner struct {
 	steerClosed bool
 	backoff     chan struct{} // non-nil while waiting to reconnect
 	usage       omni.Usage
-	pubErr      error
-	lastPub     jetstream.PubAckFuture
+
+	// The Task's producers (publish.go); opened by Run.
+	pub, out, srv *publish.Publisher
+	// attemptFrom is the first stream sequence the current request attempt
+	// can have published at.
+	attemptFrom atomic.Uint64
+	// inAttempt is true from a request attempt's begin until its messages
+	// are settled (or its loss recovered): only then may a loss be resumed
+	// by anyone but the request loop (publishDecision).
+	inAttempt atomic.Bool
 
 	// lease fencing (see watchLease, leaseValid)
 	lease      string
@@ -186,6 +199,8 @@ func (r *Runner) Run(ctx context.Context) (status string, err error) {
 	defer loseLease(nil)
 	r.lease, r.loseLease = lease, loseLease
 	r.leaseCheck.Store(time.Now().UnixNano())
+	r.openPublishers()
+	defer r.closePublishers()
 	stopWatch := make(chan struct{})
 	watchDone := make(chan struct{})
 	go func() {
@@ -262,7 +277,7 @@ func (r *Runner) Run(ctx context.Context) (status string, err error) {
 	// client that saw the Task end finds no responder, and a Task started
 	// next (on any engine) is the only one answering.
 	_ = ctl.Unsubscribe()
-	r.flush(ctx)
+	r.settle(ctx)
 	close(stopWatch)
 	<-watchDone
 	if errors.Is(context.Cause(ctx), ErrLeaseLost) {
@@ -604,36 +619,8 @@ func (r *Runner) publishInput(ctx context.Context) (redelivered bool, err error)
 // was streamed and stop_reason failed, so the streaming discipline holds
 // across a takeover. Tool-output segments belong to runners and are left.
 func (r *Runner) closeDeadSegments(ctx context.Context) {
-	var agg omni.Aggregator
-	err := bus.Follow(ctx, r.d.JS, r.sid, []string{omni.ClassPartial, omni.ClassModel}, 0, true, func(sm bus.StreamMsg) error {
-		if m, err := omni.Decode(sm.Data); err == nil && len(m.Origin) == 0 {
-			agg.Add(&m)
-		}
-		return nil
-	})
-	if err != nil {
+	if _, err := r.closeUnfinished(ctx, 0); err != nil {
 		r.log.Warn().Err(err).Msg("could not read the dead request's partials")
-		return
-	}
-	for _, open := range agg.Open() {
-		p := open.Payload
-		typ := omni.CompleteType(p.Type)
-		if typ == omni.TypeToolCallOutput {
-			continue
-		}
-		stop := omni.Partial(typ, omni.EventStop, "", p.Name, p.ToolCallID)
-		r.publish(&stop, "")
-		var m omni.Message
-		switch typ {
-		case omni.TypeToolCall:
-			m = omni.ToolCall(p.Name, p.Content(), p.ToolCallID)
-		case omni.TypeThinking:
-			m = omni.Thinking(p.Content())
-		default:
-			m = omni.Text(omni.RoleAssistant, p.Content())
-		}
-		m.Payload.StopReason = omni.StatusFailed
-		r.publish(&m, "")
 	}
 }
 
@@ -674,157 +661,6 @@ func (r *Runner) basePrompt() string {
 		return fmt.Sprintf(p, r.rec.Workspace)
 	}
 	return p
-}
-
-// publishOnce publishes m synchronously with a Msg-Id and folds it unless
-// the stream already had it (a redelivered Task), which it reports.
-func (r *Runner) publishOnce(ctx context.Context, m *omni.Message, msgID string) (dup bool, err error) {
-	nm, err := bus.SessionMsg(r.sid, m, msgID)
-	if err != nil {
-		return false, err
-	}
-	ack, err := r.d.JS.PublishMsg(ctx, nm)
-	if err != nil {
-		return false, fmt.Errorf("publish %s: %w", m.Payload.Type, err)
-	}
-	if !ack.Duplicate {
-		r.apply(m)
-	}
-	return ack.Duplicate, nil
-}
-
-func (r *Runner) apply(m *omni.Message) {
-	r.mu.Lock()
-	r.fc.Apply(m)
-	r.mu.Unlock()
-}
-
-// publish sends m asynchronously (the connection keeps the order) and folds
-// it. msgID, when set, is its Nats-Msg-Id. The library's own retry of an
-// unanswered publish is off: a retried message would land after later ones.
-// A failed publish is recorded (pubFailed) and fails the request it belongs
-// to, whose retry then restores what was lost.
-func (r *Runner) publish(m *omni.Message, msgID string) {
-	r.publishClass(m, omni.ClassOf(m), msgID)
-}
-
-// publishClass is publish on an explicit subject class (trace: Trace-only
-// records, never streamed).
-func (r *Runner) publishClass(m *omni.Message, class, msgID string) {
-	if !r.leaseValid() {
-		return
-	}
-	r.apply(m)
-	nm, err := bus.SessionMsgClass(r.sid, class, m, msgID)
-	var f jetstream.PubAckFuture
-	if err == nil {
-		f, err = r.d.JS.PublishMsgAsync(nm, jetstream.WithRetryAttempts(0))
-	}
-	if err != nil {
-		r.notePublishFailure(err)
-		return
-	}
-	r.mu.Lock()
-	r.lastPub = f
-	r.mu.Unlock()
-}
-
-// NotePublishFailure records an asynchronous publish that the stream did
-// not store (the engine routes the JetStream error handler here).
-func (r *Runner) NotePublishFailure(err error) { r.notePublishFailure(err) }
-
-func (r *Runner) notePublishFailure(err error) {
-	r.mu.Lock()
-	if r.pubErr == nil {
-		r.pubErr = err
-	}
-	r.mu.Unlock()
-	r.log.Error().Err(err).Msg("publish to FLOE_SESSIONS failed")
-}
-
-// settlePublishes waits (bounded) until the last async publish is answered;
-// since one connection keeps the order, every earlier one is then answered
-// too. It returns and clears the first failure recorded.
-func (r *Runner) settlePublishes() error {
-	r.mu.Lock()
-	f := r.lastPub
-	r.lastPub = nil // a future answers once: never wait on it twice
-	r.mu.Unlock()
-	if f != nil {
-		select {
-		case <-f.Ok():
-		case err := <-f.Err():
-			r.notePublishFailure(err)
-		case <-time.After(30 * time.Second):
-			r.notePublishFailure(errors.New("no acknowledgement from the stream within 30s"))
-		}
-	}
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	err := r.pubErr
-	r.pubErr = nil
-	return err
-}
-
-// publishSync publishes m, waiting until the stream stored it (and, since
-// one connection keeps order, everything published before it). It retries
-// for up to a minute while the stream has no leader. m is folded only when
-// the stream took it: a duplicate Msg-Id (another publisher's output for the
-// same call got there first) never reaches the context.
-func (r *Runner) publishSync(ctx context.Context, m *omni.Message, msgID string) error {
-	nm, err := bus.SessionMsg(r.sid, m, msgID)
-	if err != nil {
-		return err
-	}
-	deadline := time.Now().Add(time.Minute)
-	wait := 100 * time.Millisecond
-	for {
-		if !r.leaseValid() {
-			return ErrLeaseLost
-		}
-		ack, err := r.d.JS.PublishMsg(ctx, nm)
-		if err == nil {
-			if !ack.Duplicate {
-				r.apply(m)
-			}
-			return nil
-		}
-		if ctx.Err() != nil || time.Now().After(deadline) {
-			return fmt.Errorf("publish %s: %w", m.Payload.Type, err)
-		}
-		time.Sleep(wait)
-		wait = min(2*wait, 2*time.Second)
-	}
-}
-
-func (r *Runner) server(ctx context.Context, ev omni.ServerEvent, msgID string) (uint64, error) {
-	if !r.leaseValid() {
-		return 0, ErrLeaseLost
-	}
-	b, err := json.Marshal(ev)
-	if err != nil {
-		return 0, err
-	}
-	nm := nats.NewMsg(omni.SessionSubject(r.sid, omni.ClassServer))
-	nm.Data = b
-	if msgID != "" {
-		nm.Header.Set(jetstream.MsgIDHeader, msgID)
-	}
-	ack, err := r.d.JS.PublishMsg(ctx, nm)
-	if err != nil {
-		return 0, fmt.Errorf("publish server event %s: %w", ev.Type, err)
-	}
-	return ack.Sequence, nil
-}
-
-// flush waits for every async publish to be acknowledged.
-func (r *Runner) flush(ctx context.Context) {
-	select {
-	case <-r.d.JS.PublishAsyncComplete():
-	case <-ctx.Done():
-	case <-time.After(30 * time.Second):
-		r.log.Error().Msg("async publishes not acknowledged within 30s")
-	}
 }
 
 // aborted reports a user abort (not an engine shutdown).

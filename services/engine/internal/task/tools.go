@@ -3,6 +3,7 @@ package task
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"time"
 
@@ -10,6 +11,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"floe.dev/pkg/bus"
+	"floe.dev/pkg/bus/publish"
 	"floe.dev/pkg/omni"
 	"floe.dev/pkg/omni/cmdpolicy"
 )
@@ -37,7 +39,13 @@ func (r *Runner) approveOne(tc omni.Message) error {
 	}
 	ad := omni.ApprovalDecision(decision, id)
 	// Stored before the job exists: no output of this call can precede it.
-	if err := r.publishSync(ctx, &ad, ""); err != nil {
+	if err := r.publishDecision(ctx, &ad, id); err != nil {
+		if errors.Is(err, errCallLost) {
+			return nil // gone with its failed attempt: nothing to decide
+		}
+		if !r.aborted() {
+			r.undispatched(id, "its approval decision was not stored: "+err.Error())
+		}
 		return err
 	}
 	if decision != omni.DecisionAllow {
@@ -87,6 +95,91 @@ func (r *Runner) approveOne(tc omni.Message) error {
 	}
 	r.mu.Unlock()
 	return nil
+}
+
+// errCallLost: the stream lost a call's own message (its attempt failed).
+var errCallLost = errors.New("the tool call's message was not stored")
+
+// publishDecision publishes a call's approval decision on the Task's
+// stream only if the call's message is stored: when a message the Task
+// published since the call was queued is lost (publish.ErrStale, or the
+// decision's own failure), it waits until the request's recovery resumed
+// the stream and reads the attempt back; a call that is on the stream gets
+// its decision then, a call that is not is dropped (errCallLost) and
+// nothing waits for it.
+func (r *Runner) publishDecision(ctx context.Context, ad *omni.Message, id string) error {
+	r.mu.Lock()
+	cs := r.calls[id]
+	var gen, from uint64
+	if cs != nil {
+		gen, from = cs.gen, cs.from
+	}
+	r.mu.Unlock()
+	if cs == nil {
+		return errCallLost
+	}
+	deadline := time.Now().Add(time.Minute)
+	for {
+		nm, err := bus.SessionMsg(r.sid, ad, "")
+		if err != nil {
+			return err
+		}
+		if !r.leaseValid() {
+			return ErrLeaseLost
+		}
+		_, err = r.pub.SyncAfter(ctx, nm, gen)
+		if err == nil {
+			r.apply(ad)
+			return nil
+		}
+		if errors.Is(err, publish.ErrFenced) || ctx.Err() != nil || time.Now().After(deadline) {
+			return err
+		}
+		for r.pub.Failed() && ctx.Err() == nil && time.Now().Before(deadline) {
+			if !r.inAttempt.Load() {
+				// No request is streaming: the loss is not one a
+				// request's recovery will handle.
+				r.pub.Resume()
+				break
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+		gen = r.pub.Token()
+		// Only a successful read decides: during an election the read may
+		// fail, and the call must not get a decision unless it is stored.
+		var stored map[string]bool
+		for {
+			var rerr error
+			if _, stored, rerr = r.unfinished(ctx, from); rerr == nil {
+				break
+			}
+			if ctx.Err() != nil || time.Now().After(deadline) {
+				return rerr
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
+		if !stored[id] {
+			r.mu.Lock()
+			delete(r.calls, id)
+			r.mu.Unlock()
+			select {
+			case r.changed <- struct{}{}:
+			default:
+			}
+			return errCallLost
+		}
+	}
+}
+
+// undispatched pairs a call on the stream whose job will never be
+// enqueued (its decision could not be stored within a minute) with a
+// failed output, so nothing waits for it forever.
+func (r *Runner) undispatched(id, reason string) {
+	ctx := context.WithoutCancel(r.abortCtx)
+	out := omni.ToolCallOutput(id, "[tool not dispatched: "+reason+"]", omni.StatusFailed)
+	if err := r.publishSync(ctx, &out, bus.OutputMsgID(r.sid, id)); err != nil {
+		r.log.Error().Err(err).Str("tool_call_id", id).Msg("could not pair an undispatched call")
+	}
 }
 
 func (r *Runner) pool() string {
@@ -210,9 +303,7 @@ func (r *Runner) awaitOutputs(ids []string) error {
 			out := omni.ToolCallOutput(id, fmt.Sprintf(
 				"[tool runner lost: no heartbeat for %s; the outcome is unknown and the call was not re-run]",
 				r.d.Settings.HeartbeatTimeout), omni.StatusFailed)
-			if err := r.publishSync(r.abortCtx, &out, bus.OutputMsgID(r.sid, id)); err != nil && !r.aborted() {
-				r.log.Error().Err(err).Msg("could not publish lost-runner output")
-			}
+			r.publishLostOutput(&out)
 		}
 		select {
 		case <-r.changed:
@@ -241,6 +332,60 @@ func (r *Runner) onHeartbeat(m *nats.Msg) {
 
 // followOutputs reads the Session's model subject from startSeq and records
 // every complete tool_call_output, whoever published it.
+// recordOutput folds a complete tool_call_output the stream holds and
+// hands it to the call waiting for it.
+func (r *Runner) recordOutput(m *omni.Message) {
+	r.mu.Lock()
+	r.fc.Apply(m)
+	cs := r.calls[m.Payload.ToolCallID]
+	if cs != nil && cs.output == nil {
+		cs.output = m
+	}
+	r.mu.Unlock()
+	select {
+	case r.changed <- struct{}{}:
+	default:
+	}
+}
+
+// publishLostOutput publishes the failed output of a call whose runner is
+// lost. The output's Msg-Id collapses it with the runner's own when that
+// got there first: the stream then answers with the stored one's sequence,
+// which is read and recorded, so the call ends even when the outputs
+// consumer missed it (an ordered consumer left silent by a node loss).
+func (r *Runner) publishLostOutput(out *omni.Message) {
+	id := out.Payload.ToolCallID
+	nm, err := bus.SessionMsg(r.sid, out, bus.OutputMsgID(r.sid, id))
+	if err != nil {
+		return
+	}
+	ack, err := r.out.Sync(r.abortCtx, nm)
+	if err != nil {
+		if !r.aborted() {
+			r.log.Error().Err(err).Msg("could not publish lost-runner output")
+		}
+		return
+	}
+	if !ack.Duplicate {
+		r.recordOutput(out)
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.abortCtx, 10*time.Second)
+	defer cancel()
+	stream, err := r.d.JS.Stream(ctx, omni.SessionsStream)
+	if err != nil {
+		return
+	}
+	sm, err := stream.GetMsg(ctx, ack.Seq)
+	if err != nil {
+		r.log.Warn().Err(err).Str("tool_call_id", id).Msg("could not read the stored output")
+		return
+	}
+	if m, err := omni.Decode(sm.Data); err == nil && m.Payload.Type == omni.TypeToolCallOutput && m.Payload.ToolCallID == id {
+		r.recordOutput(&m)
+	}
+}
+
 func (r *Runner) followOutputs(ctx context.Context, startSeq uint64) (stop func(), err error) {
 	cfg := jetstream.OrderedConsumerConfig{
 		FilterSubjects: []string{omni.SessionSubject(r.sid, omni.ClassModel)},
@@ -260,17 +405,7 @@ func (r *Runner) followOutputs(ctx context.Context, startSeq uint64) (stop func(
 		if m.Payload.Type != omni.TypeToolCallOutput {
 			return
 		}
-		r.mu.Lock()
-		r.fc.Apply(&m)
-		cs := r.calls[m.Payload.ToolCallID]
-		if cs != nil && cs.output == nil {
-			cs.output = &m
-		}
-		r.mu.Unlock()
-		select {
-		case r.changed <- struct{}{}:
-		default:
-		}
+		r.recordOutput(&m)
 	})
 	if err != nil {
 		return nil, fmt.Errorf("follow outputs: %w", err)
@@ -392,6 +527,10 @@ func (r *Runner) finishAbort(ctx context.Context) {
 	}
 	r.abortChildren(ctx)
 	ab := omni.Abort(omni.AbortedByUser)
+	// A loss earlier in the run does not keep abort off the stream.
+	if _, err := r.pub.Settle(ctx); err != nil {
+		r.pub.Resume()
+	}
 	if err := r.publishSync(ctx, &ab, ""); err != nil {
 		r.log.Error().Err(err).Msg("could not publish abort")
 	}

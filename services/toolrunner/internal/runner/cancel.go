@@ -5,7 +5,6 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 
 	"floe.dev/pkg/bus"
 	"floe.dev/pkg/omni"
@@ -56,7 +55,6 @@ func (r *runner) onCancel(m *nats.Msg) {
 	}
 
 	var stopped []*job
-	var acks []jetstream.PubAckFuture
 	now := time.Now()
 	r.mu.Lock()
 	if len(names) == 0 {
@@ -69,9 +67,8 @@ func (r *runner) onCancel(m *nats.Msg) {
 		if j.sid != sid || (len(names) > 0 && !names[j.id]) {
 			continue
 		}
-		if ok, a := j.tryCancel(); ok {
+		if j.tryCancel() {
 			stopped = append(stopped, j)
-			acks = append(acks, a...)
 			// Gone from heartbeats at once: a heartbeat is published under
 			// r.mu, so none naming the job can follow the reply.
 			delete(r.active, key)
@@ -87,14 +84,14 @@ func (r *runner) onCancel(m *nats.Msg) {
 	if len(stopped) == 0 {
 		return
 	}
-	r.goLoop(func() { r.replyCancel(m.Reply, sid, stopped, ids, acks) })
+	r.goLoop(func() { r.replyCancel(m.Reply, sid, stopped, ids) })
 }
 
 // replyCancel waits, bounded, until the stopped jobs' goroutines have
 // exited (their processes are gone) and their last partials are stored,
 // publishes each one's aborted complete output, then replies to the cancel
 // request.
-func (r *runner) replyCancel(reply, sid string, stopped []*job, ids []string, acks []jetstream.PubAckFuture) {
+func (r *runner) replyCancel(reply, sid string, stopped []*job, ids []string) {
 	deadline := time.NewTimer(cancelWait)
 	defer deadline.Stop()
 wait:
@@ -106,13 +103,17 @@ wait:
 			break wait
 		}
 	}
-	waitAcks(r.log, acks)
-	// Each stopped job's aborted output is stored before the reply: the
-	// engine publishes abort only after it, so the output precedes abort.
+	// Each stopped job's segment is stored (repaired if the stream lost part
+	// of it) and its aborted output after it, through the job's producer,
+	// before the reply: the engine publishes abort only after it, so the
+	// output precedes abort. The cancel took the producer over from the
+	// job, so it closes it.
 	for _, j := range stopped {
-		if err := r.publishOutput(sid, j.id, j.aborted, omni.StatusAborted, nil); err != nil {
+		j.settleSegment(j.aborted)
+		if err := j.publishOutput(j.aborted, omni.StatusAborted, nil); err != nil {
 			r.log.Error().Err(err).Str("session_id", sid).Str("tool_call_id", j.id).Msg("publish aborted tool output failed")
 		}
+		j.pub.Close()
 	}
 	if reply == "" {
 		return

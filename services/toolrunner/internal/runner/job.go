@@ -10,11 +10,12 @@ import (
 	"sync"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
+	"github.com/synadia-io/orbit.go/jetstreamext"
 
 	"floe.dev/pkg/bus"
+	"floe.dev/pkg/bus/publish"
 	"floe.dev/pkg/omni"
 	"floe.dev/services/toolrunner/internal/tools"
 )
@@ -51,10 +52,15 @@ type job struct {
 	// leaves after the state has moved to cancelled.
 	mu      sync.Mutex
 	state   jobState
-	started bool                     // the start fragment is out
-	buf     strings.Builder          // output not yet published
-	sent    strings.Builder          // output published as fragments
-	acks    []jetstream.PubAckFuture // partial publishes not yet acknowledged
+	started bool            // the start fragment is out
+	buf     strings.Builder // output not yet published
+	sent    strings.Builder // output published as fragments
+
+	// pub is the job's producer (pkg/bus/publish): its partials and its
+	// complete output, in order. begin is when the job started (a lower
+	// bound, less a margin for clock skew, of its messages' stream times).
+	pub   *publish.Publisher
+	begin time.Time
 	// aborted is the complete output of a cancelled job: what it streamed
 	// and the interrupted marker.
 	aborted string
@@ -97,17 +103,29 @@ func (r *runner) process(jobsCtx context.Context, m jetstream.Msg) {
 		return
 	}
 	j := &job{
-		r:    r,
-		sid:  tj.SessionID,
-		id:   tj.ToolCallID,
-		key:  jobKey(tj.SessionID, tj.ToolCallID),
-		log:  log,
-		done: make(chan struct{}),
-		kick: make(chan struct{}, 1),
+		r:     r,
+		sid:   tj.SessionID,
+		id:    tj.ToolCallID,
+		key:   jobKey(tj.SessionID, tj.ToolCallID),
+		log:   log,
+		done:  make(chan struct{}),
+		kick:  make(chan struct{}, 1),
+		begin: time.Now(),
 	}
+	j.pub = publish.New(r.js, publish.Options{})
 	ctx, stopJob := context.WithCancelCause(jobsCtx)
 	j.cancel = stopJob
 	defer close(j.done)
+	// Before done: everything queued is committed. A cancelled job's
+	// producer belongs to the cancel from then on (replyCancel).
+	defer func() {
+		j.mu.Lock()
+		handedOver := j.state == cancelled
+		j.mu.Unlock()
+		if !handedOver {
+			j.pub.Close()
+		}
+	}()
 	defer stopJob(nil)
 	if reason := r.register(j, storedAt); reason != "" {
 		log.Info().Str("reason", reason).Msg("tool job dropped without running")
@@ -240,9 +258,10 @@ func (j *job) publishFragmentLocked(s string) {
 	j.publishPartialLocked(ev, s)
 }
 
-// publishPartialLocked hands one partial to the connection without waiting
-// for its ack; one connection keeps the fragments in order on the stream.
-// j.mu must be held.
+// publishPartialLocked queues one partial on the job's producer, waiting
+// only while its queue is full (back-pressure); the producer keeps the
+// fragments in order on the stream and stores nothing after a lost one
+// (finish repairs the segment). j.mu must be held.
 func (j *job) publishPartialLocked(eventType, content string) {
 	j.publishPartialStopLocked(eventType, content, "")
 }
@@ -257,57 +276,11 @@ func (j *job) publishPartialStopLocked(eventType, content, stopReason string) {
 	m := omni.Partial(omni.TypeToolCallOutput, eventType, content, "", j.id)
 	m.Payload.StopReason = stopReason
 	nm, err := bus.SessionMsg(j.sid, &m, "")
-	if err != nil {
-		j.log.Error().Err(err).Msg("encode partial tool output")
-		return
+	if err == nil {
+		err = j.pub.Publish(context.Background(), nm)
 	}
-	f, err := j.r.js.PublishMsgAsync(nm)
 	if err != nil {
 		j.log.Warn().Err(err).Str("event_type", eventType).Msg("publish partial tool output failed")
-		return
-	}
-	j.acks = append(j.pruneAcksLocked(), f)
-}
-
-// pruneAcksLocked drops the acknowledged futures, logging failed ones.
-func (j *job) pruneAcksLocked() []jetstream.PubAckFuture {
-	keep := j.acks[:0]
-	for _, f := range j.acks {
-		if !j.settled(f) {
-			keep = append(keep, f)
-		}
-	}
-	clear(j.acks[len(keep):])
-	return keep
-}
-
-// settled reports whether an async publish has its outcome yet, logging a
-// failure.
-func (j *job) settled(f jetstream.PubAckFuture) bool {
-	select {
-	case <-f.Ok():
-		return true
-	case err := <-f.Err():
-		j.log.Warn().Err(err).Msg("partial tool output not stored")
-		return true
-	default:
-		return false
-	}
-}
-
-// waitAcks waits, bounded, for the outcome of async publishes.
-func waitAcks(log zerolog.Logger, acks []jetstream.PubAckFuture) {
-	deadline := time.NewTimer(pubAckWait)
-	defer deadline.Stop()
-	for _, f := range acks {
-		select {
-		case <-f.Ok():
-		case err := <-f.Err():
-			log.Warn().Err(err).Msg("partial tool output not stored")
-		case <-deadline.C:
-			log.Warn().Msg("partial tool output acks still pending")
-			return
-		}
 	}
 }
 
@@ -333,28 +306,113 @@ func (j *job) finish(res tools.Result) {
 	}
 	j.publishStopLocked("")
 	j.state = completing
-	acks := j.acks
-	j.acks = nil
+	sent = j.sent.String()
 	j.mu.Unlock()
 
-	waitAcks(j.log, acks)
+	j.settleSegment(sent)
 	stop := ""
 	if res.Failed {
 		stop = omni.StatusFailed
 	}
-	if err := j.r.publishOutput(j.sid, j.id, res.Output, stop, res.Images); err != nil {
+	if err := j.publishOutput(res.Output, stop, res.Images); err != nil {
 		j.log.Error().Err(err).Msg("publish complete tool output failed; the engine will report the outcome as unknown")
 	}
 }
 
+// settleSegment waits until the output segment is stored. When the stream
+// lost a fragment (nothing after it was stored), it reads back what the
+// stream holds of the segment and publishes the rest of sent as one
+// delta, then the stop, so the stored fragments concatenate to the output
+// and the segment is closed; it retries that for up to publishBudget.
+func (j *job) settleSegment(sent string) {
+	deadline := time.Now().Add(publishBudget)
+	wait := 100 * time.Millisecond
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), publishTimeout)
+		_, err := j.pub.Settle(ctx)
+		cancel()
+		if err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			j.log.Error().Err(err).Msg("output segment could not be stored")
+			return
+		}
+		j.log.Warn().Err(err).Msg("the stream lost part of the output segment; repairing")
+		time.Sleep(wait)
+		wait = min(2*wait, 2*time.Second)
+		j.pub.Resume()
+		stored, started, stopped, rerr := j.storedSegment()
+		if rerr != nil {
+			j.log.Warn().Err(rerr).Msg("cannot read back the output segment")
+			continue
+		}
+		if stopped {
+			continue // whole already: the settle failed after the last fragment
+		}
+		rest, ok := strings.CutPrefix(sent, stored)
+		if !ok {
+			j.log.Error().Int("stored", len(stored)).Int("sent", len(sent)).Msg("stored tool output is not a prefix of what was sent")
+			rest = ""
+		}
+		ev := omni.EventDelta
+		if !started {
+			ev = omni.EventStart
+		}
+		for _, p := range []omni.Message{
+			omni.Partial(omni.TypeToolCallOutput, ev, rest, "", j.id),
+			omni.Partial(omni.TypeToolCallOutput, omni.EventStop, "", "", j.id),
+		} {
+			if nm, err := bus.SessionMsg(j.sid, &p, ""); err == nil {
+				_ = j.pub.Publish(context.Background(), nm)
+			}
+		}
+	}
+}
+
+// storedSegment reads what the stream holds of the job's output segment:
+// its content so far, whether its start and stop are stored.
+func (j *job) storedSegment() (content string, started, stopped bool, err error) {
+	ctx, cancel := context.WithTimeout(context.Background(), publishTimeout)
+	defer cancel()
+	msgs, err := jetstreamext.GetBatch(ctx, j.r.js, omni.SessionsStream, 10000,
+		jetstreamext.GetBatchSubject(omni.SessionSubject(j.sid, omni.ClassPartial)),
+		jetstreamext.GetBatchStartTime(j.begin.Add(-time.Minute)))
+	if err != nil {
+		return "", false, false, err
+	}
+	var b strings.Builder
+	for raw, err := range msgs {
+		if errors.Is(err, jetstreamext.ErrNoMessages) {
+			break
+		}
+		if err != nil {
+			return "", false, false, err
+		}
+		m, derr := omni.Decode(raw.Data)
+		if derr != nil || m.Payload.ToolCallID != j.id || len(m.Origin) > 0 || m.Payload.Type != omni.TypePartialToolCallOutput {
+			continue
+		}
+		switch m.Payload.EventType {
+		case omni.EventStart:
+			b.Reset()
+			started, stopped = true, false
+		case omni.EventStop:
+			stopped = true
+		}
+		b.WriteString(m.Payload.Content())
+	}
+	return b.String(), started, stopped, nil
+}
+
 // tryCancel moves a running job to cancelled and cancels its context. It
 // reports false if the job had already finished running. Once it returns,
-// the job publishes nothing more; acks are its partials still in flight.
-func (j *job) tryCancel() (ok bool, acks []jetstream.PubAckFuture) {
+// the job publishes nothing more (its producer is the cancel's).
+func (j *job) tryCancel() (ok bool) {
 	j.mu.Lock()
 	defer j.mu.Unlock()
 	if j.state != running {
-		return false, nil
+		return false
 	}
 	j.state = cancelled
 	j.cancel(errCancelled)
@@ -369,45 +427,30 @@ func (j *job) tryCancel() (ok bool, acks []jetstream.PubAckFuture) {
 	j.publishFragmentLocked(marker)
 	j.publishStopLocked(omni.StatusAborted)
 	j.aborted = j.sent.String()
-	acks, j.acks = j.acks, nil
-	return true, acks
+	return true
 }
 
-// publishOutput publishes a complete tool_call_output and waits for the
-// stream to store it, retrying failed attempts for up to publishBudget. Its
-// Nats-Msg-Id makes retries and any competing copy (the engine declaring
-// the job lost) collapse into one stored message.
-func (r *runner) publishOutput(sid, id, output, stopReason string, images []string) error {
-	m := omni.ToolCallOutputImages(id, output, stopReason, images)
-	data, err := omni.Marshal(&m)
+// publishOutput publishes the complete tool_call_output after the
+// segment, through the job's producer: it waits until the stream stored
+// it, retrying for up to a minute. Its Nats-Msg-Id makes retries and any
+// competing copy (the engine declaring the job lost) collapse into one
+// stored message.
+func (j *job) publishOutput(output, stopReason string, images []string) error {
+	m := omni.ToolCallOutputImages(j.id, output, stopReason, images)
+	nm, err := bus.SessionMsg(j.sid, &m, bus.OutputMsgID(j.sid, j.id))
 	if err != nil {
 		return fmt.Errorf("encode tool output: %w", err)
 	}
-	subject := omni.SessionSubject(sid, omni.ClassModel)
-	msgID := bus.OutputMsgID(sid, id)
-	deadline := time.Now().Add(publishBudget)
-	backoff := 50 * time.Millisecond
-	for attempt := 1; ; attempt++ {
-		nm := nats.NewMsg(subject)
-		nm.Data = data
-		nm.Header.Set(jetstream.MsgIDHeader, msgID)
-		ctx, cancel := context.WithTimeout(context.Background(), publishTimeout)
-		ack, err := r.js.PublishMsg(ctx, nm)
-		cancel()
-		if err == nil {
-			if ack.Duplicate {
-				r.log.Info().Str("session_id", sid).Str("tool_call_id", id).Msg("complete tool output was already stored")
-			}
-			return nil
-		}
-		var apiErr *jetstream.APIError
-		if errors.As(err, &apiErr) || errors.Is(err, nats.ErrConnectionClosed) || time.Now().Add(backoff).After(deadline) {
-			return fmt.Errorf("publish %s after %d attempts: %w", subject, attempt, err)
-		}
-		r.log.Warn().Err(err).Str("session_id", sid).Str("tool_call_id", id).Int("attempt", attempt).Msg("publish complete tool output failed; retrying")
-		time.Sleep(backoff)
-		backoff = min(2*backoff, 2*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), publishBudget+publishTimeout)
+	defer cancel()
+	ack, err := j.pub.Sync(ctx, nm)
+	if err != nil {
+		return err
 	}
+	if ack.Duplicate {
+		j.log.Info().Msg("complete tool output was already stored")
+	}
+	return nil
 }
 
 // register makes j active unless it must not run; it returns why not.

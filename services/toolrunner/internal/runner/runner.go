@@ -8,7 +8,8 @@
 //
 // Run starts and waits for: the fetch loop (Run's own goroutine), one
 // goroutine per fetched job, one flusher per running job (owned by its job
-// goroutine), the heartbeat loop, the cancel loop and its reply waiters, and
+// goroutine) and its producer's goroutine (pkg/bus/publish, closed before
+// the job goroutine ends), the heartbeat loop, the cancel loop and its reply waiters, and
 // the tool list loop. Subscriptions are channel subscriptions, so no NATS
 // goroutine ever calls into this package.
 //
@@ -44,11 +45,9 @@ const (
 	ackTimeout     = 5 * time.Second  // one DoubleAck round trip
 	publishTimeout = 5 * time.Second  // one attempt of a synchronous publish
 	publishBudget  = 30 * time.Second // all attempts of a complete output
-	pubAckWait     = 5 * time.Second  // waiting for a job's partial acks
 	cancelWait     = 5 * time.Second  // a cancelled job's goroutine to exit
 	flushTimeout   = 5 * time.Second  // final flush at shutdown
 	maxBackoff     = 5 * time.Second
-	asyncTimeout   = 10 * time.Second // an async publish without ack fails after this
 	maxAckPending  = 4096
 	ackWait        = 30 * time.Second
 	queueGroup     = "floe-toolrunner"
@@ -125,7 +124,7 @@ type runner struct {
 // Run executes jobs until ctx ends; see the root package's Run.
 func Run(ctx context.Context, nc *nats.Conn, cfg Config, log zerolog.Logger) error {
 	cfg.defaults()
-	js, err := jetstream.New(nc, jetstream.WithPublishAsyncTimeout(asyncTimeout))
+	js, err := jetstream.New(nc)
 	if err != nil {
 		return fmt.Errorf("toolrunner: jetstream: %w", err)
 	}
@@ -323,15 +322,10 @@ func (r *runner) drainJobs(cancelJobs context.CancelCauseFunc) {
 	<-idle
 }
 
-// flush waits, bounded, until every publish has reached the server.
+// flush waits, bounded, until every publish has reached the server (each
+// job's producer committed its messages before the job ended; heartbeats
+// and replies are core NATS).
 func (r *runner) flush() {
-	t := time.NewTimer(flushTimeout)
-	defer t.Stop()
-	select {
-	case <-r.js.PublishAsyncComplete():
-	case <-t.C:
-		r.log.Warn().Int("pending", r.js.PublishAsyncPending()).Msg("async publishes still unacknowledged at shutdown")
-	}
 	if err := r.nc.FlushTimeout(flushTimeout); err != nil && !r.nc.IsClosed() {
 		r.log.Warn().Err(err).Msg("flush at shutdown failed")
 	}
