@@ -45,6 +45,8 @@ func rolePermissions(user string) *server.Permissions {
 			"floe.session.*.partial",
 			"floe.session.*.model",
 			"floe.hb.*",
+			// read back an output segment the stream lost part of
+			"$JS.API.DIRECT.GET.FLOE_SESSIONS",
 			"$JS.API.STREAM.INFO.KV_floe_sessions",
 			"$JS.API.CONSUMER.CREATE.FLOE_TOOLS.>",
 			"$JS.API.CONSUMER.INFO.FLOE_TOOLS.*",
