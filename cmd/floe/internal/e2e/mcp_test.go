@@ -220,11 +220,25 @@ func TestMCPEverythingOverStdio(t *testing.T) {
 	if status != omni.StatusAborted {
 		t.Errorf("task 2 status %q, want aborted", status)
 	}
-	// The runner publishes nothing for a cancelled call; the engine pairs
-	// it (as aborted) — on the stream once abort case A does so, and in
-	// the next request in any case (checked below).
-	if out := outputsOf(rs, "call_abort"); len(out) > 1 || (len(out) == 1 && out[0].StopReason != omni.StatusAborted) {
-		t.Errorf("aborted call outputs %+v, want at most one, aborted; stream %v", out, labels(rs, noPartials))
+	// Abort case A (SPEC §6): the stopped MCP call's one complete output,
+	// aborted and marked interrupted, is on the stream before the abort;
+	// the next request pairs it too (checked below).
+	if out := outputsOf(rs, "call_abort"); len(out) != 1 || out[0].StopReason != omni.StatusAborted ||
+		!strings.Contains(out[0].Output, "[interrupted: tool aborted by user]") {
+		t.Errorf("aborted call outputs %+v, want exactly one, aborted, interrupted; stream %v", out, labels(rs, noPartials))
+	} else {
+		outAt, abortAt := -1, -1
+		for i, r := range rs {
+			switch {
+			case r.class != omni.ClassServer && r.msg.Payload.Type == omni.TypeToolCallOutput && r.msg.Payload.ToolCallID == "call_abort":
+				outAt = i
+			case r.class != omni.ClassServer && r.msg.Payload.Type == omni.TypeAbort:
+				abortAt = i
+			}
+		}
+		if outAt < 0 || abortAt < 0 || outAt > abortAt {
+			t.Errorf("aborted output at %d, abort at %d: the output must come before the abort; stream %v", outAt, abortAt, labels(rs, noPartials))
+		}
 	}
 
 	// Task 3: the server is killed mid-call; the call fails once, the next
