@@ -47,9 +47,10 @@ func Follow(ctx context.Context, js jetstream.JetStream, sessionID string, class
 	if err != nil {
 		return fmt.Errorf("bus: follow %s: %w", sessionID, err)
 	}
-	// Deleted when Follow returns, however it returns: the server would
-	// otherwise keep it until its inactivity threshold.
-	defer DeleteConsumer(js, cons)
+	// Deleted when Follow returns, however it returns (the server would
+	// otherwise keep it until its inactivity threshold); in the background,
+	// so a caller reading history does not wait for the round trip.
+	defer func() { go DeleteConsumer(js, cons) }()
 	if untilCaughtUp {
 		info, err := cons.Info(ctx)
 		if err != nil {

@@ -73,14 +73,14 @@ type Config struct {
 // minute there (see the idle scenario's "traced" figure).
 func Quick() Config {
 	return Config{Mode: "quick", Partials: 50_000, Runs: 3, Rate: 2000, LatencyFor: 3 * time.Second,
-		Sessions: []int{1, 100, 1000}, ResumeRecords: []int{10_000, 100_000}, ResumeRuns: 3, IdleSessions: 5000,
+		Sessions: []int{1, 100, 1000}, ResumeRecords: []int{1000, 10_000, 100_000}, ResumeRuns: 3, IdleSessions: 5000,
 		TaskSessions: 1000, TracerSessions: []int{100, 10_000}, TracerRecords: 100_000}
 }
 
 // Full is the complete run (about four minutes on two cores).
 func Full() Config {
 	return Config{Mode: "full", Partials: 100_000, Runs: 5, Rate: 2000, LatencyFor: 15 * time.Second,
-		Sessions: []int{1, 100, 1000}, ResumeRecords: []int{10_000, 100_000}, ResumeRuns: 5, IdleSessions: 10_000,
+		Sessions: []int{1, 100, 1000}, ResumeRecords: []int{1000, 10_000, 100_000}, ResumeRuns: 5, IdleSessions: 10_000,
 		TaskSessions: 1000, TracerSessions: []int{100, 10_000}, TracerRecords: 100_000}
 }
 
