@@ -58,7 +58,9 @@ func (f *follower) close() {
 
 // scan delivers the matching messages stored from start, in stream order,
 // and returns once it has delivered everything stored when it started.
-func (s *Server) scan(ctx context.Context, sid string, classes []string, start uint64, fn func(bus.StreamMsg) error) error {
+// created, when set, runs once the consumer exists, before any delivery; its
+// error ends the scan.
+func (s *Server) scan(ctx context.Context, sid string, classes []string, start uint64, created func() error, fn func(bus.StreamMsg) error) error {
 	ctx, cancel := context.WithTimeout(ctx, 60*time.Second)
 	defer cancel()
 	f, err := s.follow(ctx, sid, classes, start)
@@ -66,6 +68,11 @@ func (s *Server) scan(ctx context.Context, sid string, classes []string, start u
 		return err
 	}
 	defer f.close()
+	if created != nil {
+		if err := created(); err != nil {
+			return err
+		}
+	}
 	if f.pending == 0 {
 		return nil
 	}

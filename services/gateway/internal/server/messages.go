@@ -109,7 +109,7 @@ func (s *Server) taskStart(ctx context.Context, sid string) (uint64, bool, error
 	// the Session's server events, which are few.
 	var seq uint64
 	running := false
-	err = s.scan(ctx, sid, []string{omni.ClassServer}, 1, func(m bus.StreamMsg) error {
+	err = s.scan(ctx, sid, []string{omni.ClassServer}, 1, nil, func(m bus.StreamMsg) error {
 		var ev omni.ServerEvent
 		if json.Unmarshal(m.Data, &ev) == nil && ev.Type == omni.ServerTaskState {
 			seq, running = m.Seq, ev.State == omni.StateRunning

@@ -15,6 +15,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"floe.dev/pkg/bus"
 	"floe.dev/pkg/omni"
 	"floe.dev/services/gateway/client"
 )
@@ -433,50 +434,25 @@ func (k *sseConn) replay(ctx context.Context, start uint64) error {
 	case <-ctx.Done():
 		return ctx.Err()
 	}
-	f, err := s.follow(ctx, k.sid, omni.ClientClasses, start)
-	if err != nil {
-		return err
-	}
-	defer f.close()
 	// A consumer created at an evicted sequence silently starts later.
-	after, err := s.stream.Info(ctx)
-	if err != nil {
-		return err
-	}
-	if epochOf(after) != k.pos.epoch || after.State.FirstSeq > start {
-		return errGapGone
-	}
-	if f.pending == 0 {
+	evicted := func() error {
+		after, err := s.stream.Info(ctx)
+		if err != nil {
+			return err
+		}
+		if epochOf(after) != k.pos.epoch || after.State.FirstSeq > start {
+			return errGapGone
+		}
 		return nil
 	}
-	stop := context.AfterFunc(ctx, f.it.Stop)
-	defer stop()
-	var n uint64
-	for {
-		msg, err := f.it.Next()
-		if err != nil {
-			if ctx.Err() != nil {
-				return ctx.Err()
-			}
-			return err
-		}
-		md, err := msg.Metadata()
-		if err != nil {
-			return err
-		}
-		_, class, _ := omni.ParseSessionSubject(msg.Subject())
-		k.event(md.Sequence.Stream, class == omni.ClassServer, msg.Data())
+	return s.scan(ctx, k.sid, omni.ClientClasses, start, evicted, func(m bus.StreamMsg) error {
+		k.event(m.Seq, m.Class == omni.ClassServer, m.Data)
 		s.metrics.sseReplayed.Inc()
 		if len(k.buf) >= replayBatch {
-			if err := k.flush(); err != nil {
-				return err
-			}
+			return k.flush()
 		}
-		n++
-		if n >= f.pending || md.NumPending == 0 {
-			return nil
-		}
-	}
+		return nil
+	})
 }
 
 // maxReplays bounds the replays running at once, each one short-lived
