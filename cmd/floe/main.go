@@ -385,10 +385,10 @@ func engineConfig(c *common) (*engine.Config, error) {
 	if err := engine.EnvConfig(&cfg); err != nil {
 		return nil, err
 	}
-	if err := engineKnobs(&cfg); err != nil {
+	cfg.Defaults()
+	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	cfg.Defaults()
 	return &cfg, nil
 }
 

@@ -5,16 +5,13 @@ import (
 	"flag"
 	"fmt"
 	"os"
-	"strconv"
 	"strings"
-	"time"
 
 	"github.com/nats-io/nats.go"
 
 	"floe.dev/cmd/floe/internal/stack"
 	"floe.dev/pkg/bus/embed"
 	"floe.dev/pkg/bus/svc"
-	"floe.dev/services/engine"
 )
 
 // natsAuth is how a process authenticates to an external NATS: a
@@ -51,35 +48,6 @@ func localNATS(home, listen, user string) (*nats.Conn, error) {
 		return nil, fmt.Errorf("nats password of %s: %w", user, err)
 	}
 	return nats.Connect("nats://"+listen, opts...)
-}
-
-// engineKnobs applies the engine settings that only deployments and fault
-// tests tune: FLOE_ENGINE_ACK_WAIT_MS (how long a Task of a dead engine
-// waits before another engine takes it over) and FLOE_HEARTBEAT_TIMEOUT_MS
-// (how long a running tool job may be silent before its call fails as
-// lost).
-func engineKnobs(c *engine.Config) error {
-	for _, k := range []struct {
-		name string
-		dst  *time.Duration
-	}{
-		{"FLOE_ENGINE_ACK_WAIT_MS", &c.AckWait},
-		{"FLOE_HEARTBEAT_TIMEOUT_MS", &c.HeartbeatTimeout},
-	} {
-		v := os.Getenv(k.name)
-		if v == "" {
-			continue
-		}
-		n, err := strconv.Atoi(v)
-		if err != nil || n <= 0 {
-			return fmt.Errorf("%s=%q: want a positive number of milliseconds", k.name, v)
-		}
-		*k.dst = time.Duration(n) * time.Millisecond
-	}
-	if c.AckWait > 0 && c.AckWait < 300*time.Millisecond {
-		return fmt.Errorf("FLOE_ENGINE_ACK_WAIT_MS=%d is below 300 ms: the engine acks progress every third of it", c.AckWait.Milliseconds())
-	}
-	return nil
 }
 
 // envBool reads a boolean variable (1/0, true/false, yes/no, on/off).

@@ -12,6 +12,7 @@ import (
 
 	"floe.dev/pkg/bus"
 	"floe.dev/pkg/omni"
+	"floe.dev/services/engine"
 )
 
 // cmdSetup creates or updates the JetStream layout (streams and the Session
@@ -74,6 +75,20 @@ func setupOnce(ctx context.Context, url string, opts []nats.Option, busCfg bus.C
 	if _, err := bus.Setup(actx, js, busCfg); err != nil {
 		return err
 	}
+	// The shared task consumer belongs to the layout too: its ack wait
+	// (FLOE_ENGINE_ACK_WAIT_MS) is set here, and engines keep to it.
+	ecfg := engine.Config{}
+	if err := engine.EnvConfig(&ecfg); err != nil {
+		return err
+	}
+	ecfg.Defaults()
+	if err := ecfg.Validate(); err != nil {
+		return err
+	}
+	if _, err := js.CreateOrUpdateConsumer(actx, omni.TasksStream, engine.TaskConsumerConfig(ecfg.Durable, ecfg.AckWait)); err != nil {
+		return fmt.Errorf("task consumer: %w", err)
+	}
+	fmt.Fprintf(os.Stdout, "%-18s ack_wait=%v\n", ecfg.Durable, ecfg.AckWait)
 	for _, name := range []string{omni.SessionsStream, omni.TasksStream, omni.ToolsStream, "KV_" + omni.SessionsBucket} {
 		st, err := js.Stream(actx, name)
 		if err != nil {

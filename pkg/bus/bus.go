@@ -82,7 +82,63 @@ func SessionsStreamConfig(c Config) jetstream.StreamConfig {
 // Setup creates or updates every stream and bucket Floe uses and returns the
 // Session record store.
 func Setup(ctx context.Context, js jetstream.JetStream, c Config) (*Sessions, error) {
-	streams := []jetstream.StreamConfig{
+	for _, sc := range streamConfigs(c) {
+		if _, err := js.CreateOrUpdateStream(ctx, sc); err != nil {
+			return nil, fmt.Errorf("bus: create stream %s: %w", sc.Name, err)
+		}
+	}
+	return setupBucket(ctx, js, c)
+}
+
+// Ensure is Setup for a service started with setup on (`floe serve`,
+// `floe run`): it creates what is missing with c, and leaves what exists to
+// its owner (`floe setup`, or the first start): the retention, duplicate
+// window, consumer limit and replicas of an existing stream are never
+// rewritten. It reports each setting of c the live layout disagrees with,
+// for the caller to log. Only capabilities the services need are turned
+// on in an existing stream (batched publishing, direct get).
+func Ensure(ctx context.Context, js jetstream.JetStream, c Config) (*Sessions, []string, error) {
+	var diffs []string
+	for _, want := range streamConfigs(c) {
+		st, err := js.Stream(ctx, want.Name)
+		if errors.Is(err, jetstream.ErrStreamNotFound) {
+			if _, err := js.CreateStream(ctx, want); err != nil && !errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
+				return nil, nil, fmt.Errorf("bus: create stream %s: %w", want.Name, err)
+			}
+			continue
+		}
+		if err != nil {
+			return nil, nil, fmt.Errorf("bus: stream %s: %w", want.Name, err)
+		}
+		live := st.CachedInfo().Config
+		for _, d := range []struct {
+			name       string
+			live, want any
+		}{
+			{"max_age", live.MaxAge, want.MaxAge},
+			{"max_bytes", live.MaxBytes, want.MaxBytes},
+			{"duplicate_window", live.Duplicates, want.Duplicates},
+			{"max_consumers", live.MaxConsumers, want.MaxConsumers},
+			{"replicas", live.Replicas, want.Replicas},
+		} {
+			if d.live != d.want {
+				diffs = append(diffs, fmt.Sprintf("%s %s is %v in the live layout, %v here (floe setup changes it)", want.Name, d.name, d.live, d.want))
+			}
+		}
+		if (want.AllowBatchPublish && !live.AllowBatchPublish) || (want.AllowDirect && !live.AllowDirect) {
+			live.AllowBatchPublish = live.AllowBatchPublish || want.AllowBatchPublish
+			live.AllowDirect = live.AllowDirect || want.AllowDirect
+			if _, err := js.UpdateStream(ctx, live); err != nil {
+				return nil, nil, fmt.Errorf("bus: enable batched publishing on %s: %w", want.Name, err)
+			}
+		}
+	}
+	sessions, err := setupBucket(ctx, js, c)
+	return sessions, diffs, err
+}
+
+func streamConfigs(c Config) []jetstream.StreamConfig {
+	return []jetstream.StreamConfig{
 		SessionsStreamConfig(c),
 		{
 			Name:      omni.TasksStream,
@@ -99,11 +155,10 @@ func Setup(ctx context.Context, js jetstream.JetStream, c Config) (*Sessions, er
 			Replicas:  c.replicas(),
 		},
 	}
-	for _, sc := range streams {
-		if _, err := js.CreateOrUpdateStream(ctx, sc); err != nil {
-			return nil, fmt.Errorf("bus: create stream %s: %w", sc.Name, err)
-		}
-	}
+}
+
+// setupBucket creates the Session record bucket, or opens it as it is.
+func setupBucket(ctx context.Context, js jetstream.JetStream, c Config) (*Sessions, error) {
 	kv, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
 		Bucket:      omni.SessionsBucket,
 		Description: "Floe Session records",

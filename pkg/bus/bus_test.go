@@ -3,7 +3,9 @@ package bus_test
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -24,5 +26,38 @@ func TestSessionsStreamAllowsManyConsumers(t *testing.T) {
 		if err != nil {
 			t.Fatalf("consumer %d: %v", i, err)
 		}
+	}
+}
+
+// TestEnsureKeepsTheLiveLayoutsSettings: a start with setup on creates a
+// missing layout, but never rewrites the retention of an existing one; it
+// reports the disagreement, and turns on batched publishing when an older
+// layout lacks it.
+func TestEnsureKeepsTheLiveLayoutsSettings(t *testing.T) {
+	env := bustest.Start(t, bus.Config{MaxAge: time.Hour})
+	ctx := context.Background()
+	cfg := bus.SessionsStreamConfig(bus.Config{MaxAge: time.Hour})
+	cfg.AllowBatchPublish = false
+	if _, err := env.JS.UpdateStream(ctx, cfg); err != nil {
+		t.Fatal(err)
+	}
+	_, diffs, err := bus.Ensure(ctx, env.JS, bus.Config{MaxAge: 2 * time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := env.JS.Stream(ctx, omni.SessionsStream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	live := st.CachedInfo().Config
+	if live.MaxAge != time.Hour || !live.AllowBatchPublish {
+		t.Errorf("after Ensure: max_age %v, allow_batched %v; want 1h kept and batched publishing on", live.MaxAge, live.AllowBatchPublish)
+	}
+	found := false
+	for _, d := range diffs {
+		found = found || strings.Contains(d, "FLOE_SESSIONS max_age")
+	}
+	if !found {
+		t.Errorf("differences %q do not report FLOE_SESSIONS max_age", diffs)
 	}
 }

@@ -117,6 +117,9 @@ func (c *Config) Validate() error {
 	if !omni.ValidSessionID(c.Pool) {
 		return fmt.Errorf("engine: pool %q is not a valid subject token", c.Pool)
 	}
+	if c.AckWait > 0 && c.AckWait < 300*time.Millisecond {
+		return fmt.Errorf("engine: ack wait %v (FLOE_ENGINE_ACK_WAIT_MS) is below 300 ms: the engine acks progress every third of it", c.AckWait)
+	}
 	return nil
 }
 
@@ -141,17 +144,11 @@ func Run(ctx context.Context, nc *nats.Conn, cfg Config, log zerolog.Logger) err
 	if err != nil {
 		return fmt.Errorf("engine: %w", err)
 	}
-	cons, err := js.CreateOrUpdateConsumer(ctx, omni.TasksStream, jetstream.ConsumerConfig{
-		Durable:       cfg.Durable,
-		FilterSubject: "floe.task.>",
-		AckPolicy:     jetstream.AckExplicitPolicy,
-		AckWait:       cfg.AckWait,
-		MaxAckPending: -1,
-		MaxDeliver:    -1,
-	})
+	cons, err := taskConsumer(ctx, js, &cfg, log)
 	if err != nil {
-		return fmt.Errorf("engine: task consumer: %w", err)
+		return err
 	}
+	e.cfg.AckWait = cfg.AckWait
 	reg := provider.NewRegistry(cfg.Providers)
 	e.metrics = newMetrics(cfg.Metrics)
 	resolve := func(ref string) (model.Provider, model.Info, error) {
@@ -369,7 +366,49 @@ func sleep(ctx context.Context, d time.Duration) {
 	}
 }
 
+// TaskConsumerConfig is the shared task consumer every engine replica
+// pulls from; its ack wait is how long a dead engine's Task waits before
+// another engine takes it over.
+func TaskConsumerConfig(durable string, ackWait time.Duration) jetstream.ConsumerConfig {
+	return jetstream.ConsumerConfig{
+		Durable:       durable,
+		FilterSubject: "floe.task.>",
+		AckPolicy:     jetstream.AckExplicitPolicy,
+		AckWait:       ackWait,
+		MaxAckPending: -1,
+		MaxDeliver:    -1,
+	}
+}
+
+// taskConsumer opens the shared task consumer. Its settings belong to the
+// layout (`floe setup`, or the first engine to start): an engine creates it
+// when it is missing and otherwise never rewrites it. When the live ack
+// wait disagrees with this engine's setting it says so and keeps to the
+// live one (its progress acks and lease checks follow it).
+func taskConsumer(ctx context.Context, js jetstream.JetStream, cfg *Config, log zerolog.Logger) (jetstream.Consumer, error) {
+	cons, err := js.Consumer(ctx, omni.TasksStream, cfg.Durable)
+	if errors.Is(err, jetstream.ErrConsumerNotFound) {
+		cons, err = js.CreateConsumer(ctx, omni.TasksStream, TaskConsumerConfig(cfg.Durable, cfg.AckWait))
+		if errors.Is(err, jetstream.ErrConsumerExists) {
+			cons, err = js.Consumer(ctx, omni.TasksStream, cfg.Durable) // another engine created it meanwhile
+		}
+	}
+	if err != nil {
+		return nil, fmt.Errorf("engine: task consumer: %w", err)
+	}
+	if live := cons.CachedInfo().Config.AckWait; live > 0 && live != cfg.AckWait {
+		log.Warn().Dur("configured", cfg.AckWait).Dur("live", live).Str("consumer", cfg.Durable).
+			Msg("the task consumer's ack wait differs from this engine's setting; keeping the live one (floe setup sets it)")
+		cfg.AckWait = live
+	}
+	return cons, nil
+}
+
 // EnvConfig applies FLOE_* environment variables to c (SPEC §8).
+//
+// Both `floe engine` (and the in-process engine of `floe serve`/`floe run`)
+// and the per-service main read the engine's settings here, and Validate
+// checks them the same way for both.
 func EnvConfig(c *Config) error {
 	ms := func(name string, dst *time.Duration) error {
 		if v := os.Getenv(name); v != "" {
@@ -388,6 +427,25 @@ func EnvConfig(c *Config) error {
 		return err
 	}
 	if err := ms("FLOE_REQUEST_TIMEOUT_MS", &c.RequestTimeout); err != nil {
+		return err
+	}
+	// Deployments and fault tests tune these two: how long a Task of a
+	// dead engine waits before another engine takes it over, and how long
+	// a running tool job may be silent before its call fails as lost.
+	pos := func(name string, dst *time.Duration) error {
+		if v := os.Getenv(name); v != "" {
+			n, err := strconv.Atoi(v)
+			if err != nil || n <= 0 {
+				return fmt.Errorf("%s=%q: want a positive number of milliseconds", name, v)
+			}
+			*dst = time.Duration(n) * time.Millisecond
+		}
+		return nil
+	}
+	if err := pos("FLOE_ENGINE_ACK_WAIT_MS", &c.AckWait); err != nil {
+		return err
+	}
+	if err := pos("FLOE_HEARTBEAT_TIMEOUT_MS", &c.HeartbeatTimeout); err != nil {
 		return err
 	}
 	if v := os.Getenv("FLOE_RETRY_MAX"); v != "" {

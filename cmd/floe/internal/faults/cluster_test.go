@@ -66,7 +66,10 @@ func randHex(n int) string {
 // newCluster starts n nats-server nodes (a JetStream cluster when n > 1)
 // with deploy/nats/auth.conf, runs `floe setup` as admin with the given
 // replicas and connects as admin.
-func newCluster(t *testing.T, n, replicas int) *cluster {
+//
+// setupEnv is extra environment for `floe setup`, which owns the layout's
+// settings (FLOE_ENGINE_ACK_WAIT_MS: the task consumer's ack wait).
+func newCluster(t *testing.T, n, replicas int, setupEnv ...string) *cluster {
 	t.Helper()
 	dir := t.TempDir()
 	c := &cluster{t: t, dir: dir, home: filepath.Join(dir, "floe-home"), ws: filepath.Join(dir, "ws"),
@@ -106,8 +109,8 @@ func newCluster(t *testing.T, n, replicas int) *cluster {
 	for _, nd := range c.nodes {
 		c.waitNode(nd)
 	}
-	env := c.env("setup", "FLOE_NATS_USER=admin", "FLOE_NATS_PASSWORD="+c.passwords["admin"],
-		"FLOE_REPLICAS="+strconv.Itoa(replicas))
+	env := c.env("setup", append([]string{"FLOE_NATS_USER=admin", "FLOE_NATS_PASSWORD=" + c.passwords["admin"],
+		"FLOE_REPLICAS=" + strconv.Itoa(replicas)}, setupEnv...)...)
 	setup := c.start("setup", bins.floe, env, "setup", "--wait", "90s")
 	if !setup.wait(100 * time.Second) {
 		t.Fatalf("floe setup did not finish:\n%s", setup.tail(20))

@@ -16,7 +16,7 @@ import (
 // published twice (Session head, prompt), the tool call runs once, and the
 // Trace equals the stream.
 func TestEngineKilledMidRequest(t *testing.T) {
-	c := newCluster(t, 1, 1)
+	c := newCluster(t, 1, 1, "FLOE_ENGINE_ACK_WAIT_MS=3000")
 	c.service("tracer", "tracer")
 	c.service("toolrunner", "toolrunner")
 	knobs := []string{"FLOE_ENGINE_ACK_WAIT_MS=3000", "FLOE_RETRY_BASE_MS=50", "FLOE_RETRY_CAP_MS=200"}
@@ -129,7 +129,7 @@ func (c *cluster) procByName(name string) *proc {
 // Session beside the engine that took over: the stream must read as one
 // run, with the tool call executed once.
 func TestEngineStalledPastAckWaitDoesNotDoubleRun(t *testing.T) {
-	c := newCluster(t, 1, 1)
+	c := newCluster(t, 1, 1, "FLOE_ENGINE_ACK_WAIT_MS=2000")
 	c.service("tracer", "tracer")
 	c.service("toolrunner", "toolrunner")
 	knobs := []string{"FLOE_ENGINE_ACK_WAIT_MS=2000", "FLOE_RETRY_BASE_MS=50", "FLOE_RETRY_CAP_MS=200"}

@@ -137,8 +137,14 @@ func Start(ctx context.Context, o Options, log zerolog.Logger) (*Stack, error) {
 		s.Sessions, err = waitLayout(ctx, s.JS, log)
 	} else {
 		setupCtx, cancelSetup := context.WithTimeout(ctx, 30*time.Second)
-		s.Sessions, err = bus.Setup(setupCtx, s.JS, keepReplicas(setupCtx, s.JS, o.Bus))
+		// Create what is missing; settings of an existing layout belong to
+		// floe setup (or the first start) and are only reported.
+		var diffs []string
+		s.Sessions, diffs, err = bus.Ensure(setupCtx, s.JS, keepReplicas(setupCtx, s.JS, o.Bus))
 		cancelSetup()
+		for _, d := range diffs {
+			log.Warn().Msg(d)
+		}
 	}
 	if err != nil {
 		s.Stop()

@@ -26,8 +26,6 @@ import (
 	"flag"
 	"fmt"
 	"os"
-	"strconv"
-	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/rs/zerolog"
@@ -58,12 +56,6 @@ func run() error {
 	if err := engine.EnvConfig(&cfg); err != nil {
 		return err
 	}
-	if err := envMillis("FLOE_ENGINE_ACK_WAIT_MS", &cfg.AckWait); err != nil {
-		return err
-	}
-	if err := envMillis("FLOE_HEARTBEAT_TIMEOUT_MS", &cfg.HeartbeatTimeout); err != nil {
-		return err
-	}
 	cfg.Defaults()
 	if err := cfg.Validate(); err != nil {
 		return err
@@ -71,17 +63,4 @@ func run() error {
 	return m.Run(func(ctx context.Context, nc *nats.Conn, log zerolog.Logger) error {
 		return engine.Run(ctx, nc, cfg, log)
 	})
-}
-
-func envMillis(name string, dst *time.Duration) error {
-	v := os.Getenv(name)
-	if v == "" {
-		return nil
-	}
-	n, err := strconv.Atoi(v)
-	if err != nil || n <= 0 {
-		return fmt.Errorf("%s=%q: want a positive number of milliseconds", name, v)
-	}
-	*dst = time.Duration(n) * time.Millisecond
-	return nil
 }
