@@ -663,7 +663,10 @@ func (c *cluster) traceEqualsStream(sid string) {
 			want = append(want, r.raw)
 		}
 	}
-	eventually(c.t, 60*time.Second, "the tracer to reach seq "+strconv.FormatUint(last, 10), func() bool {
+	// After a leader failover the tracer resets its consumer to the ack
+	// floor (a fetch that ended with an error may have lost deliveries),
+	// with backoff: catching up can take a while.
+	eventually(c.t, 180*time.Second, "the tracer to reach seq "+strconv.FormatUint(last, 10), func() bool {
 		p, ok, err := trace.ReadPos(c.home, sid)
 		return err == nil && ok && p.Seq >= last
 	})

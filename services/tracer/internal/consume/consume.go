@@ -362,9 +362,7 @@ func (r *runner) batch(ctx context.Context, cons jetstream.Consumer) error {
 			return err
 		}
 	}
-	// "Batch Completed" ends a pull request whose messages all came (a
-	// redelivery after a reset fills it): nothing was lost.
-	if err := b.Error(); err != nil && !errors.Is(err, jetstream.ErrBatchCompleted) {
+	if err := b.Error(); err != nil {
 		if ctx.Err() != nil {
 			return nil // shutting down: what was delivered is committed
 		}
