@@ -178,6 +178,8 @@ func (r *Runner) forwardChild(ctx context.Context, child, childTask string) (ans
 					r.childApprovals[tc.Payload.ToolCallID] = childApproval{session: child, event: b}
 					r.mu.Unlock()
 				}
+				// The forwarded call is stored before its approval request.
+				_, _ = nested.Settle(ctx)
 				if _, err := r.server(ctx, ev, ""); err != nil {
 					return err
 				}

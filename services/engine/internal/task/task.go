@@ -1,14 +1,31 @@
 // Package task runs one Task of a Session: the agent loop of the seed.
 //
 // Every message goes to the Session's subjects in FLOE_SESSIONS; the stream
-// sequence is the order. The LLM stream is published asynchronously on the
-// engine's one connection (which keeps its order); approvals run one at a
-// time beside it; an approval_decision is stored (acked) before its tool job
-// is enqueued, so no output can precede it; token_usage then request_end go
-// out when the LLM stream ends, not waiting for tools; the next request
-// starts when every call of the turn has its complete output, fed back in
-// call order. Tool outputs are read back from the stream (the engine
-// consumes its own Session's model subject), whoever published them.
+// sequence is the order. Everything the Task publishes goes through its
+// ordered producers (publish.go, pkg/bus/publish); approvals run one at a
+// time beside the model stream; an approval_decision is stored (acked)
+// before its tool job is enqueued, so no output can precede it;
+// token_usage then request_end go out when the model stream ends, not
+// waiting for tools; the next request starts when every call of the turn
+// has its complete output, fed back in call order. Tool outputs are read
+// back from the stream (the engine consumes its own Session's model
+// subject), whoever published them.
+//
+// # Concurrency contract
+//
+// Run owns every goroutine of a Task and joins them before it returns: the
+// lease watcher, the two subscription servers (control requests and
+// heartbeats arrive on channel subscriptions; no NATS callback goroutine
+// calls into the Task), the approval loop of each request, subagent runs,
+// and the goroutines of the Task's producers (closed, after settling, at
+// the end). The outputs consumer's callback only records an output under
+// the mutex and signals changed. Run's context is the lease context:
+// losing the lease cancels it; abortCtx (derived) ends on a user abort.
+//
+// Runner.mu guards the fold (fc), calls, pending approvals, steering and
+// its closed flag, the backoff channel, children and their approvals. It
+// is held only for reads and updates of those fields, never across a
+// publish, a NATS request or a channel send that can block.
 package task
 
 import (
@@ -219,16 +236,40 @@ func (r *Runner) Run(ctx context.Context) (status string, err error) {
 	r.abortCtx, r.abort = context.WithCancelCause(ctx)
 	defer r.abort(nil)
 
-	ctl, err := r.d.NC.Subscribe(omni.ControlSubject(r.sid, "*"), r.onControl)
+	// Control requests and heartbeats arrive on channel subscriptions and
+	// are served by goroutines Run owns and joins: no NATS callback
+	// goroutine ever calls into the Task or waits on a request.
+	ctlCh, hbCh := make(chan *nats.Msg, 64), make(chan *nats.Msg, 256)
+	ctl, err := r.d.NC.ChanSubscribe(omni.ControlSubject(r.sid, "*"), ctlCh)
 	if err != nil {
 		return "", fmt.Errorf("task: control subscription: %w", err)
 	}
 	defer ctl.Unsubscribe()
-	hb, err := r.d.NC.Subscribe(omni.HeartbeatSubject(r.sid), r.onHeartbeat)
+	hb, err := r.d.NC.ChanSubscribe(omni.HeartbeatSubject(r.sid), hbCh)
 	if err != nil {
 		return "", fmt.Errorf("task: heartbeat subscription: %w", err)
 	}
 	defer hb.Unsubscribe()
+	stopServing := make(chan struct{})
+	var serving sync.WaitGroup
+	for ch, serve := range map[chan *nats.Msg]func(*nats.Msg){ctlCh: r.onControl, hbCh: r.onHeartbeat} {
+		serving.Add(1)
+		go func() {
+			defer serving.Done()
+			for {
+				select {
+				case m := <-ch:
+					serve(m)
+				case <-stopServing:
+					return
+				}
+			}
+		}()
+	}
+	defer func() {
+		close(stopServing)
+		serving.Wait()
+	}()
 
 	if _, err := r.server(ctx, omni.ServerEvent{Type: omni.ServerTaskState, State: stateOf(r.task), TaskID: r.task.ID}, r.task.ID+"/begin"); err != nil {
 		return "", err

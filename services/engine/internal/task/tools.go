@@ -261,6 +261,10 @@ func (r *Runner) ask(tc omni.Message) (string, error) {
 		delete(r.pending, id)
 		r.mu.Unlock()
 	}()
+	// Server events are another producer: the call's own message is
+	// stored first, so the request never precedes the call it asks about
+	// (a loss there is handled when the decision is published).
+	_, _ = r.pub.Settle(r.abortCtx)
 	if _, err := r.server(r.abortCtx, ev, ""); err != nil {
 		return "", err
 	}
