@@ -179,8 +179,14 @@ func (p *Publisher) Publish(ctx context.Context, m *nats.Msg) error {
 // stored; it reports m's sequence. After a failure (this message or an
 // earlier one not stored) it returns the *FailedError and m is not stored.
 func (p *Publisher) Sync(ctx context.Context, m *nats.Msg) (Ack, error) {
+	return p.call(ctx, item{msg: m})
+}
+
+// call queues it with a reply channel and waits for the answer.
+func (p *Publisher) call(ctx context.Context, it item) (Ack, error) {
 	reply := make(chan result, 1)
-	if err := p.put(ctx, item{msg: m, reply: reply}); err != nil {
+	it.reply = reply
+	if err := p.put(ctx, it); err != nil {
 		return Ack{}, err
 	}
 	select {
@@ -199,18 +205,7 @@ func (p *Publisher) Sync(ctx context.Context, m *nats.Msg) (Ack, error) {
 // message was queued) and lost nothing since, else it fails with ErrStale,
 // even after a Resume.
 func (p *Publisher) SyncAfter(ctx context.Context, m *nats.Msg, token uint64) (Ack, error) {
-	reply := make(chan result, 1)
-	if err := p.put(ctx, item{msg: m, reply: reply, after: token, conditional: true}); err != nil {
-		return Ack{}, err
-	}
-	select {
-	case r := <-reply:
-		return r.ack, r.err
-	case <-p.done:
-		return Ack{}, ErrClosed
-	case <-ctx.Done():
-		return Ack{}, ctx.Err()
-	}
+	return p.call(ctx, item{msg: m, after: token, conditional: true})
 }
 
 // Token names the producer's state for SyncAfter: how many losses so far

@@ -216,3 +216,36 @@ func TestConnectionDropIsDetectedAndNothingLandsAfterALoss(t *testing.T) {
 	t.Logf("%d of 2 drops lost messages (detected); every stored sequence in order", failures)
 	_ = strconv.Itoa
 }
+
+// TestSyncAfterNeverOutlivesALoss: a message that depends on an earlier one
+// (an approval decision on its tool call) is refused once the producer
+// lost a message after the token was taken, even after Resume, and goes
+// out with a fresh token.
+func TestSyncAfterNeverOutlivesALoss(t *testing.T) {
+	t.Parallel()
+	env := bustest.Start(t, bus.Config{})
+	var fenced atomic.Bool
+	pub := publish.New(env.JS, publish.Options{Fence: func() bool { return !fenced.Load() }})
+	defer pub.Close()
+	ctx := ctxT(t)
+	tok := pub.Token()
+	fenced.Store(true)
+	pub.Publish(ctx, msg(sid, omni.ClassModel, 0, 0)) // the dependency, lost
+	if _, err := pub.Settle(ctx); err == nil {
+		t.Fatal("settle after a loss succeeded")
+	}
+	if !pub.Failed() {
+		t.Fatal("Failed() = false after a loss")
+	}
+	fenced.Store(false)
+	pub.Resume()
+	if _, err := pub.SyncAfter(ctx, msg(sid, omni.ClassEvent, 0, 1), tok); !errors.Is(err, publish.ErrStale) {
+		t.Fatalf("SyncAfter(token before the loss) = %v, want ErrStale", err)
+	}
+	if _, err := pub.SyncAfter(ctx, msg(sid, omni.ClassEvent, 0, 0), pub.Token()); err != nil {
+		t.Fatalf("SyncAfter(fresh token) = %v", err)
+	}
+	if got := readAll(t, env.JS, sid); len(got) != 1 || got[0] != "0.0" {
+		t.Errorf("stored %q, want only the message sent with a fresh token", got)
+	}
+}

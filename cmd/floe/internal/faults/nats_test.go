@@ -101,25 +101,7 @@ func leaderFailover(t *testing.T, sessions int, kill bool) {
 		return true
 	})
 
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	st, err := c.js.Stream(ctx, omni.SessionsStream)
-	if err != nil {
-		t.Fatal(err)
-	}
-	info, err := st.Info(ctx)
-	if err != nil || info.Cluster == nil {
-		t.Fatalf("stream info: %v", err)
-	}
-	var leader *node
-	for _, nd := range c.nodes {
-		if nd.name == info.Cluster.Leader {
-			leader = nd
-		}
-	}
-	if leader == nil {
-		t.Fatalf("leader %q is none of the nodes", info.Cluster.Leader)
-	}
+	leader := c.sessionsLeader()
 	stoppedAt := time.Now()
 	if kill {
 		leader.proc.kill(t)
@@ -236,23 +218,7 @@ func natsNodeStopped(t *testing.T) (running, after []rec) {
 	task := c.submit(sid, "eight steps")
 	eventually(t, 60*time.Second, "two steps done", func() bool { return c.outputsSoFar(sid) >= 2 })
 
-	st, err := c.js.Stream(ctx, omni.SessionsStream)
-	if err != nil {
-		t.Fatal(err)
-	}
-	info, err := st.Info(ctx)
-	if err != nil || info.Cluster == nil {
-		t.Fatalf("stream info: %v", err)
-	}
-	var leader *node
-	for _, nd := range c.nodes {
-		if nd.name == info.Cluster.Leader {
-			leader = nd
-		}
-	}
-	if leader == nil {
-		t.Fatalf("leader %q is none of the nodes", info.Cluster.Leader)
-	}
+	leader := c.sessionsLeader()
 	stoppedAt := time.Now()
 	if !leader.proc.stop(20 * time.Second) {
 		t.Logf("node %s needed SIGKILL", leader.name)
@@ -364,4 +330,26 @@ func pairsByID(rs []rec, prompt string) (int, []string) {
 		problems = append(problems, "the last server event is not task_state idle")
 	}
 	return len(calls), problems
+}
+
+// sessionsLeader returns the node leading FLOE_SESSIONS.
+func (c *cluster) sessionsLeader() *node {
+	c.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	st, err := c.js.Stream(ctx, omni.SessionsStream)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	info, err := st.Info(ctx)
+	if err != nil || info.Cluster == nil {
+		c.t.Fatalf("stream info: %v", err)
+	}
+	for _, nd := range c.nodes {
+		if nd.name == info.Cluster.Leader {
+			return nd
+		}
+	}
+	c.t.Fatalf("leader %q is none of the nodes", info.Cluster.Leader)
+	return nil
 }
