@@ -189,6 +189,17 @@ func New(d *Deps, t omni.Task) *Runner {
 // outcome on the stream.
 func (r *Runner) Run(ctx context.Context) (status string, err error) {
 	rec, _, err := r.d.Sessions.Get(ctx, r.sid)
+	// A replicated bucket may answer a read from a replica that has not
+	// seen the Begin of this Task yet: look again for a moment before
+	// dropping the Task as not the Session's.
+	for i := 0; err == nil && rec.TaskID != r.task.ID && i < 10; i++ {
+		select {
+		case <-ctx.Done():
+			return "", ctx.Err()
+		case <-time.After(100 * time.Millisecond):
+		}
+		rec, _, err = r.d.Sessions.Get(ctx, r.sid)
+	}
 	if err != nil {
 		return "", fmt.Errorf("task: load session: %w", err)
 	}
