@@ -407,17 +407,26 @@ func decodeRec(t testing.TB, sm bus.StreamMsg) rec {
 // all reads everything stored for a Session.
 func (c *cluster) all(sid string, classes []string) []rec {
 	c.t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
 	var out []rec
-	err := bus.Follow(ctx, c.js, sid, classes, 0, true, func(sm bus.StreamMsg) error {
-		out = append(out, decodeRec(c.t, sm))
-		return nil
-	})
-	if err != nil {
-		c.t.Fatalf("read %s: %v", sid, err)
+	var err error
+	// After a node loss a fresh ordered consumer may stay silent until its
+	// heartbeats are missed: read again with a new one.
+	for attempt := 0; attempt < 4; attempt++ {
+		out = out[:0]
+		actx, acancel := context.WithTimeout(ctx, 20*time.Second)
+		err = bus.Follow(actx, c.js, sid, classes, 0, true, func(sm bus.StreamMsg) error {
+			out = append(out, decodeRec(c.t, sm))
+			return nil
+		})
+		acancel()
+		if err == nil {
+			return out
+		}
 	}
-	return out
+	c.t.Fatalf("read %s: %v", sid, err)
+	return nil
 }
 
 // label names a message compactly, e.g. "request_end:failed",
