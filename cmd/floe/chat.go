@@ -310,8 +310,13 @@ type chat struct {
 	running   bool
 	taskID    string
 	approvals []pendingApproval // asked one at a time, oldest first
-	queued    []string          // piped lines waiting for the running Task
-	steered   []string          // steering sent, not yet delivered
+	// waiting are approval requests whose tool call is not on screen yet
+	// (a reconnect's snapshot lists the pending ones ahead of the replay):
+	// each is asked once its call is shown. shown holds the calls shown.
+	waiting   []waitingApproval
+	shown     map[string]bool
+	queued    []string // piped lines waiting for the running Task
+	steered   []string // steering sent, not yet delivered
 	lastCtrlC time.Time
 	aborting  bool
 	cursor    uint64    // stream events at or below it were in the history
@@ -322,6 +327,53 @@ type chat struct {
 
 type pendingApproval struct {
 	toolCallID, tool string
+}
+
+type waitingApproval struct {
+	se    omni.ServerEvent
+	tc    omni.Message
+	key   string
+	since time.Time
+}
+
+// waitMax bounds how long an approval request waits for its tool call to
+// be shown (a call outside the history shown on resume never comes): then
+// it is asked anyway.
+const waitMax = 3 * time.Second
+
+// callKey names a tool call in the stream: its subagent path and id.
+func callKey(origin []string, toolCallID string) string {
+	return strings.Join(origin, "/") + "|" + toolCallID
+}
+
+// show renders a message and notes a complete tool call as shown, asking
+// the approval that waited for it.
+func (ch *chat) show(ctx context.Context, m *omni.Message) {
+	ch.r.Message(m)
+	if m.Type != omni.KindModel || m.IsPartial() || m.Payload.Type != omni.TypeToolCall {
+		return
+	}
+	k := callKey(m.Origin, m.Payload.ToolCallID)
+	if ch.shown == nil {
+		ch.shown = make(map[string]bool)
+	}
+	ch.shown[k] = true
+	for i, w := range ch.waiting {
+		if w.key == k {
+			ch.waiting = append(ch.waiting[:i], ch.waiting[i+1:]...)
+			ch.ask(ctx, &w.se, &w.tc)
+			return
+		}
+	}
+}
+
+// askStale asks the approval requests that waited waitMax for their call.
+func (ch *chat) askStale(ctx context.Context) {
+	for len(ch.waiting) > 0 && time.Since(ch.waiting[0].since) >= waitMax {
+		w := ch.waiting[0]
+		ch.waiting = ch.waiting[1:]
+		ch.ask(ctx, &w.se, &w.tc)
+	}
 }
 
 // runChat runs the chat until it ends; idle reports that no Task was
@@ -475,14 +527,14 @@ func (ch *chat) showHistory(ctx context.Context) error {
 		ch.say("… %d earlier turns not shown", len(starts)-historyTurns)
 	}
 	for i := from; i < len(msgs); i++ {
-		ch.r.Message(&msgs[i])
+		ch.show(ctx, &msgs[i])
 	}
 	if h.Live != nil {
 		ch.cursor, _ = h.Live.CursorSeq()
 		for _, raw := range h.Live.Fragments {
 			var m omni.Message
 			if omni.Unmarshal(raw, &m) == nil {
-				ch.r.Message(&m)
+				ch.show(ctx, &m)
 			}
 		}
 	}
@@ -513,7 +565,10 @@ func (ch *chat) loop(ctx context.Context, stream *client.Stream, sigs <-chan os.
 			ch.onEvent(ctx, ev)
 		case <-tick.C:
 			ch.countdown()
-			continue
+			if len(ch.waiting) == 0 {
+				continue
+			}
+			ch.askStale(ctx)
 		case <-ch.o.failed:
 			return 1, errors.New("a service stopped on its own; see $FLOE_HOME/logs/floe-chat.log")
 		case <-sigs:
@@ -795,10 +850,16 @@ func (ch *chat) onEvent(ctx context.Context, ev client.Event) {
 			ch.steered = ch.steered[1:]
 		}
 	}
-	ch.r.Message(&m)
+	ch.show(ctx, &m)
 }
 
 func (ch *chat) dropApproval(toolCallID string) {
+	for i, w := range ch.waiting {
+		if w.tc.Payload.ToolCallID == toolCallID {
+			ch.waiting = append(ch.waiting[:i], ch.waiting[i+1:]...)
+			return
+		}
+	}
 	for i, a := range ch.approvals {
 		if a.toolCallID == toolCallID {
 			ch.approvals = append(ch.approvals[:i], ch.approvals[i+1:]...)
@@ -816,17 +877,23 @@ func (ch *chat) onServer(ctx context.Context, se *omni.ServerEvent, snapshot boo
 		if omni.Unmarshal(se.ToolCall, &tc) != nil {
 			return
 		}
+		id := tc.Payload.ToolCallID
 		for _, a := range ch.approvals {
-			if a.toolCallID == tc.Payload.ToolCallID {
+			if a.toolCallID == id {
 				return // the snapshot of a reconnect repeats it
 			}
 		}
-		ch.r.Server(se)
-		ch.approvals = append(ch.approvals, pendingApproval{toolCallID: tc.Payload.ToolCallID, tool: tc.Payload.Name})
-		if !ch.o.askOK {
-			ch.say("%s%s", approvePrompt(tc.Payload.Name), noTerminal)
-			ch.answer(ctx, omni.DecisionDeny)
+		for _, w := range ch.waiting {
+			if w.tc.Payload.ToolCallID == id {
+				return
+			}
 		}
+		// The user sees the call before being asked about it.
+		if k := callKey(se.Origin, id); !ch.shown[k] {
+			ch.waiting = append(ch.waiting, waitingApproval{se: *se, tc: tc, key: k, since: time.Now()})
+			return
+		}
+		ch.ask(ctx, se, &tc)
 	case omni.ServerTaskState:
 		if se.State != omni.StateIdle {
 			if !ch.running {
@@ -846,7 +913,7 @@ func (ch *chat) onServer(ctx context.Context, se *omni.ServerEvent, snapshot boo
 		}
 		ch.r.Flush()
 		ch.running = false
-		ch.approvals = nil
+		ch.approvals, ch.waiting, ch.shown = nil, nil, nil
 		switch se.Status {
 		case omni.StatusCompleted, "":
 		case omni.StatusAborted:
@@ -863,6 +930,16 @@ func (ch *chat) onServer(ctx context.Context, se *omni.ServerEvent, snapshot boo
 		}
 		ch.steered = nil
 		ch.drainQueue(ctx)
+	}
+}
+
+// ask shows an approval request and queues its question.
+func (ch *chat) ask(ctx context.Context, se *omni.ServerEvent, tc *omni.Message) {
+	ch.r.Server(se)
+	ch.approvals = append(ch.approvals, pendingApproval{toolCallID: tc.Payload.ToolCallID, tool: tc.Payload.Name})
+	if !ch.o.askOK {
+		ch.say("%s%s", approvePrompt(tc.Payload.Name), noTerminal)
+		ch.answer(ctx, omni.DecisionDeny)
 	}
 }
 

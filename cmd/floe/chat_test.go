@@ -7,8 +7,10 @@ import (
 	"testing"
 	"time"
 
+	"floe.dev/cmd/floe/internal/render"
 	"floe.dev/pkg/omni"
 	"floe.dev/pkg/trace"
+	"floe.dev/services/gateway/client"
 )
 
 // Two prompts in a row go to one Session: the second model request
@@ -54,12 +56,24 @@ func TestChatTwoPromptsOneSession(t *testing.T) {
 	}
 }
 
+// gatedCmd is a slow command that runs until the test creates the file
+// "proceed" in its Workspace (openGate), bounded at a minute: the steering
+// is queued while it runs, however loaded the machine.
+const gatedCmd = "echo started; i=0; while [ ! -e proceed ]; do i=$((i+1)); if [ $i -gt 600 ]; then break; fi; sleep 0.1; done; echo finished"
+
+func openGate(t *testing.T, ws string) {
+	t.Helper()
+	if err := os.WriteFile(filepath.Join(ws, "proceed"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // Typing while a slow tool runs steers the Task: the line shows as
 // queued, and the next model request gets it as [user_steering].
 func TestChatSteeringDuringSlowTool(t *testing.T) {
 	_, ws, env := chatEnv(t)
 	model := writeScript(t, ws, `{"requests": [
-	  {"steps": [{"tool_call": {"name": "exec_command", "arguments": {"description": "slow", "cmd": "echo started; sleep 2; echo finished"}}}]},
+	  {"steps": [{"tool_call": {"name": "exec_command", "arguments": {"description": "slow", "cmd": "`+gatedCmd+`"}}}]},
 	  {"expect_last_user": "[user_steering]\nuse the blue one\n[/user_steering]", "steps": [{"text": "steered fine"}]}
 	]}`)
 	p := startPTY(t, ws, env, "chat", "--model", model)
@@ -68,6 +82,7 @@ func TestChatSteeringDuringSlowTool(t *testing.T) {
 	p.expect("started")
 	p.send("use the blue one\r")
 	p.expect("queued: use the blue one")
+	openGate(t, ws)
 	p.expect("> use the blue one  (steering)")
 	p.expect("steered fine")
 	p.expect("> ")
@@ -462,7 +477,7 @@ func chatInLongTool(t *testing.T, final string) (*ptyProc, string) {
 func TestChatScreen(t *testing.T) {
 	_, ws, env := chatEnv(t)
 	model := writeScript(t, ws, `{"requests": [
-	  {"steps": [{"text": "Let me run it, streaming slowly", "chunks": 8, "delay_ms": 60}, {"tool_call": {"name": "exec_command", "arguments": {"description": "slow", "cmd": "echo started; sleep 2; echo finished"}}}]},
+	  {"steps": [{"text": "Let me run it, streaming slowly", "chunks": 8, "delay_ms": 60}, {"tool_call": {"name": "exec_command", "arguments": {"description": "slow", "cmd": "`+gatedCmd+`"}}}]},
 	  {"steps": [{"text": "steered fine"}, {"tool_call": {"name": "edit_file", "arguments": {"file_path": "a.txt", "old_string": "x\ny\n", "new_string": "x\nz\n"}}}]},
 	  {"steps": [{"text": "all done"}]}
 	]}`)
@@ -473,6 +488,8 @@ func TestChatScreen(t *testing.T) {
 	p.send("\r")
 	p.expect("started")
 	p.send("use the blue one\r")
+	p.expect("queued: use the blue one")
+	openGate(t, ws)
 	p.expect("(steering)")
 	p.expect("allow edit_file? [Y/n] ")
 	p.send("n\r")
@@ -485,7 +502,7 @@ func TestChatScreen(t *testing.T) {
 	for _, want := range []string{
 		"> do the slow thing",
 		"Let me run it, streaming slowly",
-		`→ exec_command {"description":"slow","cmd":"echo started; sleep 2; echo finished"}`,
+		`→ exec_command {"description":"slow","cmd":"` + gatedCmd + `"}`,
 		"allow exec_command? [Y/n]",
 		"  ✓ allowed call_1",
 		"  │ started",
@@ -527,5 +544,47 @@ func TestChatResumesARun(t *testing.T) {
 		if code != 0 || !strings.Contains(out, "resumed session "+m[1]) || !strings.Contains(out, "> once\nran once\n> and more\n") {
 			t.Errorf("floe %v: status %d\n%s\n%s", args, code, out, errOut)
 		}
+	}
+}
+
+// An approval request that reaches the chat before the call it asks
+// about (a reconnect's snapshot lists pending approvals ahead of the
+// replayed calls) is shown and asked only once the call is on screen; one
+// whose call never comes is asked after waitMax, not lost.
+func TestChatApprovalWaitsForItsCall(t *testing.T) {
+	var buf strings.Builder
+	ch := &chat{o: &chatOpts{askOK: true}, con: &plainConsole{w: &buf}}
+	ch.r = render.New(ch.con, false)
+	ctx := t.Context()
+	approval := func(tc omni.Message) *omni.ServerEvent {
+		raw, err := omni.Marshal(&tc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return &omni.ServerEvent{Type: omni.ServerApprovalRequest, ToolCall: raw}
+	}
+	edit := omni.ToolCall("edit_file", `{"file_path":"a.txt","old_string":"y\n","new_string":"z\n"}`, "call_2")
+	ch.onServer(ctx, approval(edit), true)
+	if len(ch.approvals) != 0 || strings.Contains(buf.String(), "? approve") {
+		t.Fatalf("asked before its call was shown:\n%s", buf.String())
+	}
+	ch.onServer(ctx, approval(edit), false) // the live copy: no second question
+	data, err := omni.Marshal(&edit)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ch.onEvent(ctx, client.Event{ID: "1-7", Data: data})
+	got := buf.String()
+	call, ask := strings.Index(got, "→ edit_file a.txt"), strings.Index(got, "? approve edit_file a.txt (call_2)")
+	if call < 0 || ask < call || strings.Count(got, "? approve") != 1 || len(ch.approvals) != 1 {
+		t.Fatalf("want the call, then one approval request:\n%s", got)
+	}
+
+	lost := omni.ToolCall("exec_command", `{"cmd":"true"}`, "call_3")
+	ch.onServer(ctx, approval(lost), true)
+	ch.waiting[0].since = time.Now().Add(-waitMax)
+	ch.askStale(ctx)
+	if len(ch.approvals) != 2 || !strings.Contains(buf.String(), "? approve exec_command") {
+		t.Fatalf("an approval whose call never came was not asked:\n%s", buf.String())
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"os"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	"github.com/chzyer/readline"
 )
@@ -90,6 +91,11 @@ type ttyConsole struct {
 	typing bool         // the edit buffer is not empty
 	held   bytes.Buffer // output held while typing
 	closed bool
+	// Typing changes are numbered as readline reports them and applied
+	// in that order: a late keystroke's change never undoes the submit
+	// that followed it (which would hold the output with nothing typed).
+	typingSeq atomic.Uint64
+	applied   uint64 // guarded by mu: the last change applied
 }
 
 func newTTYConsole() (*ttyConsole, error) {
@@ -119,7 +125,7 @@ func newTTYConsole() (*ttyConsole, error) {
 func (c *ttyConsole) read() {
 	for {
 		line, err := c.rl.Readline()
-		c.setTyping(false)
+		c.setTyping(c.typingSeq.Add(1), false)
 		switch {
 		case err == nil:
 			c.events <- inputEvent{kind: inLine, text: line}
@@ -143,13 +149,18 @@ func (c *ttyConsole) read() {
 // OnChange is readline's Listener: it tells whether the user is typing.
 func (c *ttyConsole) OnChange(line []rune, _ int, _ rune) ([]rune, int, bool) {
 	typing := len(line) > 0
-	go c.setTyping(typing) // readline is mid-keystroke: redraw later
+	seq := c.typingSeq.Add(1)
+	go c.setTyping(seq, typing) // readline is mid-keystroke: redraw later
 	return nil, 0, false
 }
 
-func (c *ttyConsole) setTyping(typing bool) {
+func (c *ttyConsole) setTyping(seq uint64, typing bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if seq < c.applied {
+		return // a later change is in
+	}
+	c.applied = seq
 	if c.typing == typing {
 		return
 	}
