@@ -1,0 +1,355 @@
+package task
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/rs/zerolog"
+
+	"floe.dev/pkg/bus"
+	"floe.dev/pkg/bus/bustest"
+	"floe.dev/pkg/omni"
+	"floe.dev/services/engine/internal/model"
+	"floe.dev/services/engine/internal/provider/scripted"
+)
+
+// harness drives Runners directly against a real embedded nats-server:
+// the Session record is created as the gateway does, a Task is begun and
+// run by task.Runner, tool jobs are served by a small fake runner that
+// speaks the toolrunner's bus protocol (job from FLOE_TOOLS, heartbeats,
+// complete output with the output Msg-Id, cancel request/reply).
+type harness struct {
+	t    *testing.T
+	env  *bustest.Env
+	deps *Deps
+	prov *scripted.Provider
+}
+
+func newHarness(t *testing.T, script string, tune func(*Settings)) *harness {
+	t.Helper()
+	env := bustest.Start(t, bus.Config{})
+	prov, err := scripted.Parse("test", []byte(script))
+	if err != nil {
+		t.Fatalf("script: %v", err)
+	}
+	s := Settings{
+		Pool:             omni.DefaultPool,
+		RetryBase:        20 * time.Millisecond,
+		RetryCap:         80 * time.Millisecond,
+		RetryMax:         3,
+		HeartbeatTimeout: 5 * time.Second,
+		CancelWait:       3 * time.Second,
+		ToolListTimeout:  5 * time.Second,
+		MaxSubagentDepth: 0,
+		AckWait:          30 * time.Second,
+	}
+	if tune != nil {
+		tune(&s)
+	}
+	d := &Deps{
+		NC:       env.Conn,
+		JS:       env.JS,
+		Sessions: env.Sessions,
+		Log:      zerolog.Nop(),
+		Settings: s,
+		Resolve: func(ref string) (model.Provider, model.Info, error) {
+			if ref != "scripted:test" {
+				return nil, model.Info{}, fmt.Errorf("unknown model %q", ref)
+			}
+			return prov, prov.Info(), nil
+		},
+		Tools: func(context.Context) (omni.ToolList, error) {
+			return omni.ToolList{Tools: []omni.ToolSpec{{
+				Name: "exec_command", Description: "run a command",
+				Parameters: json.RawMessage(`{"type":"object"}`), Permission: "rw", Source: "builtin",
+			}}}, nil
+		},
+	}
+	return &harness{t: t, env: env, deps: d, prov: prov}
+}
+
+// session creates an idle Session record.
+func (h *harness) session(sid, mode string) {
+	h.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	rec := &omni.SessionRecord{ID: sid, Model: "scripted:test", Workspace: h.t.TempDir(),
+		ApprovalMode: mode, State: omni.StateIdle, CreatedUnixMs: time.Now().UnixMilli()}
+	if err := h.env.Sessions.Create(ctx, rec); err != nil {
+		h.t.Fatalf("create session: %v", err)
+	}
+}
+
+type result struct {
+	status string
+	err    error
+}
+
+// run begins a Task with the user text and runs it on its own goroutine.
+func (h *harness) run(sid, taskID, text string) <-chan result {
+	h.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	h.t.Cleanup(cancel)
+	if _, err := h.env.Sessions.Begin(ctx, sid, omni.StateRunning, taskID); err != nil {
+		h.t.Fatalf("begin: %v", err)
+	}
+	r := New(h.deps, omni.Task{ID: taskID, Kind: omni.TaskRun, SessionID: sid,
+		Input: []omni.InputPart{{Type: "text", Text: text}}})
+	done := make(chan result, 1)
+	go func() {
+		st, err := r.Run(ctx)
+		done <- result{st, err}
+	}()
+	return done
+}
+
+func (h *harness) wait(done <-chan result) string {
+	h.t.Helper()
+	select {
+	case res := <-done:
+		if res.err != nil {
+			h.t.Fatalf("run: %v", res.err)
+		}
+		return res.status
+	case <-time.After(30 * time.Second):
+		h.t.Fatal("task did not finish")
+		return ""
+	}
+}
+
+// messages reads the Session's stream in order (server events skipped).
+func (h *harness) messages(sid string) []omni.Message {
+	h.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	var out []omni.Message
+	err := bus.FollowUntil(ctx, h.env.JS, sid, nil, 0, true, func(sm bus.StreamMsg) error {
+		if sm.Class == omni.ClassServer {
+			return nil
+		}
+		m, err := omni.Decode(sm.Data)
+		if err != nil {
+			return fmt.Errorf("seq %d: %w", sm.Seq, err)
+		}
+		out = append(out, m)
+		return nil
+	})
+	if err != nil {
+		h.t.Fatalf("read stream: %v", err)
+	}
+	return out
+}
+
+// control sends one control request to the Task's engine.
+func (h *harness) control(sid, verb string, c omni.Control) (omni.ControlReply, error) {
+	body, _ := omni.Pack(&c)
+	m, err := h.env.Conn.Request(omni.ControlSubject(sid, verb), body, 5*time.Second)
+	if err != nil {
+		return omni.ControlReply{}, err
+	}
+	var rep omni.ControlReply
+	return rep, omni.Unpack(m.Data, &rep)
+}
+
+// pending returns the tool call ids of the pending approval requests.
+func (h *harness) pending(sid string) []string {
+	rep, err := h.control(sid, omni.CtlPending, omni.Control{})
+	if err != nil || !rep.OK {
+		return nil
+	}
+	var ids []string
+	for _, ev := range rep.Pending {
+		var se omni.ServerEvent
+		if json.Unmarshal(ev, &se) != nil {
+			continue
+		}
+		m, err := omni.Decode(se.ToolCall)
+		if err == nil {
+			ids = append(ids, m.Payload.ToolCallID)
+		}
+	}
+	return ids
+}
+
+// fakeRunner serves the pool's tool jobs for one Session as the toolrunner
+// does on the bus. behave decides per job: nil output means "run until
+// cancelled" (heartbeats keep going; a cancel publishes the interrupted
+// output, then confirms).
+type fakeRunner struct {
+	h      *harness
+	sid    string
+	behave func(job omni.ToolJob) *omni.Message
+
+	mu      sync.Mutex
+	jobs    []string
+	running map[string]chan struct{}
+}
+
+func (h *harness) runner(sid string, behave func(omni.ToolJob) *omni.Message) *fakeRunner {
+	h.t.Helper()
+	f := &fakeRunner{h: h, sid: sid, behave: behave, running: map[string]chan struct{}{}}
+	nc := bustest.Connect(h.t, h.env.Server)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	cons, err := js.CreateOrUpdateConsumer(ctx, omni.ToolsStream, jetstream.ConsumerConfig{
+		Durable: "fake-" + sid, FilterSubject: omni.ToolSubject(omni.DefaultPool, sid),
+		AckPolicy: jetstream.AckExplicitPolicy,
+	})
+	if err != nil {
+		h.t.Fatalf("tool consumer: %v", err)
+	}
+	var wg sync.WaitGroup
+	stop := make(chan struct{})
+	sub, err := nc.Subscribe(omni.CancelSubject(sid), func(m *nats.Msg) {
+		var c omni.Cancel
+		_ = omni.Unpack(m.Data, &c)
+		var stopped []string
+		for _, id := range c.ToolCallIDs {
+			f.mu.Lock()
+			ch := f.running[id]
+			delete(f.running, id)
+			f.mu.Unlock()
+			if ch == nil {
+				continue
+			}
+			close(ch)
+			out := omni.ToolCallOutput(id, omni.InterruptedOutput, omni.StatusAborted)
+			f.publish(js, &out)
+			stopped = append(stopped, id)
+		}
+		if len(stopped) > 0 {
+			b, _ := omni.Pack(&omni.CancelReply{Runner: "fake", ToolCallIDs: stopped})
+			_ = m.Respond(b)
+		}
+	})
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	cc, err := cons.Consume(func(msg jetstream.Msg) {
+		var job omni.ToolJob
+		if err := omni.Unpack(msg.Data(), &job); err != nil {
+			_ = msg.Term()
+			return
+		}
+		_ = msg.Ack()
+		f.mu.Lock()
+		f.jobs = append(f.jobs, job.ToolCallID)
+		f.mu.Unlock()
+		f.beat(nc, job.ToolCallID)
+		if out := f.behave(job); out != nil {
+			f.publish(js, out)
+			return
+		}
+		ch := make(chan struct{})
+		f.mu.Lock()
+		f.running[job.ToolCallID] = ch
+		f.mu.Unlock()
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			tick := time.NewTicker(100 * time.Millisecond)
+			defer tick.Stop()
+			for {
+				select {
+				case <-ch:
+					return
+				case <-stop:
+					return
+				case <-tick.C:
+					f.beat(nc, job.ToolCallID)
+				}
+			}
+		}()
+	})
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	h.t.Cleanup(func() {
+		cc.Stop()
+		_ = sub.Unsubscribe()
+		close(stop)
+		wg.Wait()
+	})
+	return f
+}
+
+func (f *fakeRunner) beat(nc *nats.Conn, id string) {
+	b, _ := omni.Pack(&omni.Heartbeat{Runner: "fake", ToolCallIDs: []string{id}})
+	_ = nc.Publish(omni.HeartbeatSubject(f.sid), b)
+}
+
+func (f *fakeRunner) publish(js jetstream.JetStream, out *omni.Message) {
+	nm, err := bus.SessionMsg(f.sid, out, bus.OutputMsgID(f.sid, out.Payload.ToolCallID))
+	if err != nil {
+		f.h.t.Error(err)
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if _, err := js.PublishMsg(ctx, nm); err != nil && !errors.Is(err, context.Canceled) {
+		f.h.t.Errorf("publish output: %v", err)
+	}
+}
+
+func (f *fakeRunner) ran() []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]string(nil), f.jobs...)
+}
+
+// echo answers every job at once with "ran <id>".
+func echo(job omni.ToolJob) *omni.Message {
+	m := omni.ToolCallOutput(job.ToolCallID, "ran "+job.ToolCallID, omni.StatusCompleted)
+	return &m
+}
+
+// index returns the position of the first message matching, or -1.
+func index(msgs []omni.Message, match func(*omni.Message) bool) int {
+	for i := range msgs {
+		if match(&msgs[i]) {
+			return i
+		}
+	}
+	return -1
+}
+
+func isType(typ, callID string) func(*omni.Message) bool {
+	return func(m *omni.Message) bool {
+		return m.Payload.Type == typ && (callID == "" || m.Payload.ToolCallID == callID)
+	}
+}
+
+// dump renders the stream compactly for failure messages.
+func dump(msgs []omni.Message) string {
+	var b strings.Builder
+	for i, m := range msgs {
+		fmt.Fprintf(&b, "\n%3d %s", i, m.Payload.Type)
+		if m.Payload.EventType != "" {
+			b.WriteString("/" + m.Payload.EventType)
+		}
+		if m.Payload.ToolCallID != "" {
+			b.WriteString(" " + m.Payload.ToolCallID)
+		}
+		for _, s := range []string{m.Payload.Decision, m.Payload.Status, m.Payload.StopReason} {
+			if s != "" {
+				b.WriteString(" " + s)
+			}
+		}
+		if len(m.Origin) > 0 {
+			b.WriteString(" origin=" + strings.Join(m.Origin, "/"))
+		}
+	}
+	return b.String()
+}
