@@ -1,6 +1,7 @@
 package task
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -179,7 +180,8 @@ func (h *harness) pending(sid string) []string {
 	return ids
 }
 
-// fakeRunner serves the pool's tool jobs for one Session as the toolrunner
+// fakeRunner serves the pool's tool jobs for one Session (every Session
+// when sid is "") as the toolrunner
 // does on the bus. behave decides per job: nil output means "run until
 // cancelled" (heartbeats keep going; a cancel publishes the interrupted
 // output, then confirms).
@@ -204,7 +206,7 @@ func (h *harness) runner(sid string, behave func(omni.ToolJob) *omni.Message) *f
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	cons, err := js.CreateOrUpdateConsumer(ctx, omni.ToolsStream, jetstream.ConsumerConfig{
-		Durable: "fake-" + sid, FilterSubject: omni.ToolSubject(omni.DefaultPool, sid),
+		Durable: "fake-" + cmp.Or(sid, "all"), FilterSubject: omni.ToolSubject(omni.DefaultPool, cmp.Or(sid, "*")),
 		AckPolicy: jetstream.AckExplicitPolicy,
 	})
 	if err != nil {
@@ -212,7 +214,8 @@ func (h *harness) runner(sid string, behave func(omni.ToolJob) *omni.Message) *f
 	}
 	var wg sync.WaitGroup
 	stop := make(chan struct{})
-	sub, err := nc.Subscribe(omni.CancelSubject(sid), func(m *nats.Msg) {
+	sub, err := nc.Subscribe(omni.CancelSubject(cmp.Or(sid, "*")), func(m *nats.Msg) {
+		msid := strings.TrimPrefix(m.Subject, omni.CancelSubject(""))
 		var c omni.Cancel
 		_ = omni.Unpack(m.Data, &c)
 		var stopped []string
@@ -226,7 +229,7 @@ func (h *harness) runner(sid string, behave func(omni.ToolJob) *omni.Message) *f
 			}
 			close(ch)
 			out := omni.ToolCallOutput(id, omni.InterruptedOutput, omni.StatusAborted)
-			f.publish(js, &out)
+			f.publish(js, msid, &out)
 			stopped = append(stopped, id)
 		}
 		if len(stopped) > 0 {
@@ -247,9 +250,9 @@ func (h *harness) runner(sid string, behave func(omni.ToolJob) *omni.Message) *f
 		f.mu.Lock()
 		f.jobs = append(f.jobs, job.ToolCallID)
 		f.mu.Unlock()
-		f.beat(nc, job.ToolCallID)
+		f.beat(nc, job.SessionID, job.ToolCallID)
 		if out := f.behave(job); out != nil {
-			f.publish(js, out)
+			f.publish(js, job.SessionID, out)
 			return
 		}
 		ch := make(chan struct{})
@@ -268,7 +271,7 @@ func (h *harness) runner(sid string, behave func(omni.ToolJob) *omni.Message) *f
 				case <-stop:
 					return
 				case <-tick.C:
-					f.beat(nc, job.ToolCallID)
+					f.beat(nc, job.SessionID, job.ToolCallID)
 				}
 			}
 		}()
@@ -285,13 +288,13 @@ func (h *harness) runner(sid string, behave func(omni.ToolJob) *omni.Message) *f
 	return f
 }
 
-func (f *fakeRunner) beat(nc *nats.Conn, id string) {
+func (f *fakeRunner) beat(nc *nats.Conn, sid, id string) {
 	b, _ := omni.Pack(&omni.Heartbeat{Runner: "fake", ToolCallIDs: []string{id}})
-	_ = nc.Publish(omni.HeartbeatSubject(f.sid), b)
+	_ = nc.Publish(omni.HeartbeatSubject(sid), b)
 }
 
-func (f *fakeRunner) publish(js jetstream.JetStream, out *omni.Message) {
-	nm, err := bus.SessionMsg(f.sid, out, bus.OutputMsgID(f.sid, out.Payload.ToolCallID))
+func (f *fakeRunner) publish(js jetstream.JetStream, sid string, out *omni.Message) {
+	nm, err := bus.SessionMsg(sid, out, bus.OutputMsgID(sid, out.Payload.ToolCallID))
 	if err != nil {
 		f.h.t.Error(err)
 		return

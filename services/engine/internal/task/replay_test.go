@@ -53,12 +53,12 @@ func TestRecordReplayTrace(t *testing.T) {
 		if job.ToolCallID == "call_1" {
 			go func() {
 				<-release
-				fr.publish(h.env.JS, echo(job))
+				fr.publish(h.env.JS, replaySID, echo(job))
 			}()
 			return nil
 		}
 		out := echo(job)
-		fr.publish(h.env.JS, out)
+		fr.publish(h.env.JS, replaySID, out)
 		close(release)
 		return nil
 	})
