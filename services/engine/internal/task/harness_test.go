@@ -127,27 +127,7 @@ func (h *harness) wait(done <-chan result) string {
 }
 
 // messages reads the Session's stream in order (server events skipped).
-func (h *harness) messages(sid string) []omni.Message {
-	h.t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	var out []omni.Message
-	err := bus.FollowUntil(ctx, h.env.JS, sid, nil, 0, true, func(sm bus.StreamMsg) error {
-		if sm.Class == omni.ClassServer {
-			return nil
-		}
-		m, err := omni.Decode(sm.Data)
-		if err != nil {
-			return fmt.Errorf("seq %d: %w", sm.Seq, err)
-		}
-		out = append(out, m)
-		return nil
-	})
-	if err != nil {
-		h.t.Fatalf("read stream: %v", err)
-	}
-	return out
-}
+func (h *harness) messages(sid string) []omni.Message { return h.classMessages(sid, nil) }
 
 // control sends one control request to the Task's engine.
 func (h *harness) control(sid, verb string, c omni.Control) (omni.ControlReply, error) {
