@@ -191,6 +191,12 @@ func TestAlwaysAskApprovalFlow(t *testing.T) {
 	g := startGateway(t, env, "", nil)
 	sess := createSession(t, g.Alice, client.CreateSession{ApprovalMode: omni.ApproveAlwaysAsk})
 	s1 := openStream(t, g.Alice, sess.ID, "")
+	// The gateway reads a connection's snapshot after answering its
+	// request: wait for it, so the approval asked below reaches s1 live
+	// (with an id), not as part of a snapshot read late.
+	if ev := s1.next(); ev.ID != "" || !isTaskState(omni.StateIdle)(ev) {
+		t.Fatalf("first event = %q %s, want the task_state idle snapshot without id", ev.ID, ev.Data)
+	}
 	submit(t, g.Alice, sess.ID, "read a.txt")
 	req := s1.until("approval_request", func(ev client.Event) bool {
 		se, ok := serverEvent(ev)
