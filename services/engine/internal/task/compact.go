@@ -42,7 +42,7 @@ func (r *Runner) compactionReason() string {
 // Trace file, then (summarize) the [context_summary] user text, also Trace
 // only. One that cannot complete ends failed whatever its last attempt's
 // status, keeps the old context and never rotates the Trace.
-func (r *Runner) compact(ctx context.Context, reason string) string {
+func (r *Runner) compact(ctx, actx context.Context, reason string) string {
 	mode := r.rec.Compaction.Mode
 	if mode == "" {
 		mode = omni.ModeSummarize
@@ -59,7 +59,7 @@ func (r *Runner) compact(ctx context.Context, reason string) string {
 
 	res := compaction{status: omni.StatusCompleted}
 	if mode == omni.ModeSummarize {
-		res = r.summarize(ctx)
+		res = r.summarize(ctx, actx)
 	}
 	if res.status != omni.StatusCompleted && res.status != omni.StatusAborted {
 		res.status = omni.StatusFailed
@@ -122,7 +122,7 @@ type compaction struct {
 // attempt in its own request bracket on the trace subject. Only a
 // non-empty text answer counts: a tool call, an empty summary or exhausted
 // retries fail it.
-func (r *Runner) summarize(ctx context.Context) compaction {
+func (r *Runner) summarize(ctx, actx context.Context) compaction {
 	prompt := omni.UserText(CompactionPrompt)
 	r.publishClass(&prompt, omni.ClassTrace, "")
 	for attempt := int64(1); ; attempt++ {
@@ -136,7 +136,7 @@ func (r *Runner) summarize(ctx context.Context) compaction {
 			Messages:     r.contextMessages(CompactionPrompt),
 			IDs:          &r.ids,
 		}
-		res, err := r.prov.Stream(r.abortCtx, req, func(d model.Delta) error {
+		res, err := r.prov.Stream(actx, req, func(d model.Delta) error {
 			switch d.Type {
 			case omni.TypeText:
 				text.WriteString(d.Text)
@@ -196,7 +196,7 @@ func (r *Runner) summarize(ctx context.Context) compaction {
 		if !retry {
 			return compaction{status, attempt, msg}
 		}
-		if !r.sleepBackoff(wait) {
+		if !r.sleepBackoff(actx, wait) {
 			return compaction{omni.StatusAborted, attempt, msg}
 		}
 	}

@@ -15,7 +15,8 @@ import (
 
 // request runs one model request with the reconnect ladder and returns its
 // final status and the tool calls it committed (in call order).
-func (r *Runner) request(ctx context.Context) (string, []string) {
+// ctx is the lease scope, actx the abort scope.
+func (r *Runner) request(ctx, actx context.Context) (string, []string) {
 	var retried string // the [turn_retried] block of the previous attempt
 	for attempt := 1; ; attempt++ {
 		if r.retryNext && attempt == 1 {
@@ -38,7 +39,11 @@ func (r *Runner) request(ctx context.Context) (string, []string) {
 
 		queue := make(chan omni.Message, 256)
 		approvalsDone := make(chan struct{})
-		go r.approveLoop(queue, approvalsDone)
+		r.workers.Add(1)
+		go func() {
+			defer r.workers.Done()
+			r.approveLoop(ctx, actx, queue, approvalsDone)
+		}()
 
 		var calls []string
 		seg := segment.New(func(m *omni.Message) error {
@@ -66,7 +71,7 @@ func (r *Runner) request(ctx context.Context) (string, []string) {
 			ThinkingLevel: r.task.ThinkingLevel,
 			IDs:           &r.ids,
 		}
-		res, err := r.prov.Stream(r.abortCtx, req, seg.Add)
+		res, err := r.prov.Stream(actx, req, seg.Add)
 		if ctx.Err() != nil {
 			// The engine is shutting down: leave the request open; the
 			// engine that takes the Task over closes it as failed and retries.
@@ -173,7 +178,7 @@ func (r *Runner) request(ctx context.Context) (string, []string) {
 		// Calls of the failed attempt already ran or run now: wait for them,
 		// so they are never executed twice, and tell the model what they did.
 		<-approvalsDone
-		if err := r.awaitOutputs(calls); err != nil {
+		if err := r.awaitOutputs(actx, calls); err != nil {
 			return omni.StatusAborted, nil
 		}
 		if !retry {
@@ -182,7 +187,7 @@ func (r *Runner) request(ctx context.Context) (string, []string) {
 		retried = omni.Block(omni.TagTurnRetried, fmt.Sprintf(
 			"The previous attempt failed (%s: %s). Its partial output is below; tool calls marked executed already ran and must not be repeated, incomplete ones never ran.\n%s",
 			status, errMsg, describe(seg.Completed, r.outputsOf(calls))))
-		if !r.sleepBackoff(wait) {
+		if !r.sleepBackoff(actx, wait) {
 			return omni.StatusAborted, nil
 		}
 	}
@@ -201,7 +206,7 @@ func (r *Runner) backoffFor(n int) time.Duration {
 }
 
 // sleepBackoff waits d, or less when retry-now arrives; false on abort.
-func (r *Runner) sleepBackoff(d time.Duration) bool {
+func (r *Runner) sleepBackoff(actx context.Context, d time.Duration) bool {
 	skip := make(chan struct{})
 	r.mu.Lock()
 	r.backoff = skip
@@ -216,7 +221,7 @@ func (r *Runner) sleepBackoff(d time.Duration) bool {
 	select {
 	case <-t.C:
 	case <-skip:
-	case <-r.abortCtx.Done():
+	case <-actx.Done():
 		return false
 	}
 	return true

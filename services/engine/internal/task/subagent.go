@@ -39,11 +39,13 @@ type subagentArgs struct {
 // subjects and Trace, every message republished on this Session's nested
 // subject with the child id prepended to origin, its approval requests
 // surfaced here with origin. The call's output is the child's final answer.
-func (r *Runner) runSubagent(tc omni.Message) {
+// ctx is the lease scope (forwarding outlives an abort), actx the abort
+// scope.
+func (r *Runner) runSubagent(ctx, actx context.Context, tc omni.Message) {
 	id := tc.Payload.ToolCallID
 	fail := func(text string) {
 		out := omni.ToolCallOutput(id, text, omni.StatusFailed)
-		if err := r.publishSync(context.WithoutCancel(r.abortCtx), &out, bus.OutputMsgID(r.sid, id)); err != nil {
+		if err := r.publishSync(context.WithoutCancel(actx), &out, bus.OutputMsgID(r.sid, id)); err != nil {
 			r.log.Error().Err(err).Msg("could not publish subagent output")
 		}
 	}
@@ -58,7 +60,6 @@ func (r *Runner) runSubagent(tc omni.Message) {
 		fail(fmt.Sprintf("run_subagent: nesting depth limit (%d) reached", r.d.Settings.MaxSubagentDepth))
 		return
 	}
-	ctx := r.abortCtx
 	now := time.Now().UTC()
 	b := make([]byte, 4)
 	_, _ = rand.Read(b)
@@ -73,7 +74,7 @@ func (r *Runner) runSubagent(tc omni.Message) {
 		State: omni.StateRunning, TaskID: childTask.ID, Parent: r.sid, Depth: r.rec.Depth + 1,
 		CommandPolicy: r.rec.CommandPolicy,
 	}
-	if err := r.d.Sessions.Create(ctx, rec); err != nil {
+	if err := r.d.Sessions.Create(actx, rec); err != nil {
 		fail(fmt.Sprintf("run_subagent: could not create the child Session: %v", err))
 		return
 	}
@@ -91,7 +92,7 @@ func (r *Runner) runSubagent(tc omni.Message) {
 
 	nm, err := bus.PackMsg(omni.TaskSubject(child), &childTask)
 	if err == nil {
-		_, err = r.d.JS.PublishMsg(ctx, nm)
+		_, err = r.d.JS.PublishMsg(actx, nm)
 	}
 	if err != nil {
 		fail(fmt.Sprintf("run_subagent: could not start the child Task: %v", err))
@@ -100,11 +101,19 @@ func (r *Runner) runSubagent(tc omni.Message) {
 	// Forwarding outlives a user abort: the child is aborted and its
 	// stream forwarded to its end, so the parent's abort (published once
 	// this returns) comes after everything of the child's.
-	fctx, stopForwarding := context.WithCancel(r.runCtx)
+	fctx, stopForwarding := context.WithCancel(ctx)
 	defer stopForwarding()
-	stopWatch := context.AfterFunc(r.abortCtx, func() {
+	// The abort watcher is owned here and joined before the call ends.
+	watched := make(chan struct{})
+	go func() {
+		defer close(watched)
+		select {
+		case <-actx.Done():
+		case <-fctx.Done():
+			return
+		}
 		if !r.aborted() {
-			return // the engine is stopping: fctx ends too
+			return // the engine is stopping or lost the lease: fctx ends too
 		}
 		bound := time.NewTimer(childAbortWait + r.d.Settings.CancelWait)
 		defer bound.Stop()
@@ -115,10 +124,11 @@ func (r *Runner) runSubagent(tc omni.Message) {
 			stopForwarding()
 		case <-fctx.Done():
 		}
-	})
-	defer stopWatch()
+	}()
 	answer, status, err := r.forwardChild(fctx, child, childTask.ID)
-	if r.abortCtx.Err() != nil {
+	stopForwarding()
+	<-watched
+	if actx.Err() != nil {
 		// Abort (the child was stopped too; the call counts as
 		// interrupted) or shutdown (the Task is resumed elsewhere).
 		return
@@ -136,7 +146,7 @@ func (r *Runner) runSubagent(tc omni.Message) {
 		answer = omni.NoOutput
 	}
 	out := omni.ToolCallOutput(id, answer, stop)
-	if err := r.publishSync(ctx, &out, bus.OutputMsgID(r.sid, id)); err != nil && !r.aborted() {
+	if err := r.publishSync(actx, &out, bus.OutputMsgID(r.sid, id)); err != nil && !r.aborted() {
 		r.log.Error().Err(err).Msg("could not publish subagent output")
 	}
 }

@@ -13,19 +13,38 @@
 //
 // # Concurrency contract
 //
+// No context is stored in the Runner; they flow as parameters. Run owns
+// two scopes: the lease scope (its ctx, derived from the engine's),
+// which ends when the engine stops or another engine takes the Task
+// (ErrLeaseLost), and the abort scope (actx, derived from it), which a
+// user abort also ends. Code that must go on after a user abort (the
+// request's end, the abort itself, a subagent's forwarding to the child's
+// end) takes the lease scope; the model stream, approvals and the wait for
+// outputs take the abort scope. The Runner keeps only the two cancel
+// functions (control requests end the abort scope; the lease watcher and
+// leaseValid end the lease scope) and atomic flags recording why
+// (userAborted, leaseLost), which aborted and leaseValid read.
+//
 // Run owns every goroutine of a Task and joins them before it returns: the
 // lease watcher, the two subscription servers (control requests and
 // heartbeats arrive on channel subscriptions; no NATS callback goroutine
-// calls into the Task), the approval loop of each request, subagent runs,
-// and the goroutines of the Task's producers (closed, after settling, at
-// the end). The outputs consumer's callback only records an output under
-// the mutex and signals changed. Run's context is the lease context:
-// losing the lease cancels it; abortCtx (derived) ends on a user abort.
+// calls into the Task), the approval loop of each request and the
+// subagent runs (Runner.workers, waited for before the Task finishes; a
+// subagent run joins its own abort watcher), the outputs consumer (stopped
+// and drained), and the goroutines of the Task's producers (closed, after
+// settling, at the end). The outputs consumer's callback only records an
+// output under the mutex and signals changed. The control server is the
+// only goroutine that may block on a NATS request (forwarding a decision
+// to a child Session); it never holds the mutex while doing so.
 //
-// Runner.mu guards the fold (fc), calls, pending approvals, steering and
-// its closed flag, the backoff channel, children and their approvals. It
-// is held only for reads and updates of those fields, never across a
-// publish, a NATS request or a channel send that can block.
+// Runner.mu guards the fold (fc), calls and their states, pending
+// approvals, steering and its closed flag, the backoff channel (retry-now),
+// children and their approvals. It is held only for reads and updates of
+// those fields, never across a publish, a NATS request or a channel send
+// that can block. Fields set before Run starts its goroutines (rec, prov,
+// info, tools, toolPerms, the producers, lease, abort, loseLease) are not
+// guarded; rec.CarryOver, retryNext and usage are touched only by the
+// goroutine running the agent loop (run).
 package task
 
 import (
@@ -123,9 +142,10 @@ type Runner struct {
 	tools     []omni.ToolSpec
 	toolPerms map[string]string
 
-	abortCtx context.Context
-	abort    context.CancelCauseFunc
-	runCtx   context.Context // Run's ctx: ends only when the engine stops
+	// abort ends the Task's abort scope (Run's actx) with errAborted; set
+	// by Run before it serves control requests. userAborted records it.
+	abort       context.CancelCauseFunc
+	userAborted atomic.Bool
 
 	mu       sync.Mutex
 	fc       *fold.Context
@@ -149,15 +169,19 @@ type Runner struct {
 	// by anyone but the request loop (publishDecision).
 	inAttempt atomic.Bool
 
-	// lease fencing (see watchLease, leaseValid)
+	// lease fencing (see watchLease, leaseValid): loseLease ends Run's
+	// lease scope; leaseLost records that it did.
 	lease      string
 	loseLease  context.CancelCauseFunc
+	leaseLost  atomic.Bool
 	leaseCheck atomic.Int64 // unix nanos of the last confirmation
 	retryNext  bool
 
 	children       map[string]string        // running child Session → its Task
 	childApprovals map[string]childApproval // a child's pending calls
-	subagents      sync.WaitGroup
+	// workers counts the approval loops and subagent runs; Run waits for
+	// them before it finishes the Task.
+	workers sync.WaitGroup
 }
 
 type approval struct {
@@ -233,7 +257,7 @@ func (r *Runner) Run(ctx context.Context) (status string, err error) {
 	watchDone := make(chan struct{})
 	go func() {
 		defer close(watchDone)
-		r.watchLease(ctx, lease, loseLease, stopWatch)
+		r.watchLease(ctx, lease, stopWatch)
 	}()
 	defer func() {
 		select {
@@ -243,9 +267,12 @@ func (r *Runner) Run(ctx context.Context) (status string, err error) {
 		}
 		<-watchDone
 	}()
-	r.runCtx = ctx
-	r.abortCtx, r.abort = context.WithCancelCause(ctx)
-	defer r.abort(nil)
+	// The abort scope: a user abort (onControl) ends it, and with it the
+	// model stream, approvals and the wait for outputs; ctx (the lease
+	// scope) goes on for what the Task publishes after an abort.
+	actx, abort := context.WithCancelCause(ctx)
+	defer abort(nil)
+	r.abort = abort
 
 	// Control requests and heartbeats arrive on channel subscriptions and
 	// are served by goroutines Run owns and joins: no NATS callback
@@ -301,15 +328,15 @@ func (r *Runner) Run(ctx context.Context) (status string, err error) {
 		}
 	}
 
-	outputs, err := r.followOutputs(r.abortCtx, lastSeq+1)
+	outputs, err := r.followOutputs(actx, lastSeq+1)
 	if err != nil {
 		return "", err
 	}
 	defer outputs()
 
-	status = r.run(ctx)
+	status = r.run(ctx, actx)
 	leftover := r.closeSteering()
-	r.subagents.Wait()
+	r.workers.Wait()
 	if ctx.Err() != nil {
 		if errors.Is(context.Cause(ctx), ErrLeaseLost) {
 			r.log.Warn().Msg("lost the Task to another engine; stopped")
@@ -351,7 +378,7 @@ var ErrLeaseLost = errors.New("task: lease lost to another engine")
 
 // watchLease checks every second that the Session record still names this
 // Task and lease; when it does not, it cancels the run with ErrLeaseLost.
-func (r *Runner) watchLease(ctx context.Context, lease string, lose context.CancelCauseFunc, stop <-chan struct{}) {
+func (r *Runner) watchLease(ctx context.Context, lease string, stop <-chan struct{}) {
 	tick := time.NewTicker(min(time.Second, r.leaseStale()/2))
 	defer tick.Stop()
 	for {
@@ -367,7 +394,7 @@ func (r *Runner) watchLease(ctx context.Context, lease string, lose context.Canc
 			continue // the bus is briefly unavailable; the ack wait covers it
 		}
 		if rec.TaskID != r.task.ID || rec.Lease != lease {
-			lose(ErrLeaseLost)
+			r.lostLease()
 			return
 		}
 		r.leaseCheck.Store(time.Now().UnixNano())
@@ -392,8 +419,11 @@ func (r *Runner) leaseValid() bool {
 	if r.loseLease == nil {
 		return true // not started through Run (benchmarks)
 	}
+	if r.leaseLost.Load() {
+		return false
+	}
 	if time.Since(time.Unix(0, r.leaseCheck.Load())) < r.leaseStale() {
-		return r.runCtx == nil || r.runCtx.Err() == nil || !errors.Is(context.Cause(r.runCtx), ErrLeaseLost)
+		return true
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
@@ -402,11 +432,18 @@ func (r *Runner) leaseValid() bool {
 		return true // cannot tell; the watcher keeps checking
 	}
 	if rec.TaskID != r.task.ID || rec.Lease != r.lease {
-		r.loseLease(ErrLeaseLost)
+		r.lostLease()
 		return false
 	}
 	r.leaseCheck.Store(time.Now().UnixNano())
 	return true
+}
+
+// lostLease records that another engine owns the Task and ends the lease
+// scope (and with it the abort scope) with ErrLeaseLost.
+func (r *Runner) lostLease() {
+	r.leaseLost.Store(true)
+	r.loseLease(ErrLeaseLost)
 }
 
 func randomHex(n int) string {
@@ -423,7 +460,8 @@ func stateOf(t omni.Task) string {
 }
 
 // run is the agent loop; it returns the outcome.
-func (r *Runner) run(ctx context.Context) string {
+// ctx is the lease scope, actx the abort scope derived from it.
+func (r *Runner) run(ctx, actx context.Context) string {
 	var err error
 	r.prov, r.info, err = r.d.Resolve(r.rec.Model)
 	if err != nil {
@@ -435,11 +473,14 @@ func (r *Runner) run(ctx context.Context) string {
 	}
 	// A compaction left open by an engine that died is closed as failed
 	// before anything else is appended.
-	if reason, mode, ok := r.fc.PendingCompaction(); ok {
+	r.mu.Lock()
+	reason, mode, ok := r.fc.PendingCompaction()
+	r.mu.Unlock()
+	if ok {
 		end := omni.CompactionEnd(reason, mode, omni.StatusFailed)
 		r.publish(&end, "")
 	}
-	if err := r.start(ctx); err != nil {
+	if err := r.start(ctx, actx); err != nil {
 		if r.aborted() {
 			return Aborted
 		}
@@ -447,23 +488,29 @@ func (r *Runner) run(ctx context.Context) string {
 		return Failed
 	}
 	if r.task.Kind == omni.TaskCompact {
-		return r.compact(ctx, omni.CompactManual)
+		return r.compact(ctx, actx, omni.CompactManual)
 	}
 
 	// A request left open by an engine that died is closed as failed and
 	// retried; committed calls still without output are awaited.
-	if r.fc.OpenRequest() {
+	r.mu.Lock()
+	openRequest := r.fc.OpenRequest()
+	r.mu.Unlock()
+	if openRequest {
 		r.closeDeadSegments(ctx)
 		end := omni.RequestEnd(omni.StatusFailed, "the engine running this request stopped", 1, 0)
 		r.publish(&end, "")
 		r.retryNext = true
 	}
+	r.mu.Lock()
 	for _, id := range r.fc.Unpaired() {
 		now := time.Now()
 		r.calls[id] = &callState{id: id, approved: true, started: true, lastBeat: now, dispatched: now}
 	}
-	if len(r.calls) > 0 {
-		if err := r.awaitOutputs(maps(r.calls)); err != nil {
+	unpaired := maps(r.calls)
+	r.mu.Unlock()
+	if len(unpaired) > 0 {
+		if err := r.awaitOutputs(actx, unpaired); err != nil {
 			return Aborted
 		}
 	}
@@ -472,7 +519,7 @@ func (r *Runner) run(ctx context.Context) string {
 	// the Task's own input opens the new context instead of being
 	// summarized (or discarded) with the old one.
 	if reason := r.compactionReason(); reason != "" {
-		if r.compact(ctx, reason) == Aborted {
+		if r.compact(ctx, actx, reason) == Aborted {
 			return Aborted
 		}
 	}
@@ -501,18 +548,18 @@ func (r *Runner) run(ctx context.Context) string {
 		}
 		if maxTurns > 0 && turn >= maxTurns {
 			r.publishMaxTurnsNotice(maxTurns)
-			return r.atBoundary(ctx, Failed)
+			return r.atBoundary(ctx, actx, Failed)
 		}
 		// Mid-Task a compaction runs only before a request, and discard
 		// (which would drop the Task's own work) waits for the boundary.
 		if reason := r.compactionReason(); turn > 0 && reason != "" && r.rec.Compaction.Mode != omni.ModeDiscard {
-			if r.compact(ctx, reason) == Aborted {
+			if r.compact(ctx, actx, reason) == Aborted {
 				return Aborted
 			}
 			// A failed compaction keeps the old context; the run goes on.
 		}
 		r.deliverSteering()
-		status, calls := r.request(ctx)
+		status, calls := r.request(ctx, actx)
 		switch status {
 		case omni.StatusCompleted:
 		case omni.StatusAborted, statusShutdown:
@@ -526,9 +573,9 @@ func (r *Runner) run(ctx context.Context) string {
 			if r.deliverSteeringOrClose() {
 				continue
 			}
-			return r.atBoundary(ctx, Completed)
+			return r.atBoundary(ctx, actx, Completed)
 		}
-		if err := r.awaitOutputs(calls); err != nil {
+		if err := r.awaitOutputs(actx, calls); err != nil {
 			return Aborted
 		}
 	}
@@ -537,9 +584,9 @@ func (r *Runner) run(ctx context.Context) string {
 // atBoundary checks the compaction triggers at the Task boundary, after
 // the Task's last request_end and before it goes idle, and compacts when
 // one is due; the Task keeps its outcome unless the compaction is aborted.
-func (r *Runner) atBoundary(ctx context.Context, outcome string) string {
+func (r *Runner) atBoundary(ctx, actx context.Context, outcome string) string {
 	if reason := r.compactionReason(); reason != "" {
-		if r.compact(ctx, reason) == Aborted {
+		if r.compact(ctx, actx, reason) == Aborted {
 			return Aborted
 		}
 	}
@@ -570,20 +617,22 @@ func (r *Runner) publishMaxTurnsNotice(n int) {
 // either may have changed. Every publish carries a Msg-Id derived from the
 // Task, so an engine that takes over a redelivered Task does not publish
 // it twice.
-func (r *Runner) start(ctx context.Context) error {
+func (r *Runner) start(ctx, actx context.Context) error {
 	var servers []string
 	if r.d.MCPServers != nil && r.task.Kind != omni.TaskCompact {
 		var err error
-		if servers, err = r.d.MCPServers(r.abortCtx); err != nil {
+		if servers, err = r.d.MCPServers(actx); err != nil {
 			return fmt.Errorf("list MCP servers: %w", err)
 		}
 	}
 	mcp := len(servers) > 0
+	r.mu.Lock()
 	first := r.fc.Meta == nil
 	// A Trace that ends in a completed compaction without the new
 	// context's head (an engine stopped right after it, or an imported file
 	// of the original's) gets that head now, before anything of this Task.
 	closed := !first && r.fc.Closed
+	r.mu.Unlock()
 	publishMeta := func() error {
 		if !first && !closed {
 			return nil
@@ -601,7 +650,7 @@ func (r *Runner) start(ctx context.Context) error {
 			return err
 		}
 	}
-	list, err := r.d.Tools(r.abortCtx)
+	list, err := r.d.Tools(actx)
 	if mcp {
 		results := list.MCP
 		if err != nil {
@@ -715,8 +764,14 @@ func (r *Runner) basePrompt() string {
 	return p
 }
 
-// aborted reports a user abort (not an engine shutdown).
-func (r *Runner) aborted() bool { return errors.Is(context.Cause(r.abortCtx), errAborted) }
+// abortByUser serves a user's abort: it ends the abort scope.
+func (r *Runner) abortByUser() {
+	r.userAborted.Store(true)
+	r.abort(errAborted)
+}
+
+// aborted reports a user abort (not an engine shutdown or a lost lease).
+func (r *Runner) aborted() bool { return r.userAborted.Load() }
 
 // statusShutdown is request's status when the engine stops mid-request.
 const statusShutdown = "shutdown"

@@ -18,33 +18,35 @@ import (
 
 // approveLoop decides the calls of one request one at a time, in call
 // order, while the LLM stream goes on.
-func (r *Runner) approveLoop(queue <-chan omni.Message, done chan<- struct{}) {
+func (r *Runner) approveLoop(ctx, actx context.Context, queue <-chan omni.Message, done chan<- struct{}) {
 	defer close(done)
 	for tc := range queue {
 		if r.aborted() {
 			continue
 		}
-		if err := r.approveOne(tc); err != nil && !r.aborted() {
+		if err := r.approveOne(ctx, actx, tc); err != nil && !r.aborted() {
 			r.log.Error().Err(err).Str("tool_call_id", tc.Payload.ToolCallID).Msg("approval failed")
 		}
 	}
 }
 
-func (r *Runner) approveOne(tc omni.Message) error {
-	ctx := r.abortCtx
+// approveOne decides one call and enqueues its job (or runs its
+// subagent). ctx is the lease scope, actx the abort scope: everything but
+// a subagent's forwarding ends with actx.
+func (r *Runner) approveOne(ctx, actx context.Context, tc omni.Message) error {
 	id := tc.Payload.ToolCallID
-	decision, err := r.decide(tc)
+	decision, err := r.decide(actx, tc)
 	if err != nil {
 		return err
 	}
 	ad := omni.ApprovalDecision(decision, id)
 	// Stored before the job exists: no output of this call can precede it.
-	if err := r.publishDecision(ctx, &ad, id); err != nil {
+	if err := r.publishDecision(actx, &ad, id); err != nil {
 		if errors.Is(err, errCallLost) {
 			return nil // gone with its failed attempt: nothing to decide
 		}
 		if !r.aborted() {
-			r.undispatched(id, "its approval decision was not stored: "+err.Error())
+			r.undispatched(actx, id, "its approval decision was not stored: "+err.Error())
 		}
 		return err
 	}
@@ -54,7 +56,7 @@ func (r *Runner) approveOne(tc omni.Message) error {
 			text = omni.DeniedByPolicy
 		}
 		out := omni.ToolCallOutput(id, text, omni.StatusAborted)
-		return r.publishSync(ctx, &out, bus.OutputMsgID(r.sid, id))
+		return r.publishSync(actx, &out, bus.OutputMsgID(r.sid, id))
 	}
 	if tc.Payload.Name == SubagentTool {
 		r.mu.Lock()
@@ -62,10 +64,10 @@ func (r *Runner) approveOne(tc omni.Message) error {
 			cs.approved, cs.dispatched = true, time.Now()
 		}
 		r.mu.Unlock()
-		r.subagents.Add(1)
+		r.workers.Add(1)
 		go func() {
-			defer r.subagents.Done()
-			r.runSubagent(tc)
+			defer r.workers.Done()
+			r.runSubagent(ctx, actx, tc)
 		}()
 		return nil
 	}
@@ -82,11 +84,11 @@ func (r *Runner) approveOne(tc omni.Message) error {
 		return err
 	}
 	nm.Header.Set(jetstream.MsgIDHeader, r.sid+"/"+id+"/job")
-	ack, err := r.d.JS.PublishMsg(ctx, nm)
+	ack, err := r.d.JS.PublishMsg(actx, nm)
 	if err != nil {
 		// The call can never run: pair it with a failed output.
 		out := omni.ToolCallOutput(id, fmt.Sprintf("[tool not dispatched: %v]", err), omni.StatusFailed)
-		_ = r.publishSync(context.WithoutCancel(ctx), &out, bus.OutputMsgID(r.sid, id))
+		_ = r.publishSync(context.WithoutCancel(actx), &out, bus.OutputMsgID(r.sid, id))
 		return fmt.Errorf("enqueue tool job: %w", err)
 	}
 	r.mu.Lock()
@@ -174,8 +176,8 @@ func (r *Runner) publishDecision(ctx context.Context, ad *omni.Message, id strin
 // undispatched pairs a call on the stream whose job will never be
 // enqueued (its decision could not be stored within a minute) with a
 // failed output, so nothing waits for it forever.
-func (r *Runner) undispatched(id, reason string) {
-	ctx := context.WithoutCancel(r.abortCtx)
+func (r *Runner) undispatched(actx context.Context, id, reason string) {
+	ctx := context.WithoutCancel(actx)
 	out := omni.ToolCallOutput(id, "[tool not dispatched: "+reason+"]", omni.StatusFailed)
 	if err := r.publishSync(ctx, &out, bus.OutputMsgID(r.sid, id)); err != nil {
 		r.log.Error().Err(err).Str("tool_call_id", id).Msg("could not pair an undispatched call")
@@ -192,12 +194,12 @@ func (r *Runner) pool() string {
 // decide applies the Session's command policy, then its approval mode,
 // read fresh so a PATCH takes effect mid-run; a human decision is awaited
 // when the mode asks.
-func (r *Runner) decide(tc omni.Message) (string, error) {
+func (r *Runner) decide(actx context.Context, tc omni.Message) (string, error) {
 	if r.policyForbids(tc) {
 		return omni.DecisionForbidden, nil
 	}
 	mode := r.rec.ApprovalMode
-	if rec, _, err := r.d.Sessions.Get(r.abortCtx, r.sid); err == nil {
+	if rec, _, err := r.d.Sessions.Get(actx, r.sid); err == nil {
 		mode = rec.ApprovalMode
 	}
 	switch mode {
@@ -211,7 +213,7 @@ func (r *Runner) decide(tc omni.Message) (string, error) {
 	default:
 		return omni.DecisionAllow, nil
 	}
-	return r.ask(tc)
+	return r.ask(actx, tc)
 }
 
 // policyForbids matches an exec_command's cmd against the command policy
@@ -244,7 +246,7 @@ func (r *Runner) policyForbids(tc omni.Message) bool {
 const execTool = "exec_command"
 
 // ask publishes an approval_request and waits for the human's decision.
-func (r *Runner) ask(tc omni.Message) (string, error) {
+func (r *Runner) ask(actx context.Context, tc omni.Message) (string, error) {
 	raw, err := omni.Marshal(&tc)
 	if err != nil {
 		return "", err
@@ -264,14 +266,14 @@ func (r *Runner) ask(tc omni.Message) (string, error) {
 	// Server events are another producer: the call's own message is
 	// stored first, so the request never precedes the call it asks about
 	// (a loss there is handled when the decision is published).
-	_, _ = r.pub.Settle(r.abortCtx)
-	if _, err := r.server(r.abortCtx, ev, ""); err != nil {
+	_, _ = r.pub.Settle(actx)
+	if _, err := r.server(actx, ev, ""); err != nil {
 		return "", err
 	}
 	select {
 	case d := <-a.decision:
 		return d, nil
-	case <-r.abortCtx.Done():
+	case <-actx.Done():
 		return "", errAborted
 	}
 }
@@ -279,7 +281,7 @@ func (r *Runner) ask(tc omni.Message) (string, error) {
 // awaitOutputs waits until every call in ids has its complete output. A
 // started job whose heartbeats stop is declared lost with a failed output
 // (its side effects may have happened, so it is never re-run).
-func (r *Runner) awaitOutputs(ids []string) error {
+func (r *Runner) awaitOutputs(actx context.Context, ids []string) error {
 	tick := time.NewTicker(250 * time.Millisecond)
 	defer tick.Stop()
 	for {
@@ -307,12 +309,12 @@ func (r *Runner) awaitOutputs(ids []string) error {
 			out := omni.ToolCallOutput(id, fmt.Sprintf(
 				"[tool runner lost: no heartbeat for %s; the outcome is unknown and the call was not re-run]",
 				r.d.Settings.HeartbeatTimeout), omni.StatusFailed)
-			r.publishLostOutput(&out)
+			r.publishLostOutput(actx, &out)
 		}
 		select {
 		case <-r.changed:
 		case <-tick.C:
-		case <-r.abortCtx.Done():
+		case <-actx.Done():
 			return errAborted
 		}
 	}
@@ -357,13 +359,13 @@ func (r *Runner) recordOutput(m *omni.Message) {
 // got there first: the stream then answers with the stored one's sequence,
 // which is read and recorded, so the call ends even when the outputs
 // consumer missed it (an ordered consumer left silent by a node loss).
-func (r *Runner) publishLostOutput(out *omni.Message) {
+func (r *Runner) publishLostOutput(actx context.Context, out *omni.Message) {
 	id := out.Payload.ToolCallID
 	nm, err := bus.SessionMsg(r.sid, out, bus.OutputMsgID(r.sid, id))
 	if err != nil {
 		return
 	}
-	ack, err := r.out.Sync(r.abortCtx, nm)
+	ack, err := r.out.Sync(actx, nm)
 	if err != nil {
 		if !r.aborted() {
 			r.log.Error().Err(err).Msg("could not publish lost-runner output")
@@ -374,7 +376,7 @@ func (r *Runner) publishLostOutput(out *omni.Message) {
 		r.recordOutput(out)
 		return
 	}
-	ctx, cancel := context.WithTimeout(r.abortCtx, 10*time.Second)
+	ctx, cancel := context.WithTimeout(actx, 10*time.Second)
 	defer cancel()
 	stream, err := r.d.JS.Stream(ctx, omni.SessionsStream)
 	if err != nil {
@@ -450,7 +452,7 @@ func (r *Runner) onControl(m *nats.Msg) {
 		a.decision <- c.Decision
 		r.reply(m, omni.ControlReply{OK: true})
 	case omni.CtlAbort:
-		r.abort(errAborted)
+		r.abortByUser()
 		r.reply(m, omni.ControlReply{OK: true})
 	case omni.CtlSteer:
 		r.mu.Lock()
