@@ -3,7 +3,6 @@ package task
 import (
 	"context"
 	"strings"
-	"time"
 
 	"floe.dev/pkg/omni"
 	"floe.dev/services/engine/internal/fold"
@@ -57,7 +56,7 @@ func (r *Runner) compact(ctx, actx context.Context, reason string) string {
 	begin := omni.CompactionBegin(reason, mode, last, turns)
 	r.publish(&begin, "")
 
-	res := compaction{status: omni.StatusCompleted}
+	res := compaction{status: omni.StatusCompleted, final: true}
 	if mode == omni.ModeSummarize {
 		res = r.summarize(ctx, actx)
 	}
@@ -116,90 +115,95 @@ type compaction struct {
 	status  string
 	attempt int64
 	errMsg  string
+	final   bool // the attempt ends the ladder whatever its status
 }
 
-// summarize runs the compaction request with the reconnect ladder, each
-// attempt in its own request bracket on the trace subject. Only a
-// non-empty text answer counts: a tool call, an empty summary or exhausted
-// retries fail it.
+// summarize runs the compaction request on the reconnect ladder
+// (ladder.go), each attempt in its own request bracket on the trace
+// subject. Only a non-empty text answer counts: a tool call, an empty
+// summary or exhausted retries fail it.
 func (r *Runner) summarize(ctx, actx context.Context) compaction {
 	prompt := omni.UserText(CompactionPrompt)
 	r.publishClass(&prompt, omni.ClassTrace, "")
-	for attempt := int64(1); ; attempt++ {
-		rb := omni.RequestBegin()
-		r.publishClass(&rb, omni.ClassTrace, "")
-		var text, other strings.Builder
-		req := &model.Request{
-			SessionID:    r.sid,
-			Model:        r.info.ModelID,
-			SystemPrompt: r.systemPrompt(),
-			Messages:     r.contextMessages(CompactionPrompt),
-			IDs:          &r.ids,
-		}
-		res, err := r.prov.Stream(actx, req, func(d model.Delta) error {
-			switch d.Type {
-			case omni.TypeText:
-				text.WriteString(d.Text)
-			case omni.TypeToolCall:
-				other.WriteString(d.Name)
-			}
-			return nil
-		})
-		r.usage = r.usage.Add(res.Usage)
-		tu := omni.TokenUsage(r.usage, res.Usage)
-		out := text.String()
-		// status is the request's own; unusable is why a request that
-		// completed still cannot complete the compaction.
-		status, msg, unusable := omni.StatusCompleted, "", ""
-		switch {
-		case err != nil:
-			status, msg = model.StatusOf(err), err.Error()
-			if r.aborted() {
-				status = omni.StatusAborted
-			}
-		case other.Len() > 0:
-			unusable = "the compaction request answered with a tool call"
-		case emptySummary(out):
-			unusable = "the compaction request produced an empty summary"
-		}
-		// As in any request, the output comes before the request's
-		// token_usage, and request_end follows it.
-		if out != "" {
-			m := omni.Text(omni.RoleAssistant, out)
-			if err != nil {
-				m.Payload.StopReason = status
-			}
-			r.publishClass(&m, omni.ClassTrace, "")
-		}
-		r.publish(&tu, "")
-		var wait time.Duration
-		retry := err != nil && status != omni.StatusAborted && status != omni.StatusAuth && attempt <= int64(r.d.Settings.RetryMax)
-		if retry {
-			wait = r.backoffFor(int(attempt))
-		}
-		re := omni.RequestEnd(status, msg, attempt, wait.Milliseconds())
-		r.publishClass(&re, omni.ClassTrace, "")
-		if unusable != "" {
-			r.log.Warn().Int64("attempt", attempt).Str("reason", unusable).Msg("compaction answer unusable")
-			return compaction{omni.StatusFailed, attempt, unusable}
-		}
-		if err == nil {
-			// The summary replaces the context only if the stream took
-			// all of the compaction request.
-			if perr := r.settleResume(ctx); perr != nil {
-				r.log.Error().Err(perr).Msg("could not publish compaction output")
-				return compaction{omni.StatusFailed, attempt, "could not record the compaction output: " + perr.Error()}
-			}
-			return compaction{omni.StatusCompleted, attempt, ""}
-		}
-		r.log.Warn().Str("status", status).Str("error", msg).Int64("attempt", attempt).Msg("compaction request failed")
-		if !retry {
-			return compaction{status, attempt, msg}
-		}
-		if !r.sleepBackoff(actx, wait) {
-			return compaction{omni.StatusAborted, attempt, msg}
-		}
+	var res compaction
+	status, n := r.climb(actx, 1, func(attempt int) (string, bool) {
+		res = r.summarizeOnce(ctx, actx, attempt)
+		return res.status, res.final
+	})
+	if status == omni.StatusAborted && res.status != omni.StatusAborted {
+		// Aborted while waiting to retry: the last attempt's error stays.
+		return compaction{status: omni.StatusAborted, attempt: int64(n), errMsg: res.errMsg}
 	}
+	return res
+}
+
+// summarizeOnce runs attempt n of the compaction request.
+func (r *Runner) summarizeOnce(ctx, actx context.Context, attempt int) compaction {
+	rb := omni.RequestBegin()
+	r.publishClass(&rb, omni.ClassTrace, "")
+	var text, other strings.Builder
+	req := &model.Request{
+		SessionID:    r.sid,
+		Model:        r.info.ModelID,
+		SystemPrompt: r.systemPrompt(),
+		Messages:     r.contextMessages(CompactionPrompt),
+		IDs:          &r.ids,
+	}
+	res, err := r.prov.Stream(actx, req, func(d model.Delta) error {
+		switch d.Type {
+		case omni.TypeText:
+			text.WriteString(d.Text)
+		case omni.TypeToolCall:
+			other.WriteString(d.Name)
+		}
+		return nil
+	})
+	r.usage = r.usage.Add(res.Usage)
+	tu := omni.TokenUsage(r.usage, res.Usage)
+	out := text.String()
+	// status is the request's own; unusable is why a request that
+	// completed still cannot complete the compaction.
+	status, msg, unusable := omni.StatusCompleted, "", ""
+	switch {
+	case err != nil:
+		status, msg = model.StatusOf(err), err.Error()
+		if r.aborted() {
+			status = omni.StatusAborted
+		}
+	case other.Len() > 0:
+		unusable = "the compaction request answered with a tool call"
+	case emptySummary(out):
+		unusable = "the compaction request produced an empty summary"
+	}
+	// As in any request, the output comes before the request's
+	// token_usage, and request_end follows it.
+	if out != "" {
+		m := omni.Text(omni.RoleAssistant, out)
+		if err != nil {
+			m.Payload.StopReason = status
+		}
+		r.publishClass(&m, omni.ClassTrace, "")
+	}
+	r.publish(&tu, "")
+	wait, _ := r.retryIn(attempt, status)
+	re := omni.RequestEnd(status, msg, int64(attempt), wait.Milliseconds())
+	r.publishClass(&re, omni.ClassTrace, "")
+	n := int64(attempt)
+	if unusable != "" {
+		r.log.Warn().Int64("attempt", n).Str("reason", unusable).Msg("compaction answer unusable")
+		return compaction{omni.StatusFailed, n, unusable, true}
+	}
+	if err == nil {
+		// The summary replaces the context only if the stream took
+		// all of the compaction request.
+		if perr := r.settleResume(ctx); perr != nil {
+			r.log.Error().Err(perr).Msg("could not publish compaction output")
+			return compaction{omni.StatusFailed, n, "could not record the compaction output: " + perr.Error(), true}
+		}
+		return compaction{omni.StatusCompleted, n, "", true}
+	}
+	r.log.Warn().Str("status", status).Str("error", msg).Int64("attempt", n).Msg("compaction request failed")
+	return compaction{status, n, msg, false}
 }
 
 // emptySummary reports a compaction output with nothing to keep: blank, or

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"strings"
-	"time"
 
 	"floe.dev/pkg/bus/publish"
 	"floe.dev/pkg/omni"
@@ -13,230 +12,190 @@ import (
 	"floe.dev/services/engine/internal/segment"
 )
 
-// request runs one model request with the reconnect ladder and returns its
-// final status and the tool calls it committed (in call order).
-// ctx is the lease scope, actx the abort scope.
+// request runs one model request on the reconnect ladder (ladder.go) and
+// returns its final status and the tool calls it committed (in call
+// order). ctx is the lease scope, actx the abort scope.
 func (r *Runner) request(ctx, actx context.Context) (string, []string) {
+	first := 1
 	var retried string // the [turn_retried] block of the previous attempt
-	for attempt := 1; ; attempt++ {
-		if r.retryNext && attempt == 1 {
-			// The previous engine's attempt failed; this is its retry.
-			r.retryNext = false
-			attempt = 2
-			retried = omni.Block(omni.TagTurnRetried, "The previous attempt was interrupted before it completed.")
-		}
-		// A loss before this attempt is not its own: resume the Task's
-		// stream. Everything of the attempt comes after sequence from.
-		from, perr := r.pub.Settle(ctx)
-		if perr != nil {
-			r.pub.Resume()
-			from, _ = r.pub.Settle(ctx)
-		}
-		r.attemptFrom.Store(from + 1)
-		r.inAttempt.Store(true)
-		begin := omni.RequestBegin()
-		r.publish(&begin, "")
+	if r.retryNext {
+		// The previous engine's attempt failed; this is its retry.
+		r.retryNext = false
+		first = 2
+		retried = omni.Block(omni.TagTurnRetried, "The previous attempt was interrupted before it completed.")
+	}
+	var calls []string
+	status, _ := r.climb(actx, first, func(attempt int) (string, bool) {
+		var status string
+		var final bool
+		status, calls, retried, final = r.attempt(ctx, actx, attempt, retried)
+		return status, final
+	})
+	if status != omni.StatusCompleted {
+		calls = nil
+	}
+	return status, calls
+}
 
-		queue := make(chan omni.Message, 256)
-		approvalsDone := make(chan struct{})
-		r.workers.Add(1)
-		go func() {
-			defer r.workers.Done()
-			r.approveLoop(ctx, actx, queue, approvalsDone)
-		}()
+// attempt runs attempt n of a model request, retried being the
+// [turn_retried] block of the previous one. It returns the attempt's
+// status, the calls it committed, the [turn_retried] block for the next
+// attempt, and final when the ladder must stop whatever the status.
+func (r *Runner) attempt(ctx, actx context.Context, attempt int, retried string) (status string, calls []string, next string, final bool) {
+	// A loss before this attempt is not its own: resume the Task's
+	// stream. Everything of the attempt comes after sequence from.
+	from, perr := r.pub.Settle(ctx)
+	if perr != nil {
+		r.pub.Resume()
+		from, _ = r.pub.Settle(ctx)
+	}
+	r.attemptFrom.Store(from + 1)
+	r.inAttempt.Store(true)
+	begin := omni.RequestBegin()
+	r.publish(&begin, "")
 
-		var calls []string
-		seg := segment.New(func(m *omni.Message) error {
-			// The call's approval decision goes out only if nothing the
-			// Task published from here on was lost (publishDecision).
-			gen := r.pub.Token()
-			r.publish(m, "")
-			if m.Payload.Type == omni.TypeToolCall && m.Payload.Stop() == omni.StatusCompleted {
-				calls = append(calls, m.Payload.ToolCallID)
-				r.mu.Lock()
-				r.calls[m.Payload.ToolCallID] = &callState{id: m.Payload.ToolCallID, name: m.Payload.Name,
-					gen: gen, from: r.attemptFrom.Load()}
-				r.mu.Unlock()
-				queue <- *m
-			}
-			return nil
-		}, &r.ids)
+	queue := make(chan omni.Message, 256)
+	approvalsDone := make(chan struct{})
+	r.workers.Add(1)
+	go func() {
+		defer r.workers.Done()
+		r.approveLoop(ctx, actx, queue, approvalsDone)
+	}()
 
-		req := &model.Request{
-			SessionID:     r.sid,
-			Model:         r.info.ModelID,
-			SystemPrompt:  r.systemPrompt(),
-			Messages:      r.contextMessages(retried),
-			Tools:         r.tools,
-			ThinkingLevel: r.task.ThinkingLevel,
-			IDs:           &r.ids,
-		}
-		res, err := r.prov.Stream(actx, req, seg.Add)
-		if ctx.Err() != nil {
-			// The engine is shutting down: leave the request open; the
-			// engine that takes the Task over closes it as failed and retries.
-			close(queue)
-			<-approvalsDone
-			return statusShutdown, nil
-		}
-		status, errMsg := omni.StatusCompleted, ""
-		if err == nil && res.StopReason != "" && res.StopReason != omni.StatusCompleted {
-			// The stream ended cleanly but the model refused (content
-			// filter, refusal): the turn is not a success.
-			err = &model.Error{Status: res.StopReason, Message: "the model stopped with " + res.StopReason}
-		}
-		if err != nil {
-			status, errMsg = model.StatusOf(err), errorText(err)
-			if r.aborted() {
-				status = omni.StatusAborted
-			}
-		}
-		stopReason := ""
-		if status != omni.StatusCompleted {
-			stopReason = status
-		}
-		_ = seg.Finish(stopReason)
-		close(queue)
-		// Per-Task settling: the attempt's messages are all stored, or one
-		// was lost and nothing after it was stored.
-		_, perr = r.pub.Settle(ctx)
-		lost := perr != nil && !errors.Is(perr, publish.ErrFenced) && ctx.Err() == nil
-		if !lost {
-			r.inAttempt.Store(false)
-		}
-		if lost && status == omni.StatusCompleted {
-			// Part of the attempt never reached the stream (no leader
-			// during an election, a dropped connection): fail it, so its
-			// retry restores it.
-			status, errMsg = omni.StatusTimeout, "the stream did not store part of this request: "+perr.Error()
-		}
-
-		r.usage = r.usage.Add(res.Usage)
-		tu := omni.TokenUsage(r.usage, res.Usage)
-		retry := status != omni.StatusCompleted && status != omni.StatusAborted &&
-			status != omni.StatusAuth && attempt <= r.d.Settings.RetryMax
-		var wait time.Duration
-		if retry {
-			wait = r.backoffFor(attempt)
-		}
-		var end omni.Message
-		switch status {
-		case omni.StatusCompleted:
-			reportAttempt := int64(0)
-			if attempt > 1 {
-				reportAttempt = int64(attempt)
-			}
-			end = omni.RequestEnd(omni.StatusCompleted, "", reportAttempt, 0)
-		case omni.StatusAborted:
-			end = omni.RequestEnd(omni.StatusAborted, "", int64(attempt), 0)
-		default:
-			end = omni.RequestEnd(status, errMsg, int64(attempt), wait.Milliseconds())
-		}
-		switch {
-		case lost:
-			// Close the attempt's open segments with what the stream
-			// holds, then its token_usage and request_end; calls whose
-			// complete message was lost never ran and are not awaited.
-			stored := r.recoverAttempt(ctx, from+1, attempt, &tu, &end)
-			kept := calls[:0]
+	seg := segment.New(func(m *omni.Message) error {
+		// The call's approval decision goes out only if nothing the
+		// Task published from here on was lost (publishDecision).
+		gen := r.pub.Token()
+		r.publish(m, "")
+		if m.Payload.Type == omni.TypeToolCall && m.Payload.Stop() == omni.StatusCompleted {
+			calls = append(calls, m.Payload.ToolCallID)
 			r.mu.Lock()
-			for _, id := range calls {
-				if stored[id] {
-					kept = append(kept, id)
-				} else {
-					delete(r.calls, id)
-				}
-			}
+			r.calls[m.Payload.ToolCallID] = &callState{id: m.Payload.ToolCallID, name: m.Payload.Name,
+				gen: gen, from: r.attemptFrom.Load()}
 			r.mu.Unlock()
-			calls = kept
-			r.inAttempt.Store(false)
-		case status == omni.StatusCompleted:
-			r.publish(&tu, "")
-			r.publish(&end, "")
-		default:
-			if err := r.publishSync(ctx, &tu, ""); err != nil {
-				r.log.Error().Err(err).Msg("could not publish token_usage")
-			}
-			if status == omni.StatusAborted {
-				r.publish(&end, "")
-			} else if err := r.publishSync(ctx, &end, ""); err != nil {
-				r.log.Error().Err(err).Msg("could not publish request_end")
+			queue <- *m
+		}
+		return nil
+	}, &r.ids)
+
+	req := &model.Request{
+		SessionID:     r.sid,
+		Model:         r.info.ModelID,
+		SystemPrompt:  r.systemPrompt(),
+		Messages:      r.contextMessages(retried),
+		Tools:         r.tools,
+		ThinkingLevel: r.task.ThinkingLevel,
+		IDs:           &r.ids,
+	}
+	res, err := r.prov.Stream(actx, req, seg.Add)
+	if ctx.Err() != nil {
+		// The engine is shutting down: leave the request open; the
+		// engine that takes the Task over closes it as failed and retries.
+		close(queue)
+		<-approvalsDone
+		return statusShutdown, nil, "", true
+	}
+	status, errMsg := omni.StatusCompleted, ""
+	if err == nil && res.StopReason != "" && res.StopReason != omni.StatusCompleted {
+		// The stream ended cleanly but the model refused (content
+		// filter, refusal): the turn is not a success.
+		err = &model.Error{Status: res.StopReason, Message: "the model stopped with " + res.StopReason}
+	}
+	if err != nil {
+		status, errMsg = model.StatusOf(err), errorText(err)
+		if r.aborted() {
+			status = omni.StatusAborted
+		}
+	}
+	stopReason := ""
+	if status != omni.StatusCompleted {
+		stopReason = status
+	}
+	_ = seg.Finish(stopReason)
+	close(queue)
+	// Per-Task settling: the attempt's messages are all stored, or one
+	// was lost and nothing after it was stored.
+	_, perr = r.pub.Settle(ctx)
+	lost := perr != nil && !errors.Is(perr, publish.ErrFenced) && ctx.Err() == nil
+	if !lost {
+		r.inAttempt.Store(false)
+	}
+	if lost && status == omni.StatusCompleted {
+		// Part of the attempt never reached the stream (no leader
+		// during an election, a dropped connection): fail it, so its
+		// retry restores it.
+		status, errMsg = omni.StatusTimeout, "the stream did not store part of this request: "+perr.Error()
+	}
+
+	r.usage = r.usage.Add(res.Usage)
+	tu := omni.TokenUsage(r.usage, res.Usage)
+	wait, _ := r.retryIn(attempt, status)
+	var end omni.Message
+	switch status {
+	case omni.StatusCompleted:
+		reportAttempt := int64(0)
+		if attempt > 1 {
+			reportAttempt = int64(attempt)
+		}
+		end = omni.RequestEnd(omni.StatusCompleted, "", reportAttempt, 0)
+	case omni.StatusAborted:
+		end = omni.RequestEnd(omni.StatusAborted, "", int64(attempt), 0)
+	default:
+		end = omni.RequestEnd(status, errMsg, int64(attempt), wait.Milliseconds())
+	}
+	switch {
+	case lost:
+		// Close the attempt's open segments with what the stream
+		// holds, then its token_usage and request_end; calls whose
+		// complete message was lost never ran and are not awaited.
+		stored := r.recoverAttempt(ctx, from+1, attempt, &tu, &end)
+		kept := calls[:0]
+		r.mu.Lock()
+		for _, id := range calls {
+			if stored[id] {
+				kept = append(kept, id)
+			} else {
+				delete(r.calls, id)
 			}
 		}
-
-		if status == omni.StatusCompleted {
-			return status, calls
+		r.mu.Unlock()
+		calls = kept
+		r.inAttempt.Store(false)
+	case status == omni.StatusCompleted:
+		r.publish(&tu, "")
+		r.publish(&end, "")
+	default:
+		if err := r.publishSync(ctx, &tu, ""); err != nil {
+			r.log.Error().Err(err).Msg("could not publish token_usage")
 		}
 		if status == omni.StatusAborted {
-			r.saveCarryOver(ctx, omni.Block(omni.TagTurnAborted, describe(seg.Completed, nil)))
-			<-approvalsDone
-			return status, nil
+			r.publish(&end, "")
+		} else if err := r.publishSync(ctx, &end, ""); err != nil {
+			r.log.Error().Err(err).Msg("could not publish request_end")
 		}
+	}
 
-		r.log.Warn().Str("status", status).Int("attempt", attempt).Str("error", errMsg).Msg("model request failed")
-
-		// Calls of the failed attempt already ran or run now: wait for them,
-		// so they are never executed twice, and tell the model what they did.
+	if status == omni.StatusCompleted {
+		return status, calls, "", true
+	}
+	if status == omni.StatusAborted {
+		r.saveCarryOver(ctx, omni.Block(omni.TagTurnAborted, describe(seg.Completed, nil)))
 		<-approvalsDone
-		if err := r.awaitOutputs(actx, calls); err != nil {
-			return omni.StatusAborted, nil
-		}
-		if !retry {
-			return status, nil
-		}
-		retried = omni.Block(omni.TagTurnRetried, fmt.Sprintf(
-			"The previous attempt failed (%s: %s). Its partial output is below; tool calls marked executed already ran and must not be repeated, incomplete ones never ran.\n%s",
-			status, errMsg, describe(seg.Completed, r.outputsOf(calls))))
-		if !r.sleepBackoff(actx, wait) {
-			return omni.StatusAborted, nil
-		}
+		return status, nil, "", true
 	}
-}
 
-// backoffFor is the wait after failed attempt n: base·2^(n-1), capped.
-func (r *Runner) backoffFor(n int) time.Duration {
-	d := r.d.Settings.RetryBase
-	for i := 1; i < n && d < r.d.Settings.RetryCap; i++ {
-		d *= 2
-	}
-	if d > r.d.Settings.RetryCap {
-		d = r.d.Settings.RetryCap
-	}
-	return d
-}
+	r.log.Warn().Str("status", status).Int("attempt", attempt).Str("error", errMsg).Msg("model request failed")
 
-// sleepBackoff waits d, or less when retry-now arrives; false on abort.
-func (r *Runner) sleepBackoff(actx context.Context, d time.Duration) bool {
-	skip := make(chan struct{})
-	r.mu.Lock()
-	r.backoff = skip
-	r.mu.Unlock()
-	defer func() {
-		r.mu.Lock()
-		r.backoff = nil
-		r.mu.Unlock()
-	}()
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-	case <-skip:
-	case <-actx.Done():
-		return false
+	// Calls of the failed attempt already ran or run now: wait for them,
+	// so they are never executed twice, and tell the model what they did.
+	<-approvalsDone
+	if err := r.awaitOutputs(actx, calls); err != nil {
+		return omni.StatusAborted, nil, "", true
 	}
-	return true
-}
-
-// retryNow skips the current reconnect wait; false when none is running.
-func (r *Runner) retryNow() bool {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.backoff == nil {
-		return false
-	}
-	close(r.backoff)
-	r.backoff = nil
-	return true
+	next = omni.Block(omni.TagTurnRetried, fmt.Sprintf(
+		"The previous attempt failed (%s: %s). Its partial output is below; tool calls marked executed already ran and must not be repeated, incomplete ones never ran.\n%s",
+		status, errMsg, describe(seg.Completed, r.outputsOf(calls))))
+	return status, nil, next, false
 }
 
 // contextMessages is the folded context with the carry-over of an earlier
