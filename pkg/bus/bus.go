@@ -186,6 +186,19 @@ const (
 	HeaderContentType = "Content-Type"
 )
 
+// ClientOptions are the connect options of every Floe service connection
+// (name "floe-<service>"): reconnect forever, every 250 ms, and no
+// reconnect buffer. A publish while the connection is down fails at once
+// instead of being kept and sent after the reconnect: by then its sender
+// may have given up on it (a publish.Publisher declares a message lost
+// after its AckTimeout and the engine closes the attempt with what the
+// stream holds), and a buffered message stored after that would land after
+// later ones. publish.New refuses a connection that buffers.
+func ClientOptions(service string) []nats.Option {
+	return []nats.Option{nats.Name("floe-" + service), nats.MaxReconnects(-1),
+		nats.ReconnectWait(250 * time.Millisecond), nats.ReconnectBufSize(-1)}
+}
+
 // PackMsg builds a NATS message carrying a msgpack internal payload.
 func PackMsg(subject string, v any) (*nats.Msg, error) {
 	b, err := omni.Pack(v)

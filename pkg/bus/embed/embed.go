@@ -159,9 +159,11 @@ func (s *Server) ClientURL() string {
 
 // Connect opens an in-process connection (no sockets) with the given
 // options; on an authenticated server it connects as admin unless opts
-// name another user (ConnectAs).
+// name another user (ConnectAs). It has no reconnect buffer (a publish
+// while disconnected fails at once, the rule of bus.ClientOptions), so a
+// publish.Publisher may use it.
 func (s *Server) Connect(opts ...nats.Option) (*nats.Conn, error) {
-	base := []nats.Option{nats.InProcessServer(s.ns), nats.MaxReconnects(-1)}
+	base := []nats.Option{nats.InProcessServer(s.ns), nats.MaxReconnects(-1), nats.ReconnectBufSize(-1)}
 	if s.creds != nil {
 		base = append(base, nats.UserInfo(UserAdmin, s.creds[UserAdmin]))
 	}

@@ -18,6 +18,14 @@
 // request whose retry restores what was lost, then Resume. See README
 // "Ordered publishing" for the candidates measured and why this one.
 //
+// The connection must not buffer publishes while it reconnects
+// (nats.ReconnectBufSize(-1), as bus.ClientOptions and embed's connections
+// have): a buffered batch message would be sent after the reconnect, and
+// the server, which keeps a batch open for 10 s, would store it even
+// though the Publisher had declared it lost after AckTimeout, after the
+// owner had closed the attempt with what the stream held. New refuses a
+// connection that buffers: every message fails with ErrBufferedConn.
+//
 // Messages with a Nats-Msg-Id (idempotent: a Task's head and input, a tool
 // call's complete output) are published outside any batch, synchronously,
 // after the batch before them is committed, and retried until stored or the
@@ -99,6 +107,9 @@ var (
 	ErrFenced = errors.New("publish: lease lost; not publishing")
 	// ErrClosed: the Publisher was closed.
 	ErrClosed = errors.New("publish: publisher closed")
+	// ErrBufferedConn: the Publisher's connection keeps publishes made
+	// while it reconnects and sends them later (see the package doc).
+	ErrBufferedConn = errors.New("publish: the connection buffers publishes while reconnecting; connect with nats.ReconnectBufSize(-1)")
 	// ErrStale: SyncAfter's message was not sent because a message of the
 	// producer was lost since the generation it names.
 	ErrStale = errors.New("publish: a message this one depends on may have been lost")
@@ -147,6 +158,7 @@ type Publisher struct {
 	done chan struct{}
 
 	closed atomic.Bool
+	refuse error // ErrBufferedConn, or nil
 
 	// Owned by the goroutine.
 	fp      jetstreamext.FastPublisher
@@ -160,10 +172,15 @@ type Publisher struct {
 	state atomic.Uint64
 }
 
-// New starts a Publisher on js.
+// New starts a Publisher on js. Its connection must have no reconnect
+// buffer (nats.ReconnectBufSize(-1)); on one that buffers, every message
+// fails with ErrBufferedConn.
 func New(js jetstream.JetStream, o Options) *Publisher {
 	o.fill()
 	p := &Publisher{js: js, o: o, q: make(chan item, o.Queue), done: make(chan struct{})}
+	if nc := js.Conn(); nc != nil && nc.Opts.ReconnectBufSize >= 0 {
+		p.refuse = ErrBufferedConn
+	}
 	go p.loop()
 	return p
 }
@@ -296,6 +313,11 @@ func (p *Publisher) handle(it item) {
 	}
 	if it.conditional && (it.after&1 == 1 || p.state.Load() != it.after) {
 		it.reply <- result{err: ErrStale}
+		return
+	}
+	if p.refuse != nil {
+		p.fail(p.refuse)
+		p.answer(it, Ack{})
 		return
 	}
 	if p.o.Fence != nil && !p.o.Fence() {

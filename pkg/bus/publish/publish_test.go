@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -164,15 +163,9 @@ func TestFenceStopsPublishing(t *testing.T) {
 func TestConnectionDropIsDetectedAndNothingLandsAfterALoss(t *testing.T) {
 	t.Parallel()
 	env := bustest.Start(t, bus.Config{})
-	// The services reconnect after 250 ms (svc.Main, stack); the client's
-	// default of 2 s equals the AckTimeout below, so messages the client
-	// buffered across the drop could be flushed and stored after the
-	// publisher had already declared them lost (see the issue 10 note).
-	nc, err := env.Server.Connect(nats.ReconnectWait(100 * time.Millisecond))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
+	// The client's default reconnect wait (2 s) equals the AckTimeout: a
+	// drop may be declared a loss before or after the reconnect.
+	nc := bustest.Connect(t, env.Server)
 	js, err := jetstream.New(nc)
 	if err != nil {
 		t.Fatal(err)
@@ -206,23 +199,147 @@ func TestConnectionDropIsDetectedAndNothingLandsAfterALoss(t *testing.T) {
 			t.Logf("round %d: %v", round, err)
 		}
 		// The owner "restores" what was lost: here it re-sends from the
-		// first message not stored, as a retried request would.
-		pub.Resume()
-		stored := checkOrder(t, readAll(t, env.JS, sid))[0]
-		for n := stored; n < (round+1)*total; n++ {
-			if err := pub.Publish(ctx, msg(sid, omni.ClassPartial, 0, n)); err != nil {
-				t.Fatal(err)
+		// first message not stored, as a retried request would, again
+		// while the connection is still down.
+		restored := false
+		for try := 0; try < 50 && !restored; try++ {
+			pub.Resume()
+			stored := checkOrder(t, readAll(t, env.JS, sid))[0]
+			for n := stored; n < (round+1)*total; n++ {
+				if err := pub.Publish(ctx, msg(sid, omni.ClassPartial, 0, n)); err != nil {
+					t.Fatal(err)
+				}
+			}
+			_, err := pub.Settle(ctx)
+			if restored = err == nil; !restored {
+				t.Logf("round %d, restore %d: %v", round, try, err)
+				time.Sleep(100 * time.Millisecond)
 			}
 		}
-		if _, err := pub.Settle(ctx); err != nil {
-			t.Fatalf("settle after resume: %v", err)
+		if !restored {
+			t.Fatalf("round %d: never restored", round)
 		}
 		if got := checkOrder(t, readAll(t, env.JS, sid))[0]; got != (round+1)*total {
 			t.Fatalf("round %d: %d stored, want %d", round, got, (round+1)*total)
 		}
 	}
 	t.Logf("%d of 2 drops lost messages (detected); every stored sequence in order", failures)
-	_ = strconv.Itoa
+}
+
+// TestASlowReconnectNeverStoresWhatWasDeclaredLost drops the publisher's
+// connection mid-stream and lets the client reconnect only long after the
+// publisher's AckTimeout, when it has declared the loss: nothing sent while
+// disconnected is stored later (the connection keeps no reconnect buffer),
+// neither the rest of the failed batch nor what was published after a
+// Resume during the outage, and after the reconnect the producer goes on
+// in order from what the stream holds.
+func TestASlowReconnectNeverStoresWhatWasDeclaredLost(t *testing.T) {
+	t.Parallel()
+	env := bustest.Start(t, bus.Config{})
+	const ackTimeout = 300 * time.Millisecond
+	nc, err := env.Server.Connect(nats.ReconnectWait(10 * ackTimeout))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pub := publish.New(js, publish.Options{AckTimeout: ackTimeout})
+	defer pub.Close()
+	ctx := ctxT(t)
+	const total = 3000
+	for n := range total {
+		if n == total/3 {
+			cid, err := nc.GetClientID()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := env.Server.DisconnectClient(cid); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := pub.Publish(ctx, msg(sid, omni.ClassPartial, 0, n)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var fe *publish.FailedError
+	if _, err := pub.Settle(ctx); !errors.As(err, &fe) {
+		t.Fatalf("settle across the drop = %v, want a FailedError", err)
+	}
+	declared := checkOrder(t, readAll(t, env.JS, sid))[0]
+	if declared >= total {
+		t.Fatalf("all %d messages stored across the drop", declared)
+	}
+	// The owner resumes while the connection is still down (an engine's
+	// recovery does): what it publishes fails too, and must not be kept.
+	if nc.IsConnected() {
+		t.Fatal("the client reconnected before the publisher declared the loss; the test needs a slower reconnect")
+	}
+	pub.Resume()
+	for n := declared; n < declared+10; n++ {
+		if err := pub.Publish(ctx, msg(sid, omni.ClassPartial, 0, n)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := pub.Settle(ctx); !errors.As(err, &fe) {
+		t.Fatalf("settle while disconnected = %v, want a FailedError", err)
+	}
+	bustest.Eventually(t, 30*time.Second, "the reconnect", func() bool { return nc.IsConnected() })
+	// A message stored through the reconnected connection comes after
+	// anything it could have flushed from a buffer.
+	marker := publish.New(js, publish.Options{})
+	defer marker.Close()
+	if _, err := marker.Sync(ctx, msg(sid, omni.ClassEvent, 1, 0)); err != nil {
+		t.Fatalf("publish after the reconnect: %v", err)
+	}
+	if got := checkOrder(t, readAll(t, env.JS, sid))[0]; got != declared {
+		t.Fatalf("%d messages stored after the reconnect, %d when the loss was declared: messages sent while disconnected were stored later", got, declared)
+	}
+	pub.Resume()
+	for n := declared; n < total; n++ {
+		if err := pub.Publish(ctx, msg(sid, omni.ClassPartial, 0, n)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := pub.Settle(ctx); err != nil {
+		t.Fatalf("settle after the reconnect: %v", err)
+	}
+	if got := checkOrder(t, readAll(t, env.JS, sid))[0]; got != total {
+		t.Fatalf("%d stored, want %d", got, total)
+	}
+}
+
+// TestAConnectionThatBuffersIsRefused: a connection with a reconnect
+// buffer could send a message after the Publisher declared it lost, so a
+// Publisher on one publishes nothing.
+func TestAConnectionThatBuffersIsRefused(t *testing.T) {
+	t.Parallel()
+	env := bustest.Start(t, bus.Config{})
+	nc, err := env.Server.Connect(nats.ReconnectBufSize(nats.DefaultReconnectBufSize))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pub := publish.New(js, publish.Options{})
+	defer pub.Close()
+	ctx := ctxT(t)
+	pub.Publish(ctx, msg(sid, omni.ClassPartial, 0, 0))
+	if _, err := pub.Settle(ctx); !errors.Is(err, publish.ErrBufferedConn) {
+		t.Fatalf("settle on a buffering connection = %v, want ErrBufferedConn", err)
+	}
+	pub.Resume()
+	if _, err := pub.Sync(ctx, msg(sid, omni.ClassPartial, 0, 0)); !errors.Is(err, publish.ErrBufferedConn) {
+		t.Fatalf("sync after resume = %v, want ErrBufferedConn", err)
+	}
+	if got := readAll(t, env.JS, sid); len(got) != 0 {
+		t.Errorf("stored %q through a buffering connection", got)
+	}
 }
 
 // TestSyncAfterNeverOutlivesALoss: a message that depends on an earlier one

@@ -142,8 +142,8 @@ func (m *Main) Run(run func(ctx context.Context, nc *nats.Conn, log zerolog.Logg
 	if err != nil {
 		return err
 	}
-	nc, err := nats.Connect(m.url, append(opts, nats.Name("floe-"+m.service), nats.CustomInboxPrefix("_INBOX."+m.service),
-		nats.MaxReconnects(-1), nats.ReconnectWait(250*time.Millisecond))...)
+	opts = append(opts, nats.CustomInboxPrefix("_INBOX."+m.service))
+	nc, err := nats.Connect(m.url, append(opts, bus.ClientOptions(m.service)...)...)
 	if err != nil {
 		return fmt.Errorf("connect to %s: %w", m.url, err)
 	}

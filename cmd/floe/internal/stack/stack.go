@@ -85,7 +85,7 @@ type Stack struct {
 func Start(ctx context.Context, o Options, log zerolog.Logger) (*Stack, error) {
 	s := &Stack{failed: make(chan struct{})}
 	connect := func(name string) (*nats.Conn, error) {
-		opts := []nats.Option{nats.Name("floe-" + name), nats.MaxReconnects(-1), nats.ReconnectWait(250 * time.Millisecond)}
+		opts := bus.ClientOptions(name)
 		var nc *nats.Conn
 		var err error
 		if o.InboxPrefix != "" {
