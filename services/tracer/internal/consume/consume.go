@@ -15,11 +15,19 @@
 // breaks both when delivered messages are lost on the way (a tracer killed
 // with messages in flight, a fetch abandoned at shutdown, a reconnect): they
 // stay pending until their ack wait expires while newer ones are delivered.
-// So the loop resets the consumer to its ack floor whenever that can have
-// happened: at start when the consumer has pending messages, after a fetch
-// that ended on an error or a client-side deadline, and after a reconnect.
-// Then delivery restarts from the first unacknowledged message, in order,
-// and records already written are skipped by their sequence.
+// In a cluster it also happens with no error at all: a replicated consumer
+// sends a delivery only once its replicas have it, while the end of a pull
+// request (its last message sent, its bytes or its time used up) goes out
+// at once and can overtake it. So the loop resets the consumer to its ack
+// floor whenever that can have happened: at start when the consumer has
+// pending messages, after a fetch that ended on an error or a client-side
+// deadline, after a reconnect, and when a delivery's consumer sequence is
+// not the one after the last delivery received (nothing from it on is
+// processed). Then delivery restarts from the first unacknowledged
+// message, in order, and records already written are skipped by their
+// sequence. A reset after a fetch that delivered messages is immediate;
+// only resets in a row with nothing delivered back off (RetryMin doubling
+// to RetryMax), so catching up after a leader change takes seconds.
 //
 // Fetches ask for up to Batch messages and BatchBytes bytes and wait up to
 // FetchWait; messages are processed as they arrive, and when none has come
@@ -150,6 +158,10 @@ type runner struct {
 	// NATS callback goroutine never touches the Store; this goroutine
 	// serves them between messages).
 	dels chan *nats.Msg
+	// dseq is the consumer sequence of the last delivery received since
+	// the consumer was set up (0: none yet). Deliveries come numbered
+	// one by one, so a jump means one never arrived (see batch).
+	dseq uint64
 }
 
 func (r *runner) run(ctx context.Context) error {
@@ -173,9 +185,9 @@ func (r *runner) run(ctx context.Context) error {
 				backoff = min(2*backoff, r.o.RetryMax)
 				continue
 			}
-			cons = c
+			cons, r.dseq = c, 0
 		}
-		err := r.batch(ctx, cons)
+		delivered, err := r.batch(ctx, cons)
 		var crash *crashError
 		switch {
 		case err == nil:
@@ -183,10 +195,17 @@ func (r *runner) run(ctx context.Context) error {
 		case errors.As(err, &crash):
 			return err
 		case ctx.Err() != nil:
-		case errors.Is(err, errResync):
+		case errors.Is(err, errResync) && delivered > 0:
 			// What was received is committed; only the consumer needs
-			// setting straight. Back off too, or a server refusing every
-			// pull would be asked in a tight loop.
+			// setting straight, at once: it delivers. (Waiting here, longer
+			// each time, made the catch-up after a leader change take a
+			// minute: there every fetch of the backlog may end this way.)
+			r.log.Info().Err(err).Int("delivered", delivered).Msg("resetting the consumer to its ack floor")
+			cons = nil
+			backoff = r.o.RetryMin
+		case errors.Is(err, errResync):
+			// Nothing came: back off, or a server refusing every pull
+			// would be asked in a tight loop.
 			r.log.Info().Err(err).Dur("retry_in", backoff).Msg("resetting the consumer to its ack floor")
 			cons = nil
 			sleep(ctx, backoff)
@@ -310,16 +329,18 @@ func (r *runner) recreate(ctx context.Context, cfg jetstream.ConsumerConfig) (je
 const commitLinger = time.Millisecond
 
 // batch runs one pull request: it processes messages as they arrive and
-// commits when they pause for commitLinger and when the request ends.
-func (r *runner) batch(ctx context.Context, cons jetstream.Consumer) error {
+// commits when they pause for commitLinger and when the request ends. It
+// returns how many messages the request delivered.
+func (r *runner) batch(ctx context.Context, cons jetstream.Consumer) (delivered int, err error) {
 	reconnects := r.nc.Stats().Reconnects
 	fctx, cancel := context.WithTimeout(ctx, r.o.FetchWait)
 	defer cancel()
 	b, err := cons.Fetch(r.o.Batch, jetstream.FetchMaxBytes(r.o.BatchBytes), jetstream.FetchContext(fctx))
 	if err != nil {
-		return fmt.Errorf("fetch: %w", err)
+		return 0, fmt.Errorf("fetch: %w", err)
 	}
 	msgs := b.Messages()
+	var gap error
 	var last jetstream.Msg // processed, not yet committed
 	var lastSeq uint64
 	idle := time.NewTimer(commitLinger)
@@ -342,7 +363,7 @@ func (r *runner) batch(ctx context.Context, cons jetstream.Consumer) error {
 				continue
 			case <-idle.C:
 				if err := r.commit(last, lastSeq); err != nil {
-					return err
+					return delivered, err
 				}
 				last = nil
 				m, ok = r.next(msgs)
@@ -351,26 +372,56 @@ func (r *runner) batch(ctx context.Context, cons jetstream.Consumer) error {
 		if !ok {
 			break
 		}
+		delivered++
+		if err := r.inSequence(m); err != nil {
+			gap = err
+			break
+		}
 		seq, err := r.handle(m)
 		if err != nil {
-			return err
+			return delivered, err
 		}
 		last, lastSeq = m, seq
 	}
 	if last != nil {
 		if err := r.commit(last, lastSeq); err != nil {
-			return err
+			return delivered, err
 		}
+	}
+	if gap != nil {
+		return delivered, gap
 	}
 	if err := b.Error(); err != nil {
 		if ctx.Err() != nil {
-			return nil // shutting down: what was delivered is committed
+			return delivered, nil // shutting down: what was delivered is committed
 		}
-		return fmt.Errorf("%w: fetch ended: %v", errResync, err)
+		return delivered, fmt.Errorf("%w: fetch ended: %v", errResync, err)
 	}
 	if r.nc.Stats().Reconnects != reconnects {
-		return fmt.Errorf("%w: reconnected to NATS", errResync)
+		return delivered, fmt.Errorf("%w: reconnected to NATS", errResync)
 	}
+	return delivered, nil
+}
+
+// inSequence checks that m is the delivery right after the last one
+// received. A delivery that never arrived stays pending on the consumer
+// while later ones come, and acknowledging a later one (AckAll) would
+// acknowledge it too: its record would be missing from the Trace. That
+// happens in a cluster without any error: a replicated consumer sends a
+// delivery only once its replicas have it, but a pull request's end (its
+// last message sent, its bytes or time used up) goes out at once and can
+// overtake it; the fetch then ends before the delivery arrives. So a jump
+// in the consumer sequence ends the batch before m: what came before is
+// committed and the consumer is reset to its ack floor.
+func (r *runner) inSequence(m jetstream.Msg) error {
+	md, err := m.Metadata()
+	if err != nil {
+		return nil // handle skips it
+	}
+	if d := md.Sequence.Consumer; r.dseq != 0 && d != r.dseq+1 {
+		return fmt.Errorf("%w: delivery %d came after %d", errResync, d, r.dseq)
+	}
+	r.dseq = md.Sequence.Consumer
 	return nil
 }
 
