@@ -102,6 +102,11 @@ func newCluster(t *testing.T, n, replicas int, setupEnv ...string) *cluster {
 			c.nc.Close()
 		}
 		c.nodeProcs.stopAll(5 * time.Second)
+		if dir := os.Getenv("FAULTS_DUMP"); dir != "" {
+			dir = filepath.Join(dir, strings.ReplaceAll(t.Name(), "/", "_")+"-"+time.Now().Format("150405"))
+			c.procs.keepLogs(t, dir)
+			c.nodeProcs.keepLogs(t, dir)
+		}
 	})
 	for _, nd := range c.nodes {
 		c.startNode(nd)
@@ -672,13 +677,7 @@ func (c *cluster) traceEqualsStream(sid string) {
 			want = append(want, r.raw)
 		}
 	}
-	// After a leader failover the tracer resets its consumer to the ack
-	// floor (a fetch that ended with an error may have lost deliveries),
-	// with backoff: catching up can take a while.
-	eventually(c.t, 180*time.Second, "the tracer to reach seq "+strconv.FormatUint(last, 10), func() bool {
-		p, ok, err := trace.ReadPos(c.home, sid)
-		return err == nil && ok && p.Seq >= last
-	})
+	c.waitTracer(sid, last)
 	files, err := trace.Files(c.home, sid)
 	if err != nil || len(files) == 0 {
 		c.t.Fatalf("trace files of %s: %v %v", sid, files, err)
@@ -700,6 +699,34 @@ func (c *cluster) traceEqualsStream(sid string) {
 		if string(got[i]) != string(want[i]) {
 			c.t.Fatalf("trace record %d differs:\ntrace  %s\nstream %s", i, got[i], want[i])
 		}
+	}
+}
+
+// tracerWait bounds how long the tracer may take to write what the stream
+// holds. After a leader failover it resets its consumer to the ack floor
+// (a fetch that ended with an error may have lost deliveries) and
+// redelivers from there.
+const tracerWait = 180 * time.Second
+
+// waitTracer waits until the tracer's position of sid reaches seq.
+func (c *cluster) waitTracer(sid string, seq uint64) {
+	c.t.Helper()
+	eventually(c.t, tracerWait, "the tracer to reach seq "+strconv.FormatUint(seq, 10)+" of "+sid, func() bool {
+		p, ok, err := trace.ReadPos(c.home, sid)
+		return err == nil && ok && p.Seq >= seq
+	})
+}
+
+// tracerCaughtUp waits until the tracer has written every Trace record
+// the stream holds now of each Session.
+func (c *cluster) tracerCaughtUp(sids ...string) {
+	c.t.Helper()
+	for _, sid := range sids {
+		var last uint64
+		for _, r := range c.all(sid, omni.TraceClasses) {
+			last = r.seq
+		}
+		c.waitTracer(sid, last)
 	}
 }
 

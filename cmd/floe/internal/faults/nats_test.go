@@ -92,9 +92,12 @@ func leaderFailover(t *testing.T, sessions int, kill bool) {
 		prompt := fmt.Sprintf("session %d", s)
 		runs = append(runs, run{s, sid, c.submit(sid, prompt), prompt})
 	}
-	eventually(t, 90*time.Second, "every Session streaming its first tool output", func() bool {
+	// The fault comes once every Session runs its first tool (calls.log:
+	// one file read a poll, so the trigger does not lag behind the
+	// Sessions).
+	eventually(t, 90*time.Second, "every Session running its first tool", func() bool {
 		for _, r := range runs {
-			if c.outputsSoFar(r.sid) < 1 {
+			if c.executions(r.sid, fmt.Sprintf("s%d_0", r.i)) < 1 {
 				return false
 			}
 		}
@@ -102,15 +105,23 @@ func leaderFailover(t *testing.T, sessions int, kill bool) {
 	})
 
 	leader := c.sessionsLeader()
+	running := 0
+	for _, r := range runs {
+		if rec := c.record(r.sid); rec.State != omni.StateIdle {
+			running++
+		}
+	}
+	if running == 0 {
+		t.Fatalf("every Session finished before the fault: the failover hit nothing")
+	}
 	stoppedAt := time.Now()
 	if kill {
 		leader.proc.kill(t)
 	} else if !leader.proc.stop(20 * time.Second) {
 		t.Logf("node %s needed SIGKILL", leader.name)
 	}
-	t.Logf("%s %s, the FLOE_SESSIONS leader, while %d Sessions streamed", map[bool]string{false: "stopped", true: "killed"}[kill], leader.name, sessions)
+	t.Logf("%s %s, the FLOE_SESSIONS leader, while %d of %d Sessions streamed", map[bool]string{false: "stopped", true: "killed"}[kill], leader.name, running, sessions)
 
-	failedAttempts, lostCalls := 0, 0
 	for _, r := range runs {
 		// Wait on the Session record, then read the stream afresh: a
 		// consumer this test created while the cluster re-elected may
@@ -121,6 +132,18 @@ func leaderFailover(t *testing.T, sessions int, kill bool) {
 			rec, _, err := c.sessions.Get(ctx, r.sid)
 			return err == nil && rec.State == omni.StateIdle && rec.TaskID == ""
 		})
+	}
+	idleAfter := time.Since(stoppedAt)
+	var sids []string
+	for _, r := range runs {
+		sids = append(sids, r.sid)
+	}
+	c.tracerCaughtUp(sids...)
+	t.Logf("every Session idle %v after the %s, every Trace written %v after it",
+		idleAfter.Round(100*time.Millisecond), map[bool]string{false: "stop", true: "kill"}[kill], time.Since(stoppedAt).Round(100*time.Millisecond))
+
+	failedAttempts, lostCalls := 0, 0
+	for _, r := range runs {
 		rs := c.all(r.sid, nil)
 		status := ""
 		for _, x := range rs {

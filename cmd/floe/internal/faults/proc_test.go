@@ -172,6 +172,22 @@ func (ps *procs) dump(t testing.TB) {
 	}
 }
 
+// keepLogs copies every process's log into dir (FAULTS_DUMP, a debugging
+// aid: the test's own directory is removed at cleanup).
+func (ps *procs) keepLogs(t testing.TB, dir string) {
+	ps.mu.Lock()
+	defer ps.mu.Unlock()
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Log(err)
+		return
+	}
+	for _, p := range ps.list {
+		if b, err := os.ReadFile(p.logPath); err == nil {
+			_ = os.WriteFile(filepath.Join(dir, filepath.Base(p.logPath)), b, 0o644)
+		}
+	}
+}
+
 // freePort returns a TCP port free on 127.0.0.1 right now.
 func freePort(t testing.TB) int {
 	t.Helper()
