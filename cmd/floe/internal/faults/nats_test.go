@@ -72,7 +72,7 @@ func leaderFailover(t *testing.T, sessions int, kill bool) {
 
 	// Each request streams text while its call streams lines of output.
 	const steps = 4
-	stream := `; for i in $(seq 1 25); do echo "line $i of output"; sleep 0.03; done`
+	stream := `; for i in $(seq 1 25); do echo "line $i of output"; sleep 0.03; done; echo "$FLOE_SESSION_ID $FLOE_TOOL_CALL_ID done" >> calls.log`
 	type run struct {
 		i                 int
 		sid, task, prompt string
@@ -92,16 +92,20 @@ func leaderFailover(t *testing.T, sessions int, kill bool) {
 		prompt := fmt.Sprintf("session %d", s)
 		runs = append(runs, run{s, sid, c.submit(sid, prompt), prompt})
 	}
-	// The fault comes once every Session runs its first tool (calls.log:
-	// one file read a poll, so the trigger does not lag behind the
-	// Sessions).
-	eventually(t, 90*time.Second, "every Session running its first tool", func() bool {
+	// The fault comes once every Session runs its first tool and half of
+	// them have finished it: tool output partials and the next request's
+	// model partials are in flight. (calls.log: one file read a poll, so
+	// the trigger does not lag behind the Sessions.)
+	eventually(t, 90*time.Second, "every Session running its first tool, half done with it", func() bool {
+		done := 0
 		for _, r := range runs {
-			if c.executions(r.sid, fmt.Sprintf("s%d_0", r.i)) < 1 {
+			id := fmt.Sprintf("s%d_0", r.i)
+			if c.executions(r.sid, id) < 1 {
 				return false
 			}
+			done += c.executions(r.sid, id+" done")
 		}
-		return true
+		return done >= sessions/2
 	})
 
 	leader := c.sessionsLeader()
