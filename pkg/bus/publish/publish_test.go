@@ -65,6 +65,35 @@ func checkOrder(t testing.TB, bodies []string) map[int]int {
 
 const sid = "session-2026-12-01-10-00-00-0123abcd"
 
+// connect opens another connection to env's server with opts (the
+// embedded server's, then these), closed at cleanup, and its JetStream.
+func connect(t testing.TB, env *bustest.Env, opts ...nats.Option) (*nats.Conn, jetstream.JetStream) {
+	t.Helper()
+	nc, err := env.Server.Connect(opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return nc, js
+}
+
+// drop closes nc's connection from the server side, as a node that goes
+// away does; the client reconnects after its reconnect wait.
+func drop(t testing.TB, env *bustest.Env, nc *nats.Conn) {
+	t.Helper()
+	cid, err := nc.GetClientID()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := env.Server.DisconnectClient(cid); err != nil {
+		t.Fatal(err)
+	}
+}
+
 func TestProducersKeepTheirOrderOnOneSubject(t *testing.T) {
 	t.Parallel()
 	env := bustest.Start(t, bus.Config{})
@@ -165,11 +194,7 @@ func TestConnectionDropIsDetectedAndNothingLandsAfterALoss(t *testing.T) {
 	env := bustest.Start(t, bus.Config{})
 	// The client's default reconnect wait (2 s) equals the AckTimeout: a
 	// drop may be declared a loss before or after the reconnect.
-	nc := bustest.Connect(t, env.Server)
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	nc, js := connect(t, env)
 	pub := publish.New(js, publish.Options{AckTimeout: 2 * time.Second})
 	defer pub.Close()
 	ctx := ctxT(t)
@@ -178,13 +203,7 @@ func TestConnectionDropIsDetectedAndNothingLandsAfterALoss(t *testing.T) {
 	for round := 0; round < 2; round++ {
 		for n := round * total; n < (round+1)*total; n++ {
 			if n == round*total+total/3 {
-				cid, err := nc.GetClientID()
-				if err != nil {
-					t.Fatal(err)
-				}
-				if err := env.Server.DisconnectClient(cid); err != nil {
-					t.Fatal(err)
-				}
+				drop(t, env, nc)
 			}
 			if err := pub.Publish(ctx, msg(sid, omni.ClassPartial, 0, n)); err != nil {
 				t.Fatal(err)
@@ -237,28 +256,14 @@ func TestASlowReconnectNeverStoresWhatWasDeclaredLost(t *testing.T) {
 	t.Parallel()
 	env := bustest.Start(t, bus.Config{})
 	const ackTimeout = 300 * time.Millisecond
-	nc, err := env.Server.Connect(nats.ReconnectWait(10 * ackTimeout))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	nc, js := connect(t, env, nats.ReconnectWait(10*ackTimeout))
 	pub := publish.New(js, publish.Options{AckTimeout: ackTimeout})
 	defer pub.Close()
 	ctx := ctxT(t)
 	const total = 3000
 	for n := range total {
 		if n == total/3 {
-			cid, err := nc.GetClientID()
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := env.Server.DisconnectClient(cid); err != nil {
-				t.Fatal(err)
-			}
+			drop(t, env, nc)
 		}
 		if err := pub.Publish(ctx, msg(sid, omni.ClassPartial, 0, n)); err != nil {
 			t.Fatal(err)
@@ -317,15 +322,7 @@ func TestASlowReconnectNeverStoresWhatWasDeclaredLost(t *testing.T) {
 func TestAConnectionThatBuffersIsRefused(t *testing.T) {
 	t.Parallel()
 	env := bustest.Start(t, bus.Config{})
-	nc, err := env.Server.Connect(nats.ReconnectBufSize(nats.DefaultReconnectBufSize))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, js := connect(t, env, nats.ReconnectBufSize(nats.DefaultReconnectBufSize))
 	pub := publish.New(js, publish.Options{})
 	defer pub.Close()
 	ctx := ctxT(t)
