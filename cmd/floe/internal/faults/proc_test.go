@@ -4,10 +4,12 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	mrand "math/rand/v2"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -188,15 +190,36 @@ func (ps *procs) keepLogs(t testing.TB, dir string) {
 	}
 }
 
-// freePort returns a TCP port free on 127.0.0.1 right now.
+// Ports handed out by freePort, never twice in one test binary.
+var (
+	portsMu sync.Mutex
+	ports   = map[int]bool{}
+)
+
+// freePort returns a TCP port free on 127.0.0.1 right now, below the
+// kernel's ephemeral range (32768 and up on Linux): a port the kernel picks
+// for ":0" can meanwhile become the source port of an outgoing connection
+// (a node's route to another), and the node meant to listen on it fails
+// with "address already in use".
 func freePort(t testing.TB) int {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
+	portsMu.Lock()
+	defer portsMu.Unlock()
+	for range 200 {
+		p := 20000 + mrand.IntN(12000)
+		if ports[p] {
+			continue
+		}
+		l, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(p))
+		if err != nil {
+			continue
+		}
+		l.Close()
+		ports[p] = true
+		return p
 	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
+	t.Fatal("no free port below the ephemeral range")
+	return 0
 }
 
 // baseEnv is this process's environment without anything that would
