@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"strconv"
 	"strings"
 	"unicode/utf16"
@@ -107,6 +108,11 @@ var fieldIndex = func() map[string]fieldRef {
 
 type fieldSet uint64
 
+// decodedInOrder, in Payload.present, says that the payload was decoded with its
+// known fields in canonical order and nothing else: they are written
+// first, in that order, with no order kept (payloadRaw.order).
+const decodedInOrder fieldSet = 1 << 63
+
 // fieldRef names one decoded field: an index into fields (payload) or one of
 // the env* constants (envelope), or extraBase+i for the i-th unknown field.
 type fieldRef uint32
@@ -193,9 +199,13 @@ func (m *Message) AppendJSON(dst []byte) []byte {
 	dst = append(dst, '{')
 	var written uint8
 	first := true
-	for _, ref := range m.order {
+	var order []fieldRef
+	if m.env != nil {
+		order = m.env.order
+	}
+	for _, ref := range order {
 		if ref >= extraBase {
-			dst = appendRawField(dst, m.extra[ref-extraBase], first)
+			dst = appendRawField(dst, m.env.extra[ref-extraBase], first)
 			first = false
 			continue
 		}
@@ -220,7 +230,7 @@ func (m *Message) AppendJSON(dst []byte) []byte {
 // hasEnv reports whether the envelope key ref is written: timestamp, type and
 // payload always are; origin when it has hops or was decoded null or empty.
 func (m *Message) hasEnv(ref fieldRef) bool {
-	return ref != envOrigin || len(m.Origin) > 0 || m.originRaw != nil
+	return ref != envOrigin || len(m.Origin) > 0 || m.env != nil && m.env.originRaw != nil
 }
 
 func (m *Message) appendEnv(dst []byte, ref fieldRef, first bool) []byte {
@@ -240,7 +250,7 @@ func (m *Message) appendEnv(dst []byte, ref fieldRef, first bool) []byte {
 	case envOrigin:
 		dst = append(dst, `"origin":`...)
 		if len(m.Origin) == 0 {
-			return appendRaw(dst, m.originRaw)
+			return appendRaw(dst, m.env.originRaw)
 		}
 		dst = append(dst, '[')
 		for i, o := range m.Origin {
@@ -282,16 +292,11 @@ func (p *Payload) appendJSON(dst []byte) []byte {
 	dst = append(dst, '{')
 	first := true
 	var written fieldSet
-	for _, ref := range p.order {
-		if ref >= extraBase {
-			dst = appendRawField(dst, p.extra[ref-extraBase], first)
-			first = false
-			continue
-		}
-		i := int(ref)
+	// A decoded field as it was decoded: its value (or null).
+	decoded := func(i int) {
 		bit := fieldSet(1) << i
 		if written&bit != 0 {
-			continue
+			return
 		}
 		switch {
 		case p.isSet(i):
@@ -299,10 +304,27 @@ func (p *Payload) appendJSON(dst []byte) []byte {
 		case p.nulls&bit != 0:
 			dst = appendNull(dst, i, first)
 		default:
-			continue
+			return
 		}
 		written |= bit
 		first = false
+	}
+	switch {
+	case p.raw != nil && p.raw.order != nil:
+		for _, ref := range p.raw.order {
+			if ref >= extraBase {
+				dst = appendRawField(dst, p.raw.extra[ref-extraBase], first)
+				first = false
+				continue
+			}
+			decoded(int(ref))
+		}
+	case p.present&decodedInOrder != 0:
+		for i := range fields {
+			if (p.present|p.nulls)&(1<<uint(i)) != 0 {
+				decoded(i)
+			}
+		}
 	}
 	for i := range fields {
 		if written&(1<<uint(i)) != 0 || !p.isSet(i) {
@@ -348,11 +370,11 @@ func (p *Payload) appendField(dst []byte, i int, first bool) []byte {
 		dst = appendRaw(dst, r)
 	case kUsage:
 		u := *f.usage(p)
-		switch ru := &p.usage[f.slot]; {
+		switch {
 		case u == nil:
 			dst = append(dst, "null"...)
-		case ru.raw != nil && *u == ru.val:
-			dst = appendRaw(dst, ru.raw)
+		case p.raw != nil && p.raw.usage[f.slot].raw != nil && *u == p.raw.usage[f.slot].val:
+			dst = appendRaw(dst, p.raw.usage[f.slot].raw)
 		default:
 			dst = appendUsage(dst, u)
 		}
@@ -431,21 +453,31 @@ var ErrSyntax = errors.New("omni: malformed JSON")
 // the key order of both is remembered for encoding. A known key that appears
 // twice is an error, as is anything after the object but whitespace.
 func Unmarshal(b []byte, m *Message) error {
-	*m = Message{order: make([]fieldRef, 0, 4)}
-	var seen uint8
+	*m = Message{}
+	var (
+		seen     uint8
+		orderBuf [numEnv]fieldRef
+		order    = orderBuf[:0]
+		env      envRaw
+		inOrder  = true // known keys only, each after the one before
+	)
 	i := skipWS(b, 0)
 	end, err := scanObject(b, i, func(key, val []byte) error {
 		ref := envRef(key)
 		if ref == extraBase {
-			m.order = append(m.order, extraBase+fieldRef(len(m.extra)))
-			m.extra = append(m.extra, rawField{key: string(key), value: append([]byte(nil), val...)})
+			order = append(order, extraBase+fieldRef(len(env.extra)))
+			env.extra = append(env.extra, rawField{key: string(key), value: append([]byte(nil), val...)})
+			inOrder = false
 			return nil
 		}
 		if seen&(1<<ref) != 0 {
 			return fmt.Errorf("%w: duplicate envelope field %s", ErrSyntax, key)
 		}
+		if seen >= 1<<ref {
+			inOrder = false
+		}
 		seen |= 1 << ref
-		m.order = append(m.order, ref)
+		order = append(order, ref)
 		switch ref {
 		case envTimestamp:
 			return decodeStringInto(val, &m.Timestamp, "timestamp")
@@ -477,7 +509,7 @@ func Unmarshal(b []byte, m *Message) error {
 			}
 			if len(m.Origin) == 0 {
 				m.Origin = nil
-				m.originRaw = append([]byte(nil), val...)
+				env.originRaw = append([]byte(nil), val...)
 			}
 			return nil
 		}
@@ -487,6 +519,12 @@ func Unmarshal(b []byte, m *Message) error {
 	}
 	if skipWS(b, end) != len(b) {
 		return fmt.Errorf("%w: trailing data after message", ErrSyntax)
+	}
+	if !inOrder {
+		env.order = slices.Clone(order)
+	}
+	if env.order != nil || env.extra != nil || env.originRaw != nil {
+		m.env = new(env)
 	}
 	return nil
 }
@@ -558,15 +596,23 @@ func decodeOrigin(val []byte, out *[]string) error {
 // decode decodes a payload object. lenient keeps a known field whose value
 // has the wrong JSON type as an unknown field instead of failing.
 func (p *Payload) decode(b []byte, lenient bool) error {
-	p.order = make([]fieldRef, 0, 8)
+	var (
+		orderBuf [16]fieldRef
+		order    = orderBuf[:0]
+		raw      payloadRaw
+		usageRaw bool
+		inOrder  = true // known fields only, each after the one before
+		last     = -1
+	)
 	_, err := scanObject(b, 0, func(key, val []byte) error {
 		ref, known := payloadRef(key)
 		if known && lenient && !fitsKind(fields[ref].kind, val) {
 			known = false
 		}
 		if !known {
-			p.order = append(p.order, extraBase+fieldRef(len(p.extra)))
-			p.extra = append(p.extra, rawField{key: string(key), value: append([]byte(nil), val...)})
+			order = append(order, extraBase+fieldRef(len(raw.extra)))
+			raw.extra = append(raw.extra, rawField{key: string(key), value: append([]byte(nil), val...)})
+			inOrder = false
 			return nil
 		}
 		i := int(ref)
@@ -575,7 +621,11 @@ func (p *Payload) decode(b []byte, lenient bool) error {
 		if (p.present|p.nulls)&bit != 0 {
 			return fmt.Errorf("%w: duplicate field %q", ErrSyntax, f.name)
 		}
-		p.order = append(p.order, ref)
+		order = append(order, ref)
+		if i < last {
+			inOrder = false
+		}
+		last = i
 		if string(val) == "null" {
 			p.nulls |= bit
 			return nil
@@ -601,17 +651,65 @@ func (p *Payload) decode(b []byte, lenient bool) error {
 			if val[0] != '{' {
 				return fmt.Errorf("omni: field %q: not an object", f.name)
 			}
-			u := new(Usage)
-			if err := json.Unmarshal(val, u); err != nil {
-				return fmt.Errorf("omni: field %q: %w", f.name, err)
+			u, ok := parseUsage(val)
+			if !ok {
+				u = new(Usage)
+				if err := json.Unmarshal(val, u); err != nil {
+					return fmt.Errorf("omni: field %q: %w", f.name, err)
+				}
+				raw.usage[f.slot] = rawUsage{raw: append([]byte(nil), val...), val: *u}
+				usageRaw = true
 			}
 			*f.usage(p) = u
-			p.usage[f.slot] = rawUsage{raw: append([]byte(nil), val...), val: *u}
 		}
 		p.present |= bit
 		return nil
 	})
-	return err
+	if err != nil {
+		return err
+	}
+	if inOrder {
+		p.present |= decodedInOrder
+	} else {
+		raw.order = slices.Clone(order)
+	}
+	if raw.order != nil || raw.extra != nil || usageRaw {
+		p.raw = new(raw)
+	}
+	return nil
+}
+
+// usageKeys are the keys of a token count object as Floe writes it.
+var usageKeys = [...]string{`{"cache_read":`, `,"cache_write":`, `,"output":`, `,"total":`}
+
+// parseUsage decodes a token count object written exactly as appendUsage
+// writes it (what Floe writes), without encoding/json and with no bytes to
+// keep; ok is false for any other form.
+func parseUsage(val []byte) (u *Usage, ok bool) {
+	var v Usage
+	counts := [...]*int64{&v.CacheRead, &v.CacheWrite, &v.Output, &v.Total}
+	rest := val
+	for k, key := range usageKeys {
+		if len(rest) < len(key) || string(rest[:len(key)]) != key {
+			return nil, false
+		}
+		rest = rest[len(key):]
+		j := 0
+		for j < len(rest) && (rest[j] == '-' || rest[j] >= '0' && rest[j] <= '9') {
+			j++
+		}
+		n, err := strconv.ParseInt(string(rest[:j]), 10, 64)
+		if err != nil {
+			return nil, false
+		}
+		*counts[k] = n
+		rest = rest[j:]
+	}
+	var buf [128]byte
+	if string(rest) != "}" || !bytes.Equal(appendUsage(buf[:0], &v), val) {
+		return nil, false
+	}
+	return &v, true
 }
 
 // fitsKind reports whether the JSON value val has the type a field of kind

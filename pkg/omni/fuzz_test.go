@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"slices"
 	"testing"
 )
 
@@ -50,6 +51,7 @@ func FuzzDecode(f *testing.F) {
 		if valid2 := m2.Validate() == nil; valid2 != valid {
 			t.Fatalf("Validate = %v before re-encoding and %v after, for %q", valid, valid2, e1)
 		}
+		checkSetLater(t, &m, e1)
 		// Every strict prefix of a valid encoding is malformed. Long encodings
 		// are sampled so a run stays fast.
 		step := 1
@@ -92,6 +94,86 @@ func FuzzStringLiteral(f *testing.F) {
 		}
 		if enc := appendString(nil, got); !json.Valid(enc) {
 			t.Fatalf("appendString(%q) = %q, not valid JSON", got, enc)
+		}
+	})
+}
+
+// checkSetLater checks that fields set after decoding follow the decoded
+// ones, which keep their order: e1 is m's encoding.
+func checkSetLater(t *testing.T, m *Message, e1 []byte) {
+	t.Helper()
+	envKeys, payload := objectKeys(t, e1, "payload")
+	payloadKeys, _ := objectKeys(t, payload, "")
+	c := *m
+	wantEnv, wantPayload := envKeys, payloadKeys
+	if !slices.Contains(envKeys, "origin") {
+		c.Origin = []string{"child"}
+		wantEnv = append(slices.Clone(envKeys), "origin")
+	}
+	if !slices.Contains(payloadKeys, "sender") {
+		c.Payload.Sender = "s"
+		wantPayload = append(slices.Clone(payloadKeys), "sender")
+	}
+	e3 := MustMarshal(&c)
+	gotEnv, payload3 := objectKeys(t, e3, "payload")
+	gotPayload, _ := objectKeys(t, payload3, "")
+	if !slices.Equal(gotEnv, wantEnv) || !slices.Equal(gotPayload, wantPayload) {
+		t.Fatalf("setting origin and sender on Unmarshal(%q) gives %q: keys %q / %q, want %q / %q", e1, e3, gotEnv, gotPayload, wantEnv, wantPayload)
+	}
+}
+
+// objectKeys returns the keys of the JSON object b in order, and the raw
+// value of key sub.
+func objectKeys(t *testing.T, b []byte, sub string) (keys []string, subValue []byte) {
+	t.Helper()
+	dec := json.NewDecoder(bytes.NewReader(b))
+	if tok, err := dec.Token(); err != nil || tok != json.Delim('{') {
+		t.Fatalf("%q is not an object: %v", b, err)
+	}
+	for dec.More() {
+		tok, err := dec.Token()
+		if err != nil {
+			t.Fatalf("keys of %q: %v", b, err)
+		}
+		var v json.RawMessage
+		if err := dec.Decode(&v); err != nil {
+			t.Fatalf("keys of %q: %v", b, err)
+		}
+		k := tok.(string)
+		keys = append(keys, k)
+		if k == sub {
+			subValue = v
+		}
+	}
+	return keys, subValue
+}
+
+// FuzzParseUsage checks the token count fast path against encoding/json:
+// what it accepts decodes to the same counts and is exactly how Floe
+// writes them.
+func FuzzParseUsage(f *testing.F) {
+	for _, s := range []string{
+		`{"cache_read":1,"cache_write":2,"output":3,"total":6}`,
+		`{"cache_read":-1,"cache_write":0,"output":9223372036854775807,"total":-9223372036854775808}`,
+		`{"cache_read":01,"cache_write":2,"output":3,"total":6}`,
+		`{"cache_read":1,"cache_write":2,"output":3,"total":6,"x":1}`,
+		`{"cache_read":1, "cache_write":2,"output":3,"total":6}`,
+		`{"cache_read":-0,"cache_write":2,"output":3,"total":6}`,
+		`{"cache_read":1e2,"cache_write":2,"output":3,"total":6}`,
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		u, ok := parseUsage(b)
+		if !ok {
+			return
+		}
+		var want Usage
+		if err := json.Unmarshal(b, &want); err != nil || *u != want {
+			t.Fatalf("parseUsage(%q) = %+v; encoding/json says %+v, %v", b, *u, want, err)
+		}
+		if enc := appendUsage(nil, u); !bytes.Equal(enc, b) {
+			t.Fatalf("parseUsage accepted %q, which Floe writes %q", b, enc)
 		}
 	})
 }

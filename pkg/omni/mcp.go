@@ -3,6 +3,7 @@ package omni
 import (
 	"bytes"
 	"encoding/json"
+	"slices"
 )
 
 // MCP connection events (SPEC §7 "MCP servers"): a Task start reports the
@@ -75,20 +76,33 @@ func withExtra(p Payload, key string, v any) Payload {
 	if err := enc.Encode(v); err != nil {
 		panic("omni: encode " + key + ": " + err.Error()) // only plain data is passed
 	}
+	// A new payloadRaw: the one p may share with its copies never changes.
+	raw := &payloadRaw{}
+	if p.raw != nil {
+		raw.extra = slices.Clone(p.raw.extra)
+		raw.usage = p.raw.usage
+	}
 	for i := range fields {
 		if p.isSet(i) {
-			p.order = append(p.order, fieldRef(i))
+			raw.order = append(raw.order, fieldRef(i))
 		}
 	}
-	p.order = append(p.order, extraBase+fieldRef(len(p.extra)))
-	p.extra = append(p.extra, rawField{key: `"` + key + `"`, value: bytes.TrimSpace(buf.Bytes())})
+	for i := range raw.extra {
+		raw.order = append(raw.order, extraBase+fieldRef(i))
+	}
+	raw.order = append(raw.order, extraBase+fieldRef(len(raw.extra)))
+	raw.extra = append(raw.extra, rawField{key: `"` + key + `"`, value: bytes.TrimSpace(buf.Bytes())})
+	p.raw = raw
 	return p
 }
 
 // Field returns the raw JSON value of a payload field the codec does not
 // model (such as mcp_connect_end's results), or nil.
 func (p *Payload) Field(key string) json.RawMessage {
-	for _, x := range p.extra {
+	if p.raw == nil {
+		return nil
+	}
+	for _, x := range p.raw.extra {
 		if x.key == `"`+key+`"` {
 			return x.value
 		}

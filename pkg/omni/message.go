@@ -149,6 +149,16 @@ type Message struct {
 	Payload   Payload
 	Origin    []string
 
+	// env holds what decoding must remember to re-encode the envelope byte
+	// for byte; nil when the keys came in canonical order, all known,
+	// with no null or empty origin (every Floe-written message), which
+	// keeps Message small.
+	env *envRaw
+}
+
+// envRaw is the decoded envelope beyond its fields. It is never changed
+// after decoding, so copies of a Message may share it.
+type envRaw struct {
 	order     []fieldRef // decoded envelope key order: env* or extraBase+i
 	extra     []rawField // unknown envelope fields
 	originRaw []byte     // a decoded origin that was null or empty, as written
@@ -242,11 +252,21 @@ type Payload struct {
 	Context      int64
 	Turns        int64
 
-	present fieldSet   // fields present in decoded input (even when zero)
-	nulls   fieldSet   // known fields decoded as null
-	order   []fieldRef // decoded field order
-	extra   []rawField // unknown fields
-	usage   [2]rawUsage
+	present fieldSet // fields present in decoded input (even when zero); decodedInOrder
+	nulls   fieldSet // known fields decoded as null
+	// raw holds what decoding must remember beyond present and nulls to
+	// re-encode the payload byte for byte; nil for the usual payload (known
+	// fields in canonical order, token counts written as Floe writes them).
+	raw *payloadRaw
+}
+
+// payloadRaw is the decoded payload beyond its fields. It is never changed
+// after decoding (mcp.go's withExtra builds a new one), so copies of a
+// Payload may share it.
+type payloadRaw struct {
+	order []fieldRef // decoded field order
+	extra []rawField // unknown fields
+	usage [2]rawUsage
 }
 
 // rawUsage keeps the bytes of a decoded token count object (session,
