@@ -70,6 +70,29 @@ func FuzzRead(f *testing.F) {
 				t.Fatalf("record %d = %q, want %q", i, got, want[i])
 			}
 		}
+		// Load's in-memory splitter, and a buffer so small that most lines
+		// are gathered from several reads, give the same records and
+		// skipped lines.
+		for name, next := range map[string]func() ([]byte, error){
+			"data":           dataLines(data),
+			"16-byte buffer": readerLines(bytes.NewReader(data), 16),
+		} {
+			var got [][]byte
+			sk, err := eachLine(next, func(_ []byte, m *omni.Message) { got = append(got, omni.MustMarshal(m)) })
+			if err != nil || len(got) != len(want) || len(sk) != len(skipped) {
+				t.Fatalf("eachLine(%s) = %d records, %d skipped, %v; want %d, %d, nil", name, len(got), len(sk), err, len(want), len(skipped))
+			}
+			for i := range got {
+				if !bytes.Equal(got[i], want[i]) {
+					t.Fatalf("eachLine(%s) record %d = %q, want %q", name, i, got[i], want[i])
+				}
+			}
+			for i := range sk {
+				if sk[i].Line != skipped[i].Line || sk[i].Torn != skipped[i].Torn {
+					t.Fatalf("eachLine(%s) skipped line %d (torn %v), Read skipped %d (torn %v)", name, sk[i].Line, sk[i].Torn, skipped[i].Line, skipped[i].Torn)
+				}
+			}
+		}
 		again, skipped2, err := Read(iotest.OneByteReader(bytes.NewReader(data)))
 		if err != nil || len(again) != len(msgs) || len(skipped2) != len(skipped) {
 			t.Fatalf("Read(one byte at a time) = %d records, %d skipped, %v; want %d, %d, nil", len(again), len(skipped2), err, len(msgs), len(skipped))

@@ -88,19 +88,58 @@ func (h *History) Messages() []omni.Message {
 // home may be empty (no Trace at all).
 func Load(ctx context.Context, js jetstream.JetStream, home, sessionID string, opt Options) (*History, error) {
 	h := &History{}
+	err := h.load(ctx, js, home, sessionID, opt, &sink{records: &h.Records})
+	if err != nil {
+		return nil, err
+	}
+	return h, nil
+}
+
+// A sink takes the records of a history as they are read: it collects
+// them (records) or hands each to fn, whose message is only valid during
+// the call. restart drops what it took so far.
+type sink struct {
+	records *[]Record
+	fn      func(m *omni.Message)
+	reset   func()
+}
+
+// stable reports whether the sink keeps the records' Data, so that a
+// Trace file must be read into memory that stays.
+func (s *sink) stable() bool { return s.records != nil }
+
+func (s *sink) take(seq uint64, data []byte, m *omni.Message) {
+	if s.records != nil {
+		*s.records = append(*s.records, Record{Seq: seq, Data: data, Msg: *m})
+		return
+	}
+	s.fn(m)
+}
+
+func (s *sink) restart() {
+	if s.records != nil {
+		*s.records = (*s.records)[:0]
+		return
+	}
+	if s.reset != nil {
+		s.reset()
+	}
+}
+
+func (h *History) load(ctx context.Context, js jetstream.JetStream, home, sessionID string, opt Options, out *sink) error {
 	var files []string
 	if home != "" {
 		pos, ok, err := ReadPos(home, sessionID)
 		if err != nil && !errors.Is(err, ErrBadPos) {
-			return nil, err
+			return err
 		}
 		h.Pos, h.HavePos = pos, ok && err == nil
 		if files, err = Files(home, sessionID); err != nil {
-			return nil, err
+			return err
 		}
 	}
 	if len(files) == 0 {
-		return h, h.stream(ctx, js, sessionID, 1, opt)
+		return h.stream(ctx, js, sessionID, 1, opt, out)
 	}
 	if h.HavePos {
 		var usable []string
@@ -122,9 +161,9 @@ func Load(ctx context.Context, js jetstream.JetStream, home, sessionID string, o
 				limit = h.Pos.Size
 			}
 		}
-		skipped, err := readFile(f, limit, &h.Records)
+		skipped, err := readFile(f, limit, out)
 		if err != nil {
-			return nil, err
+			return err
 		}
 		h.Skipped += skipped
 	}
@@ -132,9 +171,14 @@ func Load(ctx context.Context, js jetstream.JetStream, home, sessionID string, o
 		// A damaged Trace, or one without a position: prefer the stream
 		// when it still holds the Session from its head.
 		whole := &History{}
-		if err := whole.stream(ctx, js, sessionID, 1, opt); err == nil && len(whole.Records) > 0 && whole.Records[0].Msg.Type == omni.KindSessionMeta {
-			whole.Pos, whole.HavePos, whole.Skipped, whole.FromStream = h.Pos, h.HavePos, h.Skipped, true
-			return whole, nil
+		if err := whole.stream(ctx, js, sessionID, 1, opt, &sink{records: &whole.Records}); err == nil && len(whole.Records) > 0 && whole.Records[0].Msg.Type == omni.KindSessionMeta {
+			out.restart()
+			for i := range whole.Records {
+				r := &whole.Records[i]
+				out.take(r.Seq, r.Data, &r.Msg)
+			}
+			h.StreamFrom, h.LastSeq, h.Bad, h.FromStream = whole.StreamFrom, whole.LastSeq, whole.Bad, true
+			return nil
 		}
 	}
 	if !h.HavePos {
@@ -142,17 +186,17 @@ func Load(ctx context.Context, js jetstream.JetStream, home, sessionID string, o
 		// the stream joins them.
 		last, err := bus.LastSeq(ctx, js)
 		if err != nil {
-			return nil, err
+			return err
 		}
-		return h, h.stream(ctx, js, sessionID, last+1, opt)
+		return h.stream(ctx, js, sessionID, last+1, opt, out)
 	}
 	h.LastSeq = h.Pos.Seq
-	return h, h.stream(ctx, js, sessionID, h.Pos.Seq+1, opt)
+	return h.stream(ctx, js, sessionID, h.Pos.Seq+1, opt, out)
 }
 
 // stream appends the Session's Trace-class messages from sequence from
 // (and hands opt.OnStream what it asks for).
-func (h *History) stream(ctx context.Context, js jetstream.JetStream, sessionID string, from uint64, opt Options) error {
+func (h *History) stream(ctx context.Context, js jetstream.JetStream, sessionID string, from uint64, opt Options, out *sink) error {
 	h.StreamFrom = from
 	start := from
 	if opt.From > 0 && opt.From < start {
@@ -162,14 +206,15 @@ func (h *History) stream(ctx context.Context, js jetstream.JetStream, sessionID 
 	if len(opt.Classes) > 0 {
 		classes = append(append([]string(nil), omni.TraceClasses...), opt.Classes...)
 	}
+	var m omni.Message
 	err := bus.Follow(ctx, js, sessionID, classes, start, true, func(sm bus.StreamMsg) error {
 		h.LastSeq = max(h.LastSeq, sm.Seq)
 		record := false
 		if sm.Seq >= from && isTraceClass(sm.Class) {
-			if m, err := omni.Decode(sm.Data); err != nil {
+			if err := decode(sm.Data, &m); err != nil {
 				h.Bad++
 			} else {
-				h.Records = append(h.Records, Record{Seq: sm.Seq, Data: sm.Data, Msg: m})
+				out.take(sm.Seq, sm.Data, &m)
 				record = true
 			}
 		}
@@ -204,11 +249,26 @@ func LoadHistory(ctx context.Context, js jetstream.JetStream, home, sessionID st
 	return h.Messages(), h.LastSeq, h.Skipped + h.Bad, nil
 }
 
-// readFile appends the valid records of one Trace file (its first limit
+// Replay is LoadHistory for a reader that folds the history as it is
+// read, so that it is never held in memory: it calls fn with each record
+// in order. The message is decoded into one value reused for every
+// record, but each decoding has its own strings and slices: fn may keep a
+// shallow copy of it, never the pointer. When Replay drops what it handed
+// over (a damaged Trace that the stream replaces), it calls reset (when
+// set) before handing the history over again from its first record.
+func Replay(ctx context.Context, js jetstream.JetStream, home, sessionID string, fn func(m *omni.Message), reset func()) (lastSeq uint64, bad int, err error) {
+	h := &History{}
+	if err := h.load(ctx, js, home, sessionID, Options{LastFiles: 2}, &sink{fn: fn, reset: reset}); err != nil {
+		return 0, 0, err
+	}
+	return h.LastSeq, h.Skipped + h.Bad, nil
+}
+
+// readFile hands out the valid records of one Trace file (its first limit
 // bytes when limit >= 0), skipping malformed lines as Read does; it returns
 // how many it skipped. A file removed meanwhile (a deleted Session) reads
 // as empty.
-func readFile(path string, limit int64, out *[]Record) (int, error) {
+func readFile(path string, limit int64, out *sink) (int, error) {
 	f, err := os.Open(path)
 	if errors.Is(err, os.ErrNotExist) {
 		return 0, nil
@@ -217,8 +277,20 @@ func readFile(path string, limit int64, out *[]Record) (int, error) {
 		return 0, fmt.Errorf("trace: open %s: %w", path, err)
 	}
 	defer f.Close()
-	// One read into one buffer sized from the file, and the records' Data
-	// are slices of it: no copy per line, no growing.
+	var r io.Reader = f
+	if limit >= 0 {
+		r = io.LimitReader(f, limit)
+	}
+	if !out.stable() {
+		// Line by line through one buffer: nothing of the file is kept.
+		skipped, err := eachLine(readerLines(r, 64<<10), func(line []byte, m *omni.Message) { out.take(0, line, m) })
+		if err != nil {
+			return 0, fmt.Errorf("trace: read %s: %w", path, err)
+		}
+		return len(skipped), nil
+	}
+	// The records keep their Data: one read into one buffer sized from the
+	// file, and the Data are slices of it (no copy per line, no growing).
 	size := int64(64 << 10)
 	if st, err := f.Stat(); err == nil {
 		size = st.Size()
@@ -226,18 +298,34 @@ func readFile(path string, limit int64, out *[]Record) (int, error) {
 	if limit >= 0 {
 		size = min(size, limit)
 	}
-	data := make([]byte, size)
-	n, err := io.ReadFull(f, data)
-	if err != nil && !errors.Is(err, io.ErrUnexpectedEOF) && !errors.Is(err, io.EOF) {
+	data := make([]byte, 0, size+1)
+	data, err = readAll(r, data)
+	if err != nil {
 		return 0, fmt.Errorf("trace: read %s: %w", path, err)
 	}
-	data = data[:n]
-	*out = slices.Grow(*out, bytes.Count(data, []byte{'\n'})+1)
-	skipped, err := decodeLines(data, func(line []byte, m omni.Message) {
-		*out = append(*out, Record{Data: line, Msg: m})
-	})
+	// Room for the file's records and a few from the stream after them.
+	lines := bytes.Count(data, []byte{'\n'}) + 1
+	*out.records = slices.Grow(*out.records, lines+lines/16+64)
+	skipped, err := eachLine(dataLines(data), func(line []byte, m *omni.Message) { out.take(0, line, m) })
 	if err != nil {
 		return 0, fmt.Errorf("trace: read %s: %w", path, err)
 	}
 	return len(skipped), nil
+}
+
+// readAll is io.ReadAll into buf, which is usually big enough already.
+func readAll(r io.Reader, buf []byte) ([]byte, error) {
+	for {
+		if len(buf) == cap(buf) {
+			buf = slices.Grow(buf, 64<<10)
+		}
+		n, err := r.Read(buf[len(buf):cap(buf)])
+		buf = buf[:len(buf)+n]
+		if err == io.EOF {
+			return buf, nil
+		}
+		if err != nil {
+			return buf, err
+		}
+	}
 }
