@@ -22,6 +22,7 @@ import (
 	"floe.dev/pkg/bus"
 	"floe.dev/pkg/bus/ops"
 	"floe.dev/pkg/omni"
+	"floe.dev/pkg/trace"
 	"floe.dev/services/engine/internal/fold"
 	"floe.dev/services/engine/internal/model"
 	"floe.dev/services/engine/internal/provider"
@@ -467,5 +468,23 @@ func EnvConfig(c *Config) error {
 // completed requests, tool outputs in call order, the last completed
 // compaction's summary).
 func ModelContext(records []omni.Message) []omni.Message {
-	return fold.Load(records).Messages()
+	refs := fold.Load(records).Messages()
+	out := make([]omni.Message, len(refs))
+	for i, m := range refs {
+		out[i] = *m
+	}
+	return out
+}
+
+// ResumeContext reads a Session's history the way an engine resuming it
+// does (trace.Replay folded as it is read) and returns the model context
+// it resumes with, the sequence of the last message read and the count of
+// records skipped as undecodable.
+func ResumeContext(ctx context.Context, js jetstream.JetStream, home, sessionID string) (msgs []*omni.Message, lastSeq uint64, bad int, err error) {
+	fc := fold.New()
+	lastSeq, bad, err = trace.Replay(ctx, js, home, sessionID, fc.Apply, fc.Reset)
+	if err != nil {
+		return nil, 0, 0, err
+	}
+	return fc.Messages(), lastSeq, bad, nil
 }

@@ -28,8 +28,7 @@ type Context struct {
 	// byCall maps a committed tool_call id to its turn.
 	byCall map[string]*turn
 
-	open       *turn                   // the request in progress (request_begin seen, no request_end)
-	openOutput map[string]omni.Message // outputs that arrived for calls of the open request
+	open *turn // the request in progress (request_begin seen, no request_end)
 
 	// Usage is the Session's cumulative token usage.
 	Usage omni.Usage
@@ -65,10 +64,16 @@ type entry struct {
 	turn *turn         // or a committed turn
 }
 
+// A turn keeps its messages as pointers to copies made when they were
+// folded: they are never changed afterwards, so Messages can hand them out
+// without copying them again.
 type turn struct {
-	assistant []omni.Message
+	assistant []*omni.Message
 	calls     []string
-	outputs   map[string]omni.Message
+	// outputs[i] is the output of calls[i], nil while none has arrived
+	// (also for the open request: outputs that land before its
+	// request_end).
+	outputs []*omni.Message
 	// interrupted marks calls still without output when the run was
 	// aborted: their runners were cancelled, so no output will come; the
 	// model gets the interrupted placeholder and nobody waits for them.
@@ -77,8 +82,12 @@ type turn struct {
 
 // New returns an empty Context.
 func New() *Context {
-	return &Context{byCall: make(map[string]*turn), openOutput: make(map[string]omni.Message)}
+	return &Context{byCall: make(map[string]*turn)}
 }
+
+// Reset empties c, as New would return it: for a reader that starts the
+// history over (trace.Replay).
+func (c *Context) Reset() { *c = Context{byCall: make(map[string]*turn)} }
 
 // Load folds msgs into a new Context.
 func Load(msgs []omni.Message) *Context {
@@ -90,6 +99,8 @@ func Load(msgs []omni.Message) *Context {
 }
 
 // Apply folds one record. Partials and origin-tagged messages are ignored.
+// What c keeps of m it copies (a shallow copy: the strings and slices of m
+// must not be changed afterwards), so m itself may be reused.
 func (c *Context) Apply(m *omni.Message) {
 	if len(m.Origin) > 0 || m.IsPartial() {
 		return
@@ -116,11 +127,13 @@ func (c *Context) Apply(m *omni.Message) {
 				}
 			}
 		case p.Type == omni.TypeToolCallOutput:
-			c.attachOutput(*m)
+			c.attachOutput(m)
 		case c.open != nil && p.Role == omni.RoleAssistant:
-			c.open.assistant = append(c.open.assistant, *m)
+			mm := *m
+			c.open.assistant = append(c.open.assistant, &mm)
 			if p.Type == omni.TypeToolCall && p.Stop() == omni.StatusCompleted {
 				c.open.calls = append(c.open.calls, p.ToolCallID)
+				c.open.outputs = append(c.open.outputs, nil)
 			}
 		case p.Role == omni.RoleUser:
 			// The [context_summary] text that opens the context after a
@@ -152,7 +165,6 @@ func (c *Context) applyEvent(m *omni.Message) {
 			return
 		}
 		c.open = &turn{}
-		clear(c.openOutput)
 	case omni.TypeRequestEnd:
 		if c.Compacting {
 			if c.attemptOpen && p.Status == omni.StatusCompleted {
@@ -167,7 +179,6 @@ func (c *Context) applyEvent(m *omni.Message) {
 		t := c.open
 		c.open = nil
 		if p.Status != omni.StatusCompleted {
-			clear(c.openOutput)
 			return
 		}
 		c.Turns++
@@ -175,14 +186,9 @@ func (c *Context) applyEvent(m *omni.Message) {
 		if len(t.assistant) == 0 {
 			return
 		}
-		t.outputs = make(map[string]omni.Message, len(t.calls))
 		for _, id := range t.calls {
 			c.byCall[id] = t
-			if out, ok := c.openOutput[id]; ok {
-				t.outputs[id] = out
-			}
 		}
-		clear(c.openOutput)
 		c.entries = append(c.entries, entry{turn: t})
 	case omni.TypeTokenUsage:
 		if p.Session != nil {
@@ -193,13 +199,12 @@ func (c *Context) applyEvent(m *omni.Message) {
 		}
 	case omni.TypeAbort:
 		c.open = nil
-		clear(c.openOutput)
 		for _, e := range c.entries {
 			if e.turn == nil {
 				continue
 			}
-			for _, id := range e.turn.calls {
-				if _, ok := e.turn.outputs[id]; !ok {
+			for i, id := range e.turn.calls {
+				if e.turn.outputs[i] == nil {
 					if e.turn.interrupted == nil {
 						e.turn.interrupted = make(map[string]bool)
 					}
@@ -235,26 +240,36 @@ func (c *Context) applyEvent(m *omni.Message) {
 	}
 }
 
-func (c *Context) attachOutput(m omni.Message) {
+func (c *Context) attachOutput(m *omni.Message) {
 	id := m.Payload.ToolCallID
-	if t := c.byCall[id]; t != nil {
-		if _, dup := t.outputs[id]; !dup {
-			t.outputs[id] = m
-		}
-		return
-	}
-	if c.open != nil {
-		for _, cid := range c.open.calls {
-			if cid == id {
-				if _, dup := c.openOutput[id]; !dup {
-					c.openOutput[id] = m
-				}
-				return
-			}
-		}
+	t := c.byCall[id]
+	if t == nil {
+		t = c.open
 	}
 	// An output of a call that was never committed (its request failed) is
 	// not part of the context.
+	if t != nil {
+		t.attach(id, m)
+	}
+}
+
+// attach makes (a copy of) m the output of the calls of t with id, unless
+// they have one: the first output of a call is its output.
+func (t *turn) attach(id string, m *omni.Message) {
+	var kept *omni.Message
+	for i, cid := range t.calls {
+		if cid != id {
+			continue
+		}
+		if kept == nil {
+			if t.outputs[i] != nil {
+				return
+			}
+			mm := *m
+			kept = &mm
+		}
+		t.outputs[i] = kept
+	}
 }
 
 // Unpaired returns the committed tool calls that have no output yet and
@@ -266,8 +281,8 @@ func (c *Context) Unpaired() []string {
 		if e.turn == nil {
 			continue
 		}
-		for _, id := range e.turn.calls {
-			if _, ok := e.turn.outputs[id]; !ok && !e.turn.interrupted[id] {
+		for i, id := range e.turn.calls {
+			if e.turn.outputs[i] == nil && !e.turn.interrupted[id] {
 				ids = append(ids, id)
 			}
 		}
@@ -307,22 +322,38 @@ func (c *Context) Empty() bool { return len(c.entries) == 0 && c.Summary == "" }
 // Messages returns the model context: the summary (if any), then user
 // messages and committed turns in order, each turn's outputs in call order.
 // A missing output is given the interrupted placeholder.
-func (c *Context) Messages() []omni.Message {
-	var out []omni.Message
+//
+// The slice is new on every call, the messages are shared: c never changes
+// a message once folded, and callers must not change them either.
+func (c *Context) Messages() []*omni.Message {
+	n := 0
 	if c.Summary != "" {
-		out = append(out, omni.UserText(omni.Block(omni.TagContextSummary, c.Summary)))
+		n++
 	}
 	for _, e := range c.entries {
 		if e.msg != nil {
-			out = append(out, *e.msg)
+			n++
+		} else {
+			n += len(e.turn.assistant) + len(e.turn.calls)
+		}
+	}
+	out := make([]*omni.Message, 0, n)
+	if c.Summary != "" {
+		m := omni.UserText(omni.Block(omni.TagContextSummary, c.Summary))
+		out = append(out, &m)
+	}
+	for _, e := range c.entries {
+		if e.msg != nil {
+			out = append(out, e.msg)
 			continue
 		}
 		out = append(out, e.turn.assistant...)
-		for _, id := range e.turn.calls {
-			if o, ok := e.turn.outputs[id]; ok {
+		for i, id := range e.turn.calls {
+			if o := e.turn.outputs[i]; o != nil {
 				out = append(out, o)
 			} else {
-				out = append(out, omni.ToolCallOutput(id, omni.InterruptedOutput, omni.StatusAborted))
+				m := omni.ToolCallOutput(id, omni.InterruptedOutput, omni.StatusAborted)
+				out = append(out, &m)
 			}
 		}
 	}

@@ -7,7 +7,7 @@ import (
 	"floe.dev/pkg/omni"
 )
 
-func summary(msgs []omni.Message) []string {
+func summary(msgs []*omni.Message) []string {
 	var out []string
 	for _, m := range msgs {
 		p := m.Payload

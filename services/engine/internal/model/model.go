@@ -22,7 +22,7 @@ type Request struct {
 	// Messages is the model context in order: complete model_msg
 	// messages only (user text/images, assistant thinking/text/tool_call,
 	// tool_call_output), tool outputs already in call order.
-	Messages      []omni.Message
+	Messages      []*omni.Message
 	Tools         []omni.ToolSpec
 	ThinkingLevel string // "", "low", "medium", "high"
 	// IDs allocates tool_call ids for providers that omit them or reuse

@@ -87,10 +87,10 @@ func shape(m omni.Message) string {
 	return fmt.Sprintf("%s role=%s call=%s name=%s content=%q", p.Type, p.Role, p.ToolCallID, p.Name, p.Content())
 }
 
-func shapes(msgs []omni.Message) []string {
+func shapes(msgs []*omni.Message) []string {
 	out := make([]string, len(msgs))
 	for i, m := range msgs {
-		out[i] = shape(m)
+		out[i] = shape(*m)
 	}
 	return out
 }
@@ -156,12 +156,12 @@ func TestReplayRecordedTraceThroughTheFold(t *testing.T) {
 type recorder struct {
 	model.Provider
 	mu   sync.Mutex
-	reqs [][]omni.Message
+	reqs [][]*omni.Message
 }
 
 func (r *recorder) Stream(ctx context.Context, req *model.Request, emit func(model.Delta) error) (model.Result, error) {
 	r.mu.Lock()
-	r.reqs = append(r.reqs, append([]omni.Message(nil), req.Messages...))
+	r.reqs = append(r.reqs, append([]*omni.Message(nil), req.Messages...))
 	r.mu.Unlock()
 	return r.Provider.Stream(ctx, req, emit)
 }

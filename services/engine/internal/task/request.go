@@ -200,16 +200,16 @@ func (r *Runner) attempt(ctx, actx context.Context, attempt int, retried string)
 
 // contextMessages is the folded context with the carry-over of an earlier
 // interrupted run inserted where it happened, plus extra model-only text.
-func (r *Runner) contextMessages(extra string) []omni.Message {
+func (r *Runner) contextMessages(extra string) []*omni.Message {
 	r.mu.Lock()
 	msgs := r.fc.Messages()
 	r.mu.Unlock()
 	if len(r.rec.CarryOver) > 0 {
-		out := make([]omni.Message, 0, len(msgs)+len(r.rec.CarryOver))
+		out := make([]*omni.Message, 0, len(msgs)+len(r.rec.CarryOver))
 		ci := 0
 		for i := 0; i <= len(msgs); i++ {
 			for ci < len(r.rec.CarryOver) && r.rec.CarryOver[ci].At <= i {
-				out = append(out, omni.UserText(r.rec.CarryOver[ci].Text))
+				out = append(out, new(omni.UserText(r.rec.CarryOver[ci].Text)))
 				ci++
 			}
 			if i < len(msgs) {
@@ -219,7 +219,7 @@ func (r *Runner) contextMessages(extra string) []omni.Message {
 		msgs = out
 	}
 	if extra != "" {
-		msgs = append(msgs, omni.UserText(extra))
+		msgs = append(msgs, new(omni.UserText(extra)))
 	}
 	return msgs
 }

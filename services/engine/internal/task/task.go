@@ -313,14 +313,14 @@ func (r *Runner) Run(ctx context.Context) (status string, err error) {
 		return "", err
 	}
 
-	history, lastSeq, bad, err := trace.LoadHistory(ctx, r.d.JS, r.d.Settings.Home, r.sid)
+	r.fc = fold.New()
+	lastSeq, bad, err := trace.Replay(ctx, r.d.JS, r.d.Settings.Home, r.sid, r.fc.Apply, r.fc.Reset)
 	if err != nil {
 		return "", err
 	}
 	if bad > 0 {
 		r.log.Warn().Int("skipped", bad).Msg("undecodable records in session history skipped")
 	}
-	r.fc = fold.Load(history)
 	r.usage = r.fc.Usage
 	for _, m := range r.fc.Messages() {
 		if m.Payload.Type == omni.TypeToolCall {

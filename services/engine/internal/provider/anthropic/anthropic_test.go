@@ -227,14 +227,14 @@ func TestStreamSendsRequestShape(t *testing.T) {
 	req := &model.Request{
 		Model:        "claude-sonnet-4-5",
 		SystemPrompt: "Be brief.",
-		Messages: []omni.Message{
+		Messages: refs(
 			omni.UserText("read a.go"), img,
 			foreign, th, red, omni.Text(omni.RoleAssistant, "Reading."), omni.Text(omni.RoleAssistant, ""),
 			omni.ToolCall("read_file", `{"path":"a.go"}`, "toolu_A"),
 			omni.ToolCall("exec", "not json", "call|B"),
 			out, failed,
 			omni.UserText("thanks"),
-		},
+		),
 		Tools: []omni.ToolSpec{
 			{Name: "read_file", Description: "Read a file", Parameters: json.RawMessage(`{"type":"object","properties":{"path":{"type":"string"}}}`)},
 			{Name: "exec"},
@@ -284,10 +284,10 @@ func TestStreamSendsRequestShape(t *testing.T) {
 func TestStreamMergesUserTextBeforeToolResults(t *testing.T) {
 	srv := newSSEServer(t, msgStart, msgStop)
 	req := simpleRequest()
-	req.Messages = append(req.Messages,
+	req.Messages = append(req.Messages, refs(
 		omni.ToolCall("ls", "{}", "t1"),
 		omni.UserText("steer: hurry"), // arrived while the tool ran
-		omni.ToolCallOutput("t1", "a b", ""))
+		omni.ToolCallOutput("t1", "a b", ""))...)
 	if _, _, err := stream(t, New(Config{BaseURL: srv.URL}), req); err != nil {
 		t.Fatal(err)
 	}

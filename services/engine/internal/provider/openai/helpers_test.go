@@ -22,6 +22,7 @@ var (
 	blockText    = providertest.BlockText
 	endOf        = providertest.EndOf
 	checkDeltas  = providertest.CheckDeltas
+	refs         = providertest.Refs
 	serve        = providertest.Serve
 	closedPort   = providertest.ClosedPort
 	stall        = providertest.Stall
@@ -49,5 +50,5 @@ func stream(t *testing.T, p *Provider, req *model.Request) ([]model.Delta, model
 }
 
 func simpleRequest() *model.Request {
-	return &model.Request{SessionID: "s1", Model: "gpt-4o", Messages: []omni.Message{omni.UserText("hi")}, IDs: &model.IDAllocator{}}
+	return &model.Request{SessionID: "s1", Model: "gpt-4o", Messages: refs(omni.UserText("hi")), IDs: &model.IDAllocator{}}
 }

@@ -205,13 +205,13 @@ func TestStreamSendsRequestShape(t *testing.T) {
 	req := &model.Request{
 		Model:        "deepseek-chat",
 		SystemPrompt: "Be brief.",
-		Messages: []omni.Message{
+		Messages: refs(
 			omni.UserText("read a.go"), img,
 			foreign, th, omni.Text(omni.RoleAssistant, "Reading."), tc,
 			omni.ToolCall("exec", "", "call_B"),
 			out, failed,
 			omni.UserText("thanks"),
-		},
+		),
 		Tools: []omni.ToolSpec{
 			{Name: "read_file", Description: "Read a file", Parameters: json.RawMessage(`{"type":"object","properties":{"path":{"type":"string"}}}`)},
 			{Name: "exec", Description: "Run"},
@@ -261,7 +261,7 @@ func TestStreamSendsRequestShape(t *testing.T) {
 func TestStreamAssistantOnlyToolCallsSendsNullContent(t *testing.T) {
 	srv := newSSEServer(t, "[DONE]")
 	req := simpleRequest()
-	req.Messages = append(req.Messages, omni.ToolCall("ls", "{}", "c1"), omni.ToolCallOutput("c1", "x", ""))
+	req.Messages = append(req.Messages, refs(omni.ToolCall("ls", "{}", "c1"), omni.ToolCallOutput("c1", "x", ""))...)
 	if _, _, err := stream(t, New(Config{BaseURL: srv.URL}), req); err != nil {
 		t.Fatal(err)
 	}

@@ -202,3 +202,13 @@ func AsModelError(t *testing.T, err error) *model.Error {
 	}
 	return me
 }
+
+// Refs returns pointers to copies of msgs, as model.Request.Messages holds
+// them.
+func Refs(msgs ...omni.Message) []*omni.Message {
+	out := make([]*omni.Message, len(msgs))
+	for i := range msgs {
+		out[i] = &msgs[i]
+	}
+	return out
+}

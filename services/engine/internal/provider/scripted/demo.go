@@ -40,7 +40,7 @@ type demoTask struct {
 
 // readDemoTask collects the Task that starts at the last user text that is
 // not a system block.
-func readDemoTask(msgs []omni.Message) demoTask {
+func readDemoTask(msgs []*omni.Message) demoTask {
 	start := 0
 	for i := len(msgs) - 1; i >= 0; i-- {
 		pl := &msgs[i].Payload

@@ -91,7 +91,7 @@ func TestDemoListsReadsAndAnswers(t *testing.T) {
 	ids := &model.IDAllocator{}
 	ctx := []omni.Message{omni.UserText("What is in this project?")}
 	req := func() *model.Request {
-		return &model.Request{SessionID: "demo-1", Model: "demo", Messages: ctx, IDs: ids, Tools: demoTools}
+		return &model.Request{SessionID: "demo-1", Model: "demo", Messages: refs(ctx...), IDs: ids, Tools: demoTools}
 	}
 	var total time.Duration
 
@@ -266,7 +266,7 @@ func TestDemoOnlyCallsOfferedTools(t *testing.T) {
 	if len(turn.calls) != 1 || turn.calls[0].Name != "exec_command" {
 		t.Fatalf("first request calls %+v, want exec_command", turn.calls)
 	}
-	req.Messages = append(append(req.Messages, turn.msgs...), omni.ToolCallOutput(turn.calls[0].ToolCallID, demoLs, ""))
+	req.Messages = append(append(req.Messages, refs(turn.msgs...)...), refs(omni.ToolCallOutput(turn.calls[0].ToolCallID, demoLs, ""))...)
 	turn = playDemo(t, Demo(), req)
 	if len(turn.calls) != 0 || !strings.Contains(turn.text, "The workspace has 6 entries") {
 		t.Errorf("without read_file: %+v, want the answer", turn)

@@ -11,6 +11,7 @@ import (
 
 	"floe.dev/pkg/omni"
 	"floe.dev/services/engine/internal/model"
+	"floe.dev/services/engine/internal/provider/providertest"
 )
 
 // testTimeout bounds every Stream call of the tests.
@@ -27,7 +28,7 @@ func mustParse(t *testing.T, src string) *Provider {
 
 // newReq returns a request of Session sessionID with its own id allocator.
 func newReq(sessionID string, msgs ...omni.Message) *model.Request {
-	return &model.Request{SessionID: sessionID, Messages: msgs, IDs: &model.IDAllocator{}}
+	return &model.Request{SessionID: sessionID, Messages: refs(msgs...), IDs: &model.IDAllocator{}}
 }
 
 // run streams one request with a bounded context and collects its deltas.
@@ -125,3 +126,6 @@ func checkDiscipline(t *testing.T, ds []model.Delta) {
 }
 
 func raw(s string) json.RawMessage { return json.RawMessage(s) }
+
+// refs is providertest.Refs.
+var refs = providertest.Refs

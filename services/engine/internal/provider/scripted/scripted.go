@@ -253,7 +253,7 @@ func (p *Provider) check(e *entry, req *model.Request, n int) error {
 
 // lastUserContent returns the text or output of the last user text or
 // tool_call_output message.
-func lastUserContent(msgs []omni.Message) (string, bool) {
+func lastUserContent(msgs []*omni.Message) (string, bool) {
 	for i := len(msgs) - 1; i >= 0; i-- {
 		pl := &msgs[i].Payload
 		if pl.Role != omni.RoleUser {
@@ -271,7 +271,7 @@ func lastUserContent(msgs []omni.Message) (string, bool) {
 
 // trailingOutputIDs returns the tool_call_ids of the tool_call_output
 // messages after the last assistant message, in context order.
-func trailingOutputIDs(msgs []omni.Message) []string {
+func trailingOutputIDs(msgs []*omni.Message) []string {
 	start := 0
 	for i := len(msgs) - 1; i >= 0; i-- {
 		if msgs[i].Payload.Role == omni.RoleAssistant {
