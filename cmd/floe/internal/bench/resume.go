@@ -19,18 +19,17 @@ import (
 )
 
 // ResumeResult is the time to rebuild a Session's model context from a
-// Trace of Records records: trace.LoadHistory (Trace file up to the tracer's
-// position, then the stream after it) and the engine's fold
-// (engine.ModelContext), median of Runs runs with the file in the page
-// cache.
+// Trace of Records records as a resuming engine does (engine.ResumeContext:
+// trace.Replay reads the Trace file up to the tracer's position, then the
+// stream after it, and the fold takes each record as it is read), median
+// of Runs runs with the file in the page cache.
 type ResumeResult struct {
 	Records     int
 	TraceBytes  int64 // the Trace file
 	StreamTail  int   // records read from the stream after the position
-	Load, Fold  time.Duration
+	Resume      time.Duration
 	ContextMsgs int   // messages of the resulting model context
-	LoadAlloc   int64 // bytes allocated by one LoadHistory
-	FoldAlloc   int64 // bytes allocated by one fold
+	Alloc       int64 // bytes allocated by one resume
 	Runs        int
 	// JSONDecode is encoding/json decoding the same Trace file into
 	// []map[string]any (median, same runs), JSONAlloc what it allocates.
@@ -87,7 +86,8 @@ func runResume(ctx context.Context, c *Config, p *progress) ([]ResumeResult, err
 			return nil, err
 		}
 		r := ResumeResult{Records: n, TraceBytes: size, StreamTail: min(tailRecords, n), Runs: c.ResumeRuns}
-		var loads, folds, decodes []float64
+		var resumes, decodes []float64
+		want := len(engine.ModelContext(recs))
 		created, _ := omni.SessionCreated(sid)
 		path := trace.File(e.home, created, sid, 1)
 		for range c.ResumeRuns {
@@ -105,30 +105,23 @@ func runResume(ctx context.Context, c *Config, p *progress) ([]ResumeResult, err
 		for i := range c.ResumeRuns {
 			p.logf("resume: %d records, run %d/%d", n, i+1, c.ResumeRuns)
 			runtime.GC()
-			var m0, m1, m2 runtime.MemStats
+			var m0, m1 runtime.MemStats
 			runtime.ReadMemStats(&m0)
 			t0 := time.Now()
-			msgs, _, bad, err := trace.LoadHistory(ctx, e.js, e.home, sid)
-			load := time.Since(t0)
-			if err != nil {
-				return nil, fmt.Errorf("bench: load history: %w", err)
-			}
+			mc, _, bad, err := engine.ResumeContext(ctx, e.js, e.home, sid)
+			took := time.Since(t0)
 			runtime.ReadMemStats(&m1)
-			t1 := time.Now()
-			mc := engine.ModelContext(msgs)
-			fold := time.Since(t1)
-			runtime.ReadMemStats(&m2)
-			if len(msgs) != n || bad != 0 {
-				return nil, fmt.Errorf("bench: loaded %d records (%d bad), want %d", len(msgs), bad, n)
+			if err != nil {
+				return nil, fmt.Errorf("bench: resume: %w", err)
 			}
-			loads = append(loads, load.Seconds())
-			folds = append(folds, fold.Seconds())
+			if len(mc) != want || bad != 0 {
+				return nil, fmt.Errorf("bench: resumed a context of %d messages (%d records bad), want %d", len(mc), bad, want)
+			}
+			resumes = append(resumes, took.Seconds())
 			r.ContextMsgs = len(mc)
-			r.LoadAlloc = int64(m1.TotalAlloc - m0.TotalAlloc)
-			r.FoldAlloc = int64(m2.TotalAlloc - m1.TotalAlloc)
+			r.Alloc = int64(m1.TotalAlloc - m0.TotalAlloc)
 		}
-		r.Load = time.Duration(median(loads) * float64(time.Second))
-		r.Fold = time.Duration(median(folds) * float64(time.Second))
+		r.Resume = time.Duration(median(resumes) * float64(time.Second))
 		r.JSONDecode = time.Duration(median(decodes) * float64(time.Second))
 		out = append(out, r)
 	}

@@ -54,9 +54,9 @@ func (r *Report) Summary() Summary {
 	}
 	for _, x := range r.Resume {
 		if x.Records == 100_000 {
-			s.Resume100kMs = f(float64((x.Load + x.Fold).Microseconds()) / 1000)
+			s.Resume100kMs = f(float64(x.Resume.Microseconds()) / 1000)
 			s.JSONDecode100kMs = f(float64(x.JSONDecode.Microseconds()) / 1000)
-			s.Resume100kAllocMiB = f(float64(x.LoadAlloc+x.FoldAlloc) / (1 << 20))
+			s.Resume100kAllocMiB = f(float64(x.Alloc) / (1 << 20))
 			s.Trace100kMiB = f(float64(x.TraceBytes) / (1 << 20))
 		}
 	}

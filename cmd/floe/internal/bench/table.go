@@ -59,13 +59,12 @@ func (r *Report) Markdown(w io.Writer, command string) {
 	}
 
 	if len(r.Resume) > 0 {
-		fmt.Fprintf(w, "**Resume**: trace.LoadHistory (Trace file up to the tracer's position + the last %d records from the stream) then engine.ModelContext (the fold), Trace in the page cache, median of %d runs. Records are a coding Session built with the omni builders: 20 per Task (prompt, thinking, text, two approved tool calls with 1.3 KB and 2 KB outputs, answer, token_usage and request_end per request).\n\n", tailRecords, c.ResumeRuns)
-		fmt.Fprintf(w, "| Trace records | Trace file | LoadHistory | fold | total | records/s | context messages | allocated: load / fold | encoding/json into []map[string]any: time / allocated | total ÷ json |\n|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+		fmt.Fprintf(w, "**Resume**: engine.ResumeContext, as an engine resuming the Session does: trace.Replay reads the Trace file up to the tracer's position, then the last %d records from the stream, and the fold takes each record as it is read; Trace in the page cache, median of %d runs. Records are a coding Session built with the omni builders: 20 per Task (prompt, thinking, text, two approved tool calls with 1.3 KB and 2 KB outputs, answer, token_usage and request_end per request).\n\n", tailRecords, c.ResumeRuns)
+		fmt.Fprintf(w, "| Trace records | Trace file | resume | records/s | context messages | allocated | ÷ file | encoding/json into []map[string]any: time / allocated | resume ÷ json |\n|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 		for _, x := range r.Resume {
-			total := x.Load + x.Fold
-			fmt.Fprintf(w, "| %s | %s | %s | %s | %s | %s | %s | %s | %s / %s | %.2f |\n", num(x.Records), mib(float64(x.TraceBytes)), dur(x.Load), dur(x.Fold), dur(total),
-				num(int(float64(x.Records)/total.Seconds())), num(x.ContextMsgs), mib(float64(x.LoadAlloc))+" / "+mib(float64(x.FoldAlloc)),
-				dur(x.JSONDecode), mib(float64(x.JSONAlloc)), total.Seconds()/x.JSONDecode.Seconds())
+			fmt.Fprintf(w, "| %s | %s | %s | %s | %s | %s | %.2f | %s / %s | %.2f |\n", num(x.Records), mib(float64(x.TraceBytes)), dur(x.Resume),
+				num(int(float64(x.Records)/x.Resume.Seconds())), num(x.ContextMsgs), mib(float64(x.Alloc)), float64(x.Alloc)/float64(x.TraceBytes),
+				dur(x.JSONDecode), mib(float64(x.JSONAlloc)), x.Resume.Seconds()/x.JSONDecode.Seconds())
 		}
 		fmt.Fprintln(w)
 	}
