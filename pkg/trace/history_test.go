@@ -81,6 +81,34 @@ func (f *fixture) want(h *History, idx ...int) {
 	}
 }
 
+// checkReplay checks that Replay hands over what LoadHistory returns (the
+// same records in order, last sequence and bad count), that shallow copies
+// of what it hands over stay intact, and that it reset as often as want.
+func (f *fixture) checkReplay(wantResets int) {
+	f.t.Helper()
+	ctx := context.Background()
+	var (
+		kept   []omni.Message
+		now    [][]byte // encoded during the call
+		resets int
+	)
+	last, bad, err := Replay(ctx, f.env.JS, f.home, sid, func(m *omni.Message) {
+		kept = append(kept, *m)
+		now = append(now, omni.MustMarshal(m))
+	}, func() { kept, now = nil, nil; resets++ })
+	msgs, wantLast, wantBad, wantErr := LoadHistory(ctx, f.env.JS, f.home, sid)
+	if err != nil || wantErr != nil || last != wantLast || bad != wantBad || len(kept) != len(msgs) || resets != wantResets {
+		f.t.Fatalf("Replay = %d records, last %d, bad %d, %d resets, %v; LoadHistory = %d, %d, %d, %v; want %d resets",
+			len(kept), last, bad, resets, err, len(msgs), wantLast, wantBad, wantErr, wantResets)
+	}
+	for i := range msgs {
+		want := omni.MustMarshal(&msgs[i])
+		if got := omni.MustMarshal(&kept[i]); string(got) != string(want) || string(now[i]) != string(want) {
+			f.t.Errorf("Replay record %d = %s (%s when handed over), want %s", i, got, now[i], want)
+		}
+	}
+}
+
 func meta() omni.Message {
 	return omni.SessionMeta(omni.Meta{SessionID: sid, Provider: "scripted", ModelID: "m"})
 }
@@ -139,6 +167,7 @@ func TestLoadJoinsTraceUpToPositionWithStream(t *testing.T) {
 	if err != nil || len(msgs) != 4 || last != f.seqs[4] || bad != 0 {
 		t.Errorf("LoadHistory = %d msgs, last %d, bad %d, %v", len(msgs), last, bad, err)
 	}
+	f.checkReplay(0)
 }
 
 func TestLoadLastFiles(t *testing.T) {
@@ -156,6 +185,7 @@ func TestLoadLastFiles(t *testing.T) {
 	}
 	f.want(f.load(Options{}), 0, 1, 2, 3, 4, 5)
 	f.want(f.load(Options{LastFiles: 2}), 2, 3, 4, 5)
+	f.checkReplay(0)
 }
 
 func TestLoadPrefersStreamOverDamagedTrace(t *testing.T) {
@@ -174,6 +204,7 @@ func TestLoadPrefersStreamOverDamagedTrace(t *testing.T) {
 	if !h.FromStream || h.Skipped != 1 || h.Records[0].Seq != f.seqs[0] {
 		t.Errorf("Load = from stream %v, skipped %d; want the stream, 1", h.FromStream, h.Skipped)
 	}
+	f.checkReplay(1) // the Trace's records handed over, then the stream's instead
 	// When the stream lost the Session's head, the damaged Trace is used.
 	f.deleteMsg(f.seqs[0])
 	h = f.load(Options{})
@@ -181,6 +212,7 @@ func TestLoadPrefersStreamOverDamagedTrace(t *testing.T) {
 	if h.FromStream || h.Skipped != 1 {
 		t.Errorf("Load without the stream's head = from stream %v, skipped %d; want the Trace, 1", h.FromStream, h.Skipped)
 	}
+	f.checkReplay(0)
 }
 
 func TestLoadWithoutPosition(t *testing.T) {
@@ -190,6 +222,7 @@ func TestLoadWithoutPosition(t *testing.T) {
 	// No Trace: the stream.
 	h := f.load(Options{})
 	f.want(h, 0, 1)
+	f.checkReplay(0)
 	// An imported Trace (no position, the stream does not hold the
 	// Session): the files are the whole history.
 	f.data = append(f.data, omni.MustMarshal(ptr(omni.UserText("imported"))))
@@ -200,6 +233,7 @@ func TestLoadWithoutPosition(t *testing.T) {
 	if h.HavePos || h.FromStream {
 		t.Errorf("Load(imported) = pos %v, from stream %v", h.HavePos, h.FromStream)
 	}
+	f.checkReplay(0)
 	// A damaged position reads like none.
 	os.MkdirAll(filepath.Dir(PosPath(f.home, sid)), 0o755)
 	os.WriteFile(PosPath(f.home, sid), []byte("not a position\n"), 0o644)

@@ -31,7 +31,9 @@ func request(status string, msgs ...omni.Message) []omni.Message {
 	return out
 }
 
-func TestFoldKeepsCompletedTurnsWithOutputsInCallOrder(t *testing.T) {
+// callsRecords is a Session with two committed requests, a failed one
+// between them, and outputs before and after their request_end.
+func callsRecords() []omni.Message {
 	var rec []omni.Message
 	rec = append(rec, omni.SessionMeta(omni.Meta{SessionID: "s"}), omni.UserText("hi"))
 	rec = append(rec, request(omni.StatusCompleted,
@@ -45,8 +47,11 @@ func TestFoldKeepsCompletedTurnsWithOutputsInCallOrder(t *testing.T) {
 	rec = append(rec, request(omni.StatusTimeout, omni.Text(omni.RoleAssistant, "lost"), omni.ToolCall("x", "{}", "c"))...)
 	rec = append(rec, omni.ToolCallOutput("c", "C", ""))
 	rec = append(rec, request(omni.StatusCompleted, omni.Text(omni.RoleAssistant, "done"))...)
+	return rec
+}
 
-	c := Load(rec)
+func TestFoldKeepsCompletedTurnsWithOutputsInCallOrder(t *testing.T) {
+	c := Load(callsRecords())
 	got := summary(c.Messages())
 	want := []string{"text:user:hi", "text:assistant:two tools", "tool_call:assistant:a", "tool_call:assistant:b",
 		"tool_call_output:user:a:A", "tool_call_output:user:b:B", "text:assistant:done"}
@@ -123,5 +128,37 @@ func TestExtractSummaryLadder(t *testing.T) {
 		if got := ExtractSummary(tt.in); got != tt.want {
 			t.Errorf("ExtractSummary(%q) = %q, want %q", tt.in, got, tt.want)
 		}
+	}
+}
+
+// TestFoldKeepsCopiesOfWhatItApplies: records decoded one after another
+// into one Message, as trace.Replay hands them over, fold to the same
+// context as the records themselves, whatever the Message holds later;
+// Reset starts over.
+func TestFoldKeepsCopiesOfWhatItApplies(t *testing.T) {
+	rec := callsRecords()
+	want := summary(Load(rec).Messages())
+	c := New()
+	var m omni.Message
+	apply := func() {
+		for i := range rec {
+			if err := omni.Unmarshal(omni.MustMarshal(&rec[i]), &m); err != nil {
+				t.Fatal(err)
+			}
+			c.Apply(&m)
+		}
+		m = omni.Text(omni.RoleAssistant, "clobbered")
+	}
+	apply()
+	if got := summary(c.Messages()); !slices.Equal(got, want) {
+		t.Fatalf("Messages() after applying from one reused Message =\n%v\nwant\n%v", got, want)
+	}
+	c.Reset()
+	if !c.Empty() || c.Meta != nil || c.Records != 0 || c.Turns != 0 || len(c.Messages()) != 0 {
+		t.Fatalf("after Reset: empty %v, meta %v, records %d, turns %d", c.Empty(), c.Meta, c.Records, c.Turns)
+	}
+	apply()
+	if got := summary(c.Messages()); !slices.Equal(got, want) {
+		t.Fatalf("Messages() after Reset and again =\n%v\nwant\n%v", got, want)
 	}
 }
