@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"floe.dev/pkg/bus"
+	"floe.dev/pkg/bus/bustest"
 	"floe.dev/pkg/omni"
 	"floe.dev/services/engine/internal/model"
 )
@@ -121,5 +122,133 @@ func TestCompactionAtTheTaskBoundaryRetriesAndStartsANewContext(t *testing.T) {
 	if len(next) != 2 || !strings.Contains(next[0], "the user greeted") || !strings.Contains(next[0], omni.TagContextSummary) ||
 		next[1] != `text role=user call= name= content="next"` {
 		t.Fatalf("next Task's context %q", next)
+	}
+}
+
+// compactionEnds returns the compaction_end payloads in stream order.
+func compactionEnds(msgs []omni.Message) []omni.Payload {
+	var out []omni.Payload
+	for _, m := range msgs {
+		if m.Payload.Type == omni.TypeCompactionEnd {
+			out = append(out, m.Payload)
+		}
+	}
+	return out
+}
+
+// A compaction whose every request fails climbs the whole ladder (the
+// requests' ladder: same attempts and waits, the last with no wait), ends
+// failed with its last attempt and error, keeps the old context (no new
+// head, no summary) and leaves the Task's own outcome alone; the next
+// Task's context is still the old one.
+func TestCompactionThatFailsToTheEndKeepsTheOldContext(t *testing.T) {
+	h := newHarness(t, `{"requests": [
+	  {"steps": [{"text": "Hello."}]},
+	  {"steps": [{"error": {"status": "timeout", "message": "slow"}}]},
+	  {"steps": [{"error": {"status": "failed", "message": "down"}}]},
+	  {"steps": [{"error": {"status": "failed", "message": "still down"}}]},
+	  {"expect_last_user": "next", "steps": [{"text": "Next."}]}
+	]}`, func(s *Settings) { s.RetryMax = 2 })
+	rec := &recorder{Provider: h.prov}
+	h.deps.Resolve = func(string) (model.Provider, model.Info, error) { return rec, h.prov.Info(), nil }
+	sid := "compact2"
+	h.sessionWith(sid, omni.ApproveAllowAll, func(r *omni.SessionRecord) {
+		r.Compaction = omni.CompactionConfig{MaxSessionTurns: 1, Mode: omni.ModeSummarize}
+	})
+	if st := h.wait(h.run(sid, "t1", "hi")); st != Completed {
+		t.Fatalf("t1 status %q, want the Task's own outcome", st)
+	}
+	msgs := h.messages(sid)
+	begin := index(msgs, isType(omni.TypeCompactionBegin, ""))
+	ends := compactionEnds(msgs)
+	if begin < 0 || len(ends) != 1 {
+		t.Fatalf("compaction begin@%d ends %d%s", begin, len(ends), dump(msgs))
+	}
+	if p := ends[0]; p.Status != omni.StatusFailed || p.Attempt != 3 || !strings.Contains(p.ErrorMessage, "still down") {
+		t.Fatalf("compaction_end status %q attempt %d error %q, want failed 3 \"still down\"", p.Status, p.Attempt, p.ErrorMessage)
+	}
+	end := index(msgs, isType(omni.TypeCompactionEnd, ""))
+	want := []endWant{{omni.StatusTimeout, 1, 20}, {omni.StatusFailed, 2, 40}, {omni.StatusFailed, 3, 0}}
+	if got := requestEnds(msgs[begin:end]); len(got) != 3 || got[0] != want[0] || got[1] != want[1] || got[2] != want[2] {
+		t.Fatalf("compaction request_ends %v, want %v%s", got, want, dump(msgs))
+	}
+	if tail := msgs[end+1:]; len(tail) != 0 {
+		t.Fatalf("after a failed compaction_end:%s", dump(tail))
+	}
+
+	h.update(sid, func(r *omni.SessionRecord) { r.Compaction = omni.CompactionConfig{} })
+	if st := h.wait(h.run(sid, "t2", "next")); st != Completed {
+		t.Fatalf("t2 status %q", st)
+	}
+	if errs := h.prov.Mismatches(); len(errs) > 0 {
+		t.Fatalf("model saw: %v", errs)
+	}
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	next := shapes(rec.reqs[len(rec.reqs)-1])
+	if len(next) != 3 || !strings.Contains(next[0], `"hi"`) || !strings.Contains(next[1], `"Hello."`) || !strings.Contains(next[2], `"next"`) {
+		t.Fatalf("next Task's context %q, want the old context and its input", next)
+	}
+}
+
+// A compaction answer that cannot be used (an empty summary) fails the
+// compaction at once, without a retry; an abort while a compaction waits
+// to retry ends it aborted, and the Task with it.
+func TestCompactionUnusableAnswerAndAbortDuringItsBackoff(t *testing.T) {
+	h := newHarness(t, `{"requests": [
+	  {"steps": [{"text": "Hello."}]},
+	  {"steps": [{"text": "[summary] [/summary]"}]}
+	]}`, nil)
+	sid := "compact3"
+	h.sessionWith(sid, omni.ApproveAllowAll, func(r *omni.SessionRecord) {
+		r.Compaction = omni.CompactionConfig{MaxSessionTurns: 1, Mode: omni.ModeSummarize}
+	})
+	if st := h.wait(h.run(sid, "t1", "hi")); st != Completed {
+		t.Fatalf("t1 status %q", st)
+	}
+	msgs := h.messages(sid)
+	ends := compactionEnds(msgs)
+	if len(ends) != 1 || ends[0].Status != omni.StatusFailed || ends[0].Attempt != 1 || ends[0].ErrorMessage != "the compaction request produced an empty summary" {
+		t.Fatalf("compaction_end %+v%s", ends, dump(msgs))
+	}
+	if got := requestEnds(msgs[index(msgs, isType(omni.TypeCompactionBegin, "")):]); len(got) != 1 || got[0] != (endWant{omni.StatusCompleted, 1, 0}) {
+		t.Fatalf("compaction request_ends %v", got)
+	}
+
+	h2 := newHarness(t, `{"requests": [
+	  {"steps": [{"text": "Hello."}]},
+	  {"steps": [{"error": {"status": "failed", "message": "down"}}]},
+	  {"steps": [{"text": "never"}]}
+	]}`, func(s *Settings) { s.RetryBase, s.RetryCap = time.Minute, time.Minute })
+	sid = "compact4"
+	h2.sessionWith(sid, omni.ApproveAllowAll, func(r *omni.SessionRecord) {
+		r.Compaction = omni.CompactionConfig{MaxSessionTurns: 1, Mode: omni.ModeSummarize}
+	})
+	done := h2.run(sid, "t1", "hi")
+	bustest.Eventually(t, 10*time.Second, "the compaction's failed request", func() bool {
+		msgs := h2.messages(sid)
+		b := index(msgs, isType(omni.TypeCompactionBegin, ""))
+		return b >= 0 && len(requestEnds(msgs[b:])) == 1
+	})
+	if rep, err := h2.control(sid, omni.CtlAbort, omni.Control{}); err != nil || !rep.OK {
+		t.Fatalf("abort: %+v %v", rep, err)
+	}
+	if st := h2.wait(done); st != Aborted {
+		t.Fatalf("status %q, want aborted", st)
+	}
+	msgs = h2.messages(sid)
+	b := index(msgs, isType(omni.TypeCompactionBegin, ""))
+	if got := requestEnds(msgs[b:]); len(got) != 1 || got[0] != (endWant{omni.StatusFailed, 1, 60000}) {
+		t.Fatalf("compaction request_ends %v%s", got, dump(msgs))
+	}
+	ends = compactionEnds(msgs)
+	if len(ends) != 1 || ends[0].Status != omni.StatusAborted || ends[0].Attempt != 1 || !strings.Contains(ends[0].ErrorMessage, "down") {
+		t.Fatalf("compaction_end %+v%s", ends, dump(msgs))
+	}
+	if last := msgs[len(msgs)-1]; last.Payload.Type != omni.TypeAbort {
+		t.Fatalf("last message %s, want abort%s", last.Payload.Type, dump(msgs))
+	}
+	if n := h2.prov.Calls(sid); n != 2 {
+		t.Fatalf("model called %d times, want 2", n)
 	}
 }

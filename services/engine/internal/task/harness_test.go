@@ -71,6 +71,9 @@ func newHarness(t *testing.T, script string, tune func(*Settings)) *harness {
 			return omni.ToolList{Tools: []omni.ToolSpec{{
 				Name: "exec_command", Description: "run a command",
 				Parameters: json.RawMessage(`{"type":"object"}`), Permission: "rw", Source: "builtin",
+			}, {
+				Name: "read_file", Description: "read a file",
+				Parameters: json.RawMessage(`{"type":"object"}`), Permission: "r", Source: "builtin",
 			}}}, nil
 		},
 	}
@@ -78,12 +81,18 @@ func newHarness(t *testing.T, script string, tune func(*Settings)) *harness {
 }
 
 // session creates an idle Session record.
-func (h *harness) session(sid, mode string) {
+func (h *harness) session(sid, mode string) { h.sessionWith(sid, mode, nil) }
+
+// sessionWith creates an idle Session record that edit adjusts first.
+func (h *harness) sessionWith(sid, mode string, edit func(*omni.SessionRecord)) {
 	h.t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	rec := &omni.SessionRecord{ID: sid, Model: "scripted:test", Workspace: h.t.TempDir(),
 		ApprovalMode: mode, State: omni.StateIdle, CreatedUnixMs: time.Now().UnixMilli()}
+	if edit != nil {
+		edit(rec)
+	}
 	if err := h.env.Sessions.Create(ctx, rec); err != nil {
 		h.t.Fatalf("create session: %v", err)
 	}
@@ -97,33 +106,77 @@ type result struct {
 // run begins a Task with the user text and runs it on its own goroutine.
 func (h *harness) run(sid, taskID, text string) <-chan result {
 	h.t.Helper()
+	_, done := h.start(sid, taskID, text)
+	return done
+}
+
+// start is run that also returns the Runner.
+func (h *harness) start(sid, taskID, text string) (*Runner, <-chan result) {
+	h.t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	h.t.Cleanup(cancel)
 	if _, err := h.env.Sessions.Begin(ctx, sid, omni.StateRunning, taskID); err != nil {
 		h.t.Fatalf("begin: %v", err)
 	}
-	r := New(h.deps, omni.Task{ID: taskID, Kind: omni.TaskRun, SessionID: sid,
-		Input: []omni.InputPart{{Type: "text", Text: text}}})
+	t := omni.Task{ID: taskID, Kind: omni.TaskRun, SessionID: sid,
+		Input: []omni.InputPart{{Type: "text", Text: text}}}
+	return h.runTask(ctx, t)
+}
+
+// runTask runs a Runner for t (already begun) on its own goroutine: an
+// engine taking over a redelivered Task runs it again this way.
+func (h *harness) runTask(ctx context.Context, t omni.Task) (*Runner, <-chan result) {
+	r := New(h.deps, t)
 	done := make(chan result, 1)
 	go func() {
 		st, err := r.Run(ctx)
 		done <- result{st, err}
 	}()
-	return done
+	return r, done
 }
 
 func (h *harness) wait(done <-chan result) string {
 	h.t.Helper()
+	res := h.waitResult(done)
+	if res.err != nil {
+		h.t.Fatalf("run: %v", res.err)
+	}
+	return res.status
+}
+
+// waitResult waits for the Run's outcome, error included.
+func (h *harness) waitResult(done <-chan result) result {
+	h.t.Helper()
 	select {
 	case res := <-done:
-		if res.err != nil {
-			h.t.Fatalf("run: %v", res.err)
-		}
-		return res.status
+		return res
 	case <-time.After(30 * time.Second):
 		h.t.Fatal("task did not finish")
-		return ""
+		return result{}
 	}
+}
+
+// update changes the Session record as the gateway (or another engine)
+// would.
+func (h *harness) update(sid string, edit func(*omni.SessionRecord)) {
+	h.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := h.env.Sessions.Update(ctx, sid, func(r *omni.SessionRecord) error { edit(r); return nil }); err != nil {
+		h.t.Fatalf("update session: %v", err)
+	}
+}
+
+// record reads the Session record.
+func (h *harness) record(sid string) *omni.SessionRecord {
+	h.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	rec, _, err := h.env.Sessions.Get(ctx, sid)
+	if err != nil {
+		h.t.Fatalf("get session: %v", err)
+	}
+	return rec
 }
 
 // messages reads the Session's stream in order (server events skipped).
@@ -163,16 +216,34 @@ func (h *harness) pending(sid string) []string {
 // fakeRunner serves the pool's tool jobs for one Session (every Session
 // when sid is "") as the toolrunner
 // does on the bus. behave decides per job: nil output means "run until
-// cancelled" (heartbeats keep going; a cancel publishes the interrupted
-// output, then confirms).
+// cancelled or finished" (heartbeats keep going; a cancel publishes the
+// interrupted output, then confirms; finish publishes an output), silent
+// means "take the job, beat once, then nothing" (a runner that died).
 type fakeRunner struct {
 	h      *harness
 	sid    string
 	behave func(job omni.ToolJob) *omni.Message
+	js     jetstream.JetStream
 
 	mu      sync.Mutex
 	jobs    []string
 	running map[string]chan struct{}
+}
+
+// silent is the behaviour of a runner that dies after taking the job.
+var silent = &omni.Message{}
+
+// finish ends a running job with out, as the runner does when the tool
+// returns: its heartbeats stop, then the output is published.
+func (f *fakeRunner) finish(sid string, out *omni.Message) {
+	f.mu.Lock()
+	ch := f.running[out.Payload.ToolCallID]
+	delete(f.running, out.Payload.ToolCallID)
+	f.mu.Unlock()
+	if ch != nil {
+		close(ch)
+	}
+	f.publish(f.js, sid, out)
 }
 
 func (h *harness) runner(sid string, behave func(omni.ToolJob) *omni.Message) *fakeRunner {
@@ -183,6 +254,7 @@ func (h *harness) runner(sid string, behave func(omni.ToolJob) *omni.Message) *f
 	if err != nil {
 		h.t.Fatal(err)
 	}
+	f.js = js
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	cons, err := js.CreateOrUpdateConsumer(ctx, omni.ToolsStream, jetstream.ConsumerConfig{
@@ -231,7 +303,11 @@ func (h *harness) runner(sid string, behave func(omni.ToolJob) *omni.Message) *f
 		f.jobs = append(f.jobs, job.ToolCallID)
 		f.mu.Unlock()
 		f.beat(nc, job.SessionID, job.ToolCallID)
-		if out := f.behave(job); out != nil {
+		out := f.behave(job)
+		if out == silent {
+			return
+		}
+		if out != nil {
 			f.publish(js, job.SessionID, out)
 			return
 		}

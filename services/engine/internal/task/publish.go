@@ -30,10 +30,15 @@ import (
 // Nested forwarding of a subagent gets a producer of its own per child
 // (forwardChild).
 func (r *Runner) openPublishers() {
-	o := publish.Options{Fence: r.leaseValid}
+	o := r.publishOptions()
 	r.pub = publish.New(r.d.JS, o)
 	r.out = publish.New(r.d.JS, o)
 	r.srv = publish.New(r.d.JS, o)
+}
+
+// publishOptions are the options of every producer of the Task.
+func (r *Runner) publishOptions() publish.Options {
+	return publish.Options{Fence: r.leaseValid, AckTimeout: r.d.Settings.PublishAckTimeout}
 }
 
 // closePublishers commits what is queued and stops the producers.

@@ -170,3 +170,75 @@ func TestSubagentForwardingAndApprovalThroughTheParent(t *testing.T) {
 		t.Fatalf("child record %+v %v", rec, err)
 	}
 }
+
+// Aborting the parent while its subagent runs a tool: the child is
+// aborted too (its runner cancels the tool, the child publishes its
+// abort and goes idle aborted), everything of the child is forwarded
+// before the parent's abort, which is the parent's last message, and
+// neither model is asked again.
+func TestAbortingTheParentAbortsARunningSubagent(t *testing.T) {
+	h := newHarness(t, `{"requests": [
+	  {"steps": [{"tool_call": {"name": "run_subagent", "id": "call_s",
+	     "arguments": {"description": "build", "prompt": "build it"}}}]},
+	  {"steps": [{"text": "must not be asked"}]}
+	]}`, func(s *Settings) { s.MaxSubagentDepth, s.CancelWait = 1, 500*time.Millisecond })
+	child, err := scripted.Parse("child", []byte(`{"requests": [
+	  {"steps": [{"tool_call": {"name": "exec_command", "id": "call_c", "arguments": {"cmd": "make"}}}]},
+	  {"steps": [{"text": "must not be asked"}]}
+	]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	sid := "parent2"
+	prov := bySession{Provider: h.prov, parent: sid, child: child}
+	h.deps.Resolve = func(string) (model.Provider, model.Info, error) { return prov, h.prov.Info(), nil }
+	h.session(sid, omni.ApproveAllowAll)
+	fr := h.runner("", func(omni.ToolJob) *omni.Message { return nil })
+	h.taskLoop()
+	done := h.run(sid, "t1", "delegate")
+	bustest.Eventually(t, 10*time.Second, "the child's tool running", func() bool {
+		return len(fr.ran()) == 1
+	})
+	if rep, err := h.control(sid, omni.CtlAbort, omni.Control{}); err != nil || !rep.OK {
+		t.Fatalf("abort: %+v %v", rep, err)
+	}
+	if st := h.wait(done); st != Aborted {
+		t.Fatalf("status %q, want aborted", st)
+	}
+	msgs := h.messages(sid)
+	last := msgs[len(msgs)-1]
+	if last.Payload.Type != omni.TypeAbort || len(last.Origin) > 0 {
+		t.Fatalf("parent's last message is not its abort%s", dump(msgs))
+	}
+	if n := count(msgs, func(m *omni.Message) bool { return m.Payload.Type == omni.TypeAbort && len(m.Origin) == 0 }); n != 1 {
+		t.Fatalf("%d parent aborts%s", n, dump(msgs))
+	}
+	childSID := msgs[index(msgs, isType(omni.TypeSubagent, ""))].Payload.SessionID
+	// The child's interrupted output and its abort were forwarded, before
+	// the parent's abort.
+	fwdOut := index(msgs, func(m *omni.Message) bool {
+		return len(m.Origin) == 1 && m.Payload.Type == omni.TypeToolCallOutput && m.Payload.ToolCallID == "call_c"
+	})
+	fwdAbort := index(msgs, func(m *omni.Message) bool { return len(m.Origin) == 1 && m.Payload.Type == omni.TypeAbort })
+	if fwdOut < 0 || msgs[fwdOut].Payload.Output != omni.InterruptedOutput || fwdAbort < fwdOut {
+		t.Fatalf("child's interrupted output@%d and abort@%d not forwarded in order%s", fwdOut, fwdAbort, dump(msgs))
+	}
+	own := h.messages(childSID)
+	if n := count(msgs, func(m *omni.Message) bool { return len(m.Origin) > 0 }); n != len(own) {
+		t.Fatalf("%d of the child's %d messages forwarded%s", n, len(own), dump(msgs))
+	}
+	if own[len(own)-1].Payload.Type != omni.TypeAbort {
+		t.Fatalf("child's last message is not abort%s", dump(own))
+	}
+	bustest.Eventually(t, 10*time.Second, "the child idle aborted", func() bool {
+		rec := h.record(childSID)
+		return rec.State == omni.StateIdle && rec.LastStatus == omni.StatusAborted
+	})
+	if n, c := h.prov.Calls(sid), child.Calls(childSID); n != 1 || c != 1 {
+		t.Fatalf("models called: parent %d, child %d, want 1 and 1", n, c)
+	}
+	time.Sleep(200 * time.Millisecond)
+	if again := h.messages(sid); len(again) != len(msgs) {
+		t.Fatalf("messages after the parent's abort:%s", dump(again[len(msgs):]))
+	}
+}

@@ -84,6 +84,10 @@ type Settings struct {
 	MaxSubagentDepth int           // how deep run_subagent may nest (0 = no subagents)
 	Home             string        // $FLOE_HOME: resume from its Traces when present
 	AckWait          time.Duration // the task consumer's ack wait: a stall this long loses the Task
+	// PublishAckTimeout bounds each wait of the Task's producers for the
+	// stream (0: pkg/bus/publish's default, 5 s); past it a message counts
+	// as lost.
+	PublishAckTimeout time.Duration
 }
 
 // Deps are the connections a Task uses.
