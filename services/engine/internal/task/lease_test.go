@@ -164,3 +164,39 @@ func TestLeaseLostMidStreamStopsPublishing(t *testing.T) {
 		t.Fatalf("messages after ErrLeaseLost:%s", dump(again[len(msgs):]))
 	}
 }
+
+// The lease is lost while a compaction request streams: its request_end,
+// the compaction_end and everything else the Runner would still publish
+// are fenced off (they do not wait on the lease scope, the fence stops
+// them); the new owner closes the compaction.
+func TestLeaseLostDuringCompactionIsFenced(t *testing.T) {
+	h := newHarness(t, `{"requests": [
+	  {"steps": [{"text": "Hello."}]},
+	  {"steps": [{"text": "[summary]a long summary that streams for a while[/summary]", "chunks": 40, "delay_ms": 25}]}
+	]}`, fastLease)
+	sid := "lease3"
+	h.sessionWith(sid, omni.ApproveAllowAll, func(r *omni.SessionRecord) {
+		r.Compaction = omni.CompactionConfig{MaxSessionTurns: 1, Mode: omni.ModeSummarize}
+	})
+	done := h.run(sid, "t1", "hi")
+	bustest.Eventually(t, 10*time.Second, "the compaction request running", func() bool {
+		msgs := h.messages(sid)
+		b := index(msgs, isType(omni.TypeCompactionBegin, ""))
+		return b >= 0 && index(msgs[b:], isType(omni.TypeRequestBegin, "")) >= 0
+	})
+	h.update(sid, func(r *omni.SessionRecord) { r.Lease = "another-engine" })
+	res := h.waitResult(done)
+	if !errors.Is(res.err, ErrLeaseLost) {
+		t.Fatalf("run: %q %v, want ErrLeaseLost", res.status, res.err)
+	}
+	msgs := h.messages(sid)
+	b := index(msgs, isType(omni.TypeCompactionBegin, ""))
+	if tail := msgs[b:]; index(tail, isType(omni.TypeRequestEnd, "")) >= 0 || index(tail, isType(omni.TypeCompactionEnd, "")) >= 0 ||
+		index(tail, isType(omni.TypeTokenUsage, "")) >= 0 {
+		t.Fatalf("published after the lease was lost:%s", dump(tail))
+	}
+	time.Sleep(200 * time.Millisecond)
+	if again := h.messages(sid); len(again) != len(msgs) {
+		t.Fatalf("messages after ErrLeaseLost:%s", dump(again[len(msgs):]))
+	}
+}
