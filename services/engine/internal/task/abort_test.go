@@ -35,13 +35,7 @@ func TestAbortWithARunningToolEndsWithAbort(t *testing.T) {
 	bustest.Eventually(t, 10*time.Second, "call_fast's output on the stream", func() bool {
 		return index(h.messages(sid), isType(omni.TypeToolCallOutput, "call_fast")) >= 0
 	})
-	if rep, err := h.control(sid, omni.CtlAbort, omni.Control{}); err != nil || !rep.OK {
-		t.Fatalf("abort: %+v %v", rep, err)
-	}
-	if st := h.wait(done); st != Aborted {
-		t.Fatalf("status %q, want aborted", st)
-	}
-	msgs := h.messages(sid)
+	msgs := h.abort(sid, done)
 	last := msgs[len(msgs)-1]
 	if last.Payload.Type != omni.TypeAbort || last.Payload.Reason != omni.AbortedByUser {
 		t.Fatalf("last message is %s, want abort%s", last.Payload.Type, dump(msgs))

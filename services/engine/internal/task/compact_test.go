@@ -98,27 +98,21 @@ func TestCompactionAtTheTaskBoundaryRetriesAndStartsANewContext(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	if st := h.wait(h.run(sid, "t2", "next")); st != Completed {
-		t.Fatalf("t2 status %q", st)
-	}
-	if errs := h.prov.Mismatches(); len(errs) > 0 {
-		t.Fatalf("model saw: %v", errs)
-	}
-	rec.mu.Lock()
-	defer rec.mu.Unlock()
-	if len(rec.reqs) != 4 {
-		for i, r := range rec.reqs {
+	h.complete(sid, "t2", "next")
+	reqs := rec.requests()
+	if len(reqs) != 4 {
+		for i, r := range reqs {
 			t.Logf("req %d: %q", i, shapes(r))
 		}
-		t.Fatalf("%d model requests, want 4", len(rec.reqs))
+		t.Fatalf("%d model requests, want 4", len(reqs))
 	}
 	// The compaction request saw the old context and the prompt.
-	creq := shapes(rec.reqs[1])
+	creq := shapes(reqs[1])
 	if len(creq) != 3 || !strings.Contains(creq[0], `"hi"`) || !strings.Contains(creq[1], `"Hello."`) || !strings.Contains(creq[2], "Summarize the conversation") {
 		t.Fatalf("compaction request context %q", creq)
 	}
 	// The next Task starts from the summary.
-	next := shapes(rec.reqs[3])
+	next := shapes(reqs[3])
 	if len(next) != 2 || !strings.Contains(next[0], "the user greeted") || !strings.Contains(next[0], omni.TagContextSummary) ||
 		next[1] != `text role=user call= name= content="next"` {
 		t.Fatalf("next Task's context %q", next)
@@ -152,9 +146,7 @@ func TestCompactionThatFailsToTheEndKeepsTheOldContext(t *testing.T) {
 	rec := &recorder{Provider: h.prov}
 	h.deps.Resolve = func(string) (model.Provider, model.Info, error) { return rec, h.prov.Info(), nil }
 	sid := "compact2"
-	h.sessionWith(sid, omni.ApproveAllowAll, func(r *omni.SessionRecord) {
-		r.Compaction = omni.CompactionConfig{MaxSessionTurns: 1, Mode: omni.ModeSummarize}
-	})
+	h.compactingSession(sid)
 	if st := h.wait(h.run(sid, "t1", "hi")); st != Completed {
 		t.Fatalf("t1 status %q, want the Task's own outcome", st)
 	}
@@ -177,15 +169,9 @@ func TestCompactionThatFailsToTheEndKeepsTheOldContext(t *testing.T) {
 	}
 
 	h.update(sid, func(r *omni.SessionRecord) { r.Compaction = omni.CompactionConfig{} })
-	if st := h.wait(h.run(sid, "t2", "next")); st != Completed {
-		t.Fatalf("t2 status %q", st)
-	}
-	if errs := h.prov.Mismatches(); len(errs) > 0 {
-		t.Fatalf("model saw: %v", errs)
-	}
-	rec.mu.Lock()
-	defer rec.mu.Unlock()
-	next := shapes(rec.reqs[len(rec.reqs)-1])
+	h.complete(sid, "t2", "next")
+	reqs := rec.requests()
+	next := shapes(reqs[len(reqs)-1])
 	if len(next) != 3 || !strings.Contains(next[0], `"hi"`) || !strings.Contains(next[1], `"Hello."`) || !strings.Contains(next[2], `"next"`) {
 		t.Fatalf("next Task's context %q, want the old context and its input", next)
 	}
@@ -200,9 +186,7 @@ func TestCompactionUnusableAnswerAndAbortDuringItsBackoff(t *testing.T) {
 	  {"steps": [{"text": "[summary] [/summary]"}]}
 	]}`, nil)
 	sid := "compact3"
-	h.sessionWith(sid, omni.ApproveAllowAll, func(r *omni.SessionRecord) {
-		r.Compaction = omni.CompactionConfig{MaxSessionTurns: 1, Mode: omni.ModeSummarize}
-	})
+	h.compactingSession(sid)
 	if st := h.wait(h.run(sid, "t1", "hi")); st != Completed {
 		t.Fatalf("t1 status %q", st)
 	}
@@ -221,22 +205,14 @@ func TestCompactionUnusableAnswerAndAbortDuringItsBackoff(t *testing.T) {
 	  {"steps": [{"text": "never"}]}
 	]}`, func(s *Settings) { s.RetryBase, s.RetryCap = time.Minute, time.Minute })
 	sid = "compact4"
-	h2.sessionWith(sid, omni.ApproveAllowAll, func(r *omni.SessionRecord) {
-		r.Compaction = omni.CompactionConfig{MaxSessionTurns: 1, Mode: omni.ModeSummarize}
-	})
+	h2.compactingSession(sid)
 	done := h2.run(sid, "t1", "hi")
 	bustest.Eventually(t, 10*time.Second, "the compaction's failed request", func() bool {
 		msgs := h2.messages(sid)
 		b := index(msgs, isType(omni.TypeCompactionBegin, ""))
 		return b >= 0 && len(requestEnds(msgs[b:])) == 1
 	})
-	if rep, err := h2.control(sid, omni.CtlAbort, omni.Control{}); err != nil || !rep.OK {
-		t.Fatalf("abort: %+v %v", rep, err)
-	}
-	if st := h2.wait(done); st != Aborted {
-		t.Fatalf("status %q, want aborted", st)
-	}
-	msgs = h2.messages(sid)
+	msgs = h2.abort(sid, done)
 	b := index(msgs, isType(omni.TypeCompactionBegin, ""))
 	if got := requestEnds(msgs[b:]); len(got) != 1 || got[0] != (endWant{omni.StatusFailed, 1, 60000}) {
 		t.Fatalf("compaction request_ends %v%s", got, dump(msgs))

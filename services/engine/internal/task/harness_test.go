@@ -156,6 +156,40 @@ func (h *harness) waitResult(done <-chan result) result {
 	}
 }
 
+// complete runs a Task to the end and fails the test unless it completed
+// and the model saw what the script expects.
+func (h *harness) complete(sid, taskID, text string) {
+	h.t.Helper()
+	if st := h.wait(h.run(sid, taskID, text)); st != Completed {
+		h.t.Fatalf("%s status %q%s", taskID, st, dump(h.messages(sid)))
+	}
+	if errs := h.prov.Mismatches(); len(errs) > 0 {
+		h.t.Fatalf("model saw: %v", errs)
+	}
+}
+
+// compactingSession creates an allow-all Session that compacts
+// (summarize) after every turn.
+func (h *harness) compactingSession(sid string) {
+	h.t.Helper()
+	h.sessionWith(sid, omni.ApproveAllowAll, func(r *omni.SessionRecord) {
+		r.Compaction = omni.CompactionConfig{MaxSessionTurns: 1, Mode: omni.ModeSummarize}
+	})
+}
+
+// abort asks the Task running on sid to abort, waits until it returns
+// aborted, and reads the stream.
+func (h *harness) abort(sid string, done <-chan result) []omni.Message {
+	h.t.Helper()
+	if rep, err := h.control(sid, omni.CtlAbort, omni.Control{}); err != nil || !rep.OK {
+		h.t.Fatalf("abort: %+v %v", rep, err)
+	}
+	if st := h.wait(done); st != Aborted {
+		h.t.Fatalf("status %q, want aborted", st)
+	}
+	return h.messages(sid)
+}
+
 // update changes the Session record as the gateway (or another engine)
 // would.
 func (h *harness) update(sid string, edit func(*omni.SessionRecord)) {

@@ -175,9 +175,7 @@ func TestLeaseLostDuringCompactionIsFenced(t *testing.T) {
 	  {"steps": [{"text": "[summary]a long summary that streams for a while[/summary]", "chunks": 40, "delay_ms": 25}]}
 	]}`, fastLease)
 	sid := "lease3"
-	h.sessionWith(sid, omni.ApproveAllowAll, func(r *omni.SessionRecord) {
-		r.Compaction = omni.CompactionConfig{MaxSessionTurns: 1, Mode: omni.ModeSummarize}
-	})
+	h.compactingSession(sid)
 	done := h.run(sid, "t1", "hi")
 	bustest.Eventually(t, 10*time.Second, "the compaction request running", func() bool {
 		msgs := h.messages(sid)

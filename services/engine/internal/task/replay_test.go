@@ -159,6 +159,13 @@ type recorder struct {
 	reqs [][]*omni.Message
 }
 
+// requests returns the model contexts recorded so far.
+func (r *recorder) requests() [][]omni.Message {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([][]omni.Message(nil), r.reqs...)
+}
+
 func (r *recorder) Stream(ctx context.Context, req *model.Request, emit func(model.Delta) error) (model.Result, error) {
 	r.mu.Lock()
 	r.reqs = append(r.reqs, append([]*omni.Message(nil), req.Messages...))
@@ -184,19 +191,13 @@ func TestResumeFromRecordedTraceFeedsTheFoldedContext(t *testing.T) {
 		t.Fatal(err)
 	}
 	h.session(replaySID, omni.ApproveAllowAll)
-	if st := h.wait(h.run(replaySID, "t2", "and again")); st != Completed {
-		t.Fatalf("status %q", st)
-	}
-	if errs := h.prov.Mismatches(); len(errs) > 0 {
-		t.Fatalf("model saw: %v", errs)
-	}
-	rec.mu.Lock()
-	defer rec.mu.Unlock()
-	if len(rec.reqs) != 1 {
-		t.Fatalf("%d requests, want 1", len(rec.reqs))
+	h.complete(replaySID, "t2", "and again")
+	reqs := rec.requests()
+	if len(reqs) != 1 {
+		t.Fatalf("%d requests, want 1", len(reqs))
 	}
 	want := append(append([]string(nil), replayContext...), `text role=user call= name= content="and again"`)
-	got := shapes(rec.reqs[0])
+	got := shapes(reqs[0])
 	if len(got) != len(want) {
 		t.Fatalf("model context has %d entries, want %d:\n%q", len(got), len(want), got)
 	}

@@ -50,9 +50,7 @@ func TestSteeringReachesTheNextRequest(t *testing.T) {
 	if steer < 0 || len(begins) != 2 || !(output < steer && steer < begins[1]) {
 		t.Fatalf("steering@%d output@%d request_begins %v%s", steer, output, begins, dump(msgs))
 	}
-	rec.mu.Lock()
-	second := rec.reqs[1]
-	rec.mu.Unlock()
+	second := rec.requests()[1]
 	if last := second[len(second)-1]; last.Payload.Text != omni.Block(omni.TagUserSteering, "also run the tests") {
 		t.Fatalf("second request ends with %+v", last.Payload)
 	}

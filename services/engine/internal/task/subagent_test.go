@@ -199,13 +199,7 @@ func TestAbortingTheParentAbortsARunningSubagent(t *testing.T) {
 	bustest.Eventually(t, 10*time.Second, "the child's tool running", func() bool {
 		return len(fr.ran()) == 1
 	})
-	if rep, err := h.control(sid, omni.CtlAbort, omni.Control{}); err != nil || !rep.OK {
-		t.Fatalf("abort: %+v %v", rep, err)
-	}
-	if st := h.wait(done); st != Aborted {
-		t.Fatalf("status %q, want aborted", st)
-	}
-	msgs := h.messages(sid)
+	msgs := h.abort(sid, done)
 	last := msgs[len(msgs)-1]
 	if last.Payload.Type != omni.TypeAbort || len(last.Origin) > 0 {
 		t.Fatalf("parent's last message is not its abort%s", dump(msgs))

@@ -13,11 +13,8 @@
 package anthropic
 
 import (
-	"bytes"
 	"context"
-	"fmt"
 	"net/http"
-	"strings"
 	"time"
 
 	"floe.dev/services/engine/internal/model"
@@ -59,33 +56,21 @@ type Config struct {
 
 // Provider streams Messages API requests. It is safe for concurrent use.
 type Provider struct {
-	url    string
-	key    string
-	client *http.Client
-	idle   time.Duration
-	max    int
+	ep  sse.Endpoint
+	max int
 }
 
 var _ model.Provider = (*Provider)(nil)
 
 // New returns a Provider for cfg, filling in defaults.
 func New(cfg Config) *Provider {
+	h := http.Header{"Anthropic-Version": {APIVersion}}
+	if cfg.APIKey != "" {
+		h.Set("X-Api-Key", cfg.APIKey)
+	}
 	p := &Provider{
-		url:    strings.TrimRight(cfg.BaseURL, "/"),
-		key:    cfg.APIKey,
-		client: cfg.HTTPClient,
-		idle:   cfg.IdleTimeout,
-		max:    cfg.MaxTokens,
-	}
-	if p.url == "" {
-		p.url = DefaultBaseURL
-	}
-	p.url += "/v1/messages"
-	if p.client == nil {
-		p.client = sse.NewClient()
-	}
-	if p.idle <= 0 {
-		p.idle = sse.DefaultIdleTimeout
+		ep:  sse.NewEndpoint(cfg.BaseURL, DefaultBaseURL, "/v1/messages", h, cfg.HTTPClient, cfg.IdleTimeout),
+		max: cfg.MaxTokens,
 	}
 	if p.max <= 0 {
 		p.max = DefaultMaxTokens
@@ -107,17 +92,7 @@ func (p *Provider) Stream(ctx context.Context, req *model.Request, emit func(mod
 	if err != nil {
 		return model.Result{}, err
 	}
-	hreq, err := http.NewRequest(http.MethodPost, p.url, bytes.NewReader(body))
-	if err != nil {
-		return model.Result{}, fmt.Errorf("anthropic: build request: %w", err)
-	}
-	hreq.Header.Set("Content-Type", "application/json")
-	hreq.Header.Set("Accept", "text/event-stream")
-	hreq.Header.Set("Anthropic-Version", APIVersion)
-	if p.key != "" {
-		hreq.Header.Set("X-Api-Key", p.key)
-	}
-	resp, err := sse.Open(ctx, p.client, hreq, p.idle)
+	resp, err := p.ep.Post(ctx, body)
 	if err != nil {
 		return model.Result{}, err
 	}

@@ -3,7 +3,6 @@ package anthropic
 import (
 	"bytes"
 	"encoding/json"
-	"errors"
 	"io"
 	"net/http"
 	"strings"
@@ -64,31 +63,16 @@ type apiError struct {
 	Message string `json:"message"`
 }
 
-var errStop = errors.New("stream complete")
+var errStop = sse.ErrEnd
 
 // decode reads an SSE body to its terminal message_stop and emits deltas.
 // Read errors from body are returned as they are (sse.Body has mapped them).
 func decode(body io.Reader, ids *model.IDAllocator, emit func(model.Delta) error) (model.Result, error) {
 	d := newDecoder(ids, emit)
-	r := sse.NewReader(body)
-	for {
-		ev, err := r.Next()
-		if err == io.EOF {
-			if s := r.Stray(); s != "" {
-				return model.Result{}, sse.Malformed("stream ended before message_stop; unexpected content: %s", s)
-			}
-			return model.Result{}, sse.Malformed("stream ended before message_stop")
-		}
-		if err != nil {
-			return model.Result{}, err
-		}
-		if err := d.event(ev.Data); err != nil {
-			if err == errStop {
-				return d.result(), nil
-			}
-			return model.Result{}, err
-		}
+	if err := sse.Decode(body, "message_stop", d.event); err != nil {
+		return model.Result{}, err
 	}
+	return d.result(), nil
 }
 
 // decoder turns events into deltas, keyed by content block index.

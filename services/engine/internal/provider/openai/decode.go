@@ -3,7 +3,6 @@ package openai
 import (
 	"bytes"
 	"encoding/json"
-	"errors"
 	"io"
 	"strconv"
 	"strings"
@@ -66,7 +65,7 @@ var (
 	fidelityContent   = json.RawMessage(`{"reasoning_field":"reasoning_content"}`)
 	fidelityReasoning = json.RawMessage(`{"reasoning_field":"reasoning"}`)
 	emptyArguments    = "{}"
-	errStop           = errors.New("stream complete")
+	errStop           = sse.ErrEnd
 )
 
 // finishToolCalls is the finish_reason of a turn that ends in tool calls:
@@ -77,25 +76,10 @@ const finishToolCalls = "tool_calls"
 // errors from body are returned as they are (sse.Body has mapped them).
 func decode(body io.Reader, ids *model.IDAllocator, emit func(model.Delta) error) (model.Result, error) {
 	d := newDecoder(ids, emit)
-	r := sse.NewReader(body)
-	for {
-		ev, err := r.Next()
-		if err == io.EOF {
-			if s := r.Stray(); s != "" {
-				return model.Result{}, sse.Malformed("stream ended before [DONE]; unexpected content: %s", s)
-			}
-			return model.Result{}, sse.Malformed("stream ended before [DONE]")
-		}
-		if err != nil {
-			return model.Result{}, err
-		}
-		if err := d.event(ev.Data); err != nil {
-			if err == errStop {
-				return d.result(), nil
-			}
-			return model.Result{}, err
-		}
+	if err := sse.Decode(body, "[DONE]", d.event); err != nil {
+		return model.Result{}, err
 	}
+	return d.result(), nil
 }
 
 // decoder turns chunks into deltas. Block numbers are handed out in order of

@@ -18,11 +18,8 @@
 package openai
 
 import (
-	"bytes"
 	"context"
-	"fmt"
 	"net/http"
-	"strings"
 	"time"
 
 	"floe.dev/services/engine/internal/model"
@@ -60,33 +57,21 @@ type Config struct {
 
 // Provider streams Chat Completions. It is safe for concurrent use.
 type Provider struct {
-	url    string
-	key    string
-	client *http.Client
-	idle   time.Duration
-	max    int
+	ep  sse.Endpoint
+	max int
 }
 
 var _ model.Provider = (*Provider)(nil)
 
 // New returns a Provider for cfg, filling in defaults.
 func New(cfg Config) *Provider {
+	h := http.Header{}
+	if cfg.APIKey != "" {
+		h.Set("Authorization", "Bearer "+cfg.APIKey)
+	}
 	p := &Provider{
-		url:    strings.TrimRight(cfg.BaseURL, "/"),
-		key:    cfg.APIKey,
-		client: cfg.HTTPClient,
-		idle:   cfg.IdleTimeout,
-		max:    cfg.MaxTokens,
-	}
-	if p.url == "" {
-		p.url = DefaultBaseURL
-	}
-	p.url += "/chat/completions"
-	if p.client == nil {
-		p.client = sse.NewClient()
-	}
-	if p.idle <= 0 {
-		p.idle = sse.DefaultIdleTimeout
+		ep:  sse.NewEndpoint(cfg.BaseURL, DefaultBaseURL, "/chat/completions", h, cfg.HTTPClient, cfg.IdleTimeout),
+		max: cfg.MaxTokens,
 	}
 	return p
 }
@@ -106,16 +91,7 @@ func (p *Provider) Stream(ctx context.Context, req *model.Request, emit func(mod
 	if err != nil {
 		return model.Result{}, err
 	}
-	hreq, err := http.NewRequest(http.MethodPost, p.url, bytes.NewReader(body))
-	if err != nil {
-		return model.Result{}, fmt.Errorf("openai: build request: %w", err)
-	}
-	hreq.Header.Set("Content-Type", "application/json")
-	hreq.Header.Set("Accept", "text/event-stream")
-	if p.key != "" {
-		hreq.Header.Set("Authorization", "Bearer "+p.key)
-	}
-	resp, err := sse.Open(ctx, p.client, hreq, p.idle)
+	resp, err := p.ep.Post(ctx, body)
 	if err != nil {
 		return model.Result{}, err
 	}
