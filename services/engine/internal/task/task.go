@@ -33,18 +33,19 @@
 // subagent run joins its own abort watcher), the outputs consumer (stopped
 // and drained), and the goroutines of the Task's producers (closed, after
 // settling, at the end). The outputs consumer's callback only records an
-// output under the mutex and signals changed. The control server is the
-// only goroutine that may block on a NATS request (forwarding a decision
-// to a child Session); it never holds the mutex while doing so.
+// output under the mutex and signals changed; no NATS callback blocks on a
+// request or calls into the Task (the control server, Run's goroutine,
+// forwards an approval to a child Session with a request).
 //
 // Runner.mu guards the fold (fc), calls and their states, pending
 // approvals, steering and its closed flag, the backoff channel (retry-now),
 // children and their approvals. It is held only for reads and updates of
 // those fields, never across a publish, a NATS request or a channel send
-// that can block. Fields set before Run starts its goroutines (rec, prov,
-// info, tools, toolPerms, the producers, lease, abort, loseLease) are not
-// guarded; rec.CarryOver, retryNext and usage are touched only by the
-// goroutine running the agent loop (run).
+// that can block. Fields written once before the goroutines that read them
+// start are not guarded: rec, lease, abort, loseLease and the producers
+// (before the subscription servers start), prov, info, tools and toolPerms
+// (set by run before the first approval loop). rec.CarryOver, retryNext
+// and usage belong to the goroutine running Run (the agent loop).
 package task
 
 import (

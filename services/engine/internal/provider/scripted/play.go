@@ -15,28 +15,27 @@ const defaultFragment = 16
 
 // player streams the steps of one request.
 type player struct {
-	ctx      context.Context
 	emit     func(model.Delta) error
 	ids      *model.IDAllocator
 	block    int   // next block index
 	outChars int64 // code points of content emitted
 }
 
-func (pl *player) play(steps []step) error {
+func (pl *player) play(ctx context.Context, steps []step) error {
 	for i := range steps {
-		if err := pl.step(&steps[i]); err != nil {
+		if err := pl.step(ctx, &steps[i]); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-func (pl *player) step(st *step) error {
+func (pl *player) step(ctx context.Context, st *step) error {
 	switch st.kind {
 	case stepDelay:
-		return sleep(pl.ctx, st.delay)
+		return sleep(ctx, st.delay)
 	case stepError:
-		if err := sleep(pl.ctx, st.delay); err != nil {
+		if err := sleep(ctx, st.delay); err != nil {
 			return err
 		}
 		return &model.Error{Status: st.err.status, Message: st.err.message, HTTPStatus: st.err.httpStatus}
@@ -54,22 +53,22 @@ func (pl *player) step(st *step) error {
 				d.End = !st.open
 				d.Fidelity = st.fidelity
 			}
-			if err := pl.send(st.delay, d); err != nil {
+			if err := pl.send(ctx, st.delay, d); err != nil {
 				return err
 			}
 		}
 		return nil
 	case stepToolCall:
-		return pl.calls(st.calls, false, st.open)
+		return pl.calls(ctx, st.calls, false, st.open)
 	case stepParallel:
-		return pl.calls(st.calls, st.interleave, st.open)
+		return pl.calls(ctx, st.calls, st.interleave, st.open)
 	}
 	return nil
 }
 
 // calls streams tool calls, one block each, either one after another or
 // interleaved round-robin with every block ended at the end.
-func (pl *player) calls(calls []call, interleave, open bool) error {
+func (pl *player) calls(ctx context.Context, calls []call, interleave, open bool) error {
 	type stream struct {
 		c      *call
 		block  int
@@ -98,7 +97,7 @@ func (pl *player) calls(calls []call, interleave, open bool) error {
 					d.End = !open
 					d.Fidelity = s.c.fidelity
 				}
-				if err := pl.send(s.c.delay, d); err != nil {
+				if err := pl.send(ctx, s.c.delay, d); err != nil {
 					return err
 				}
 			}
@@ -116,7 +115,7 @@ func (pl *player) calls(calls []call, interleave, open bool) error {
 			if open && round == len(s.pieces)-1 {
 				d.Fidelity = s.c.fidelity
 			}
-			if err := pl.send(s.c.delay, d); err != nil {
+			if err := pl.send(ctx, s.c.delay, d); err != nil {
 				return err
 			}
 			sent = true
@@ -130,7 +129,7 @@ func (pl *player) calls(calls []call, interleave, open bool) error {
 	}
 	for si := range streams {
 		s := &streams[si]
-		if err := pl.send(0, model.Delta{Block: s.block, Type: omni.TypeToolCall, End: true, Fidelity: s.c.fidelity}); err != nil {
+		if err := pl.send(ctx, 0, model.Delta{Block: s.block, Type: omni.TypeToolCall, End: true, Fidelity: s.c.fidelity}); err != nil {
 			return err
 		}
 	}
@@ -138,11 +137,11 @@ func (pl *player) calls(calls []call, interleave, open bool) error {
 }
 
 // send waits delay, then emits d unless ctx has ended.
-func (pl *player) send(delay time.Duration, d model.Delta) error {
-	if err := sleep(pl.ctx, delay); err != nil {
+func (pl *player) send(ctx context.Context, delay time.Duration, d model.Delta) error {
+	if err := sleep(ctx, delay); err != nil {
 		return err
 	}
-	if err := pl.ctx.Err(); err != nil {
+	if err := ctx.Err(); err != nil {
 		return err
 	}
 	pl.outChars += int64(utf8.RuneCountInString(d.Text))

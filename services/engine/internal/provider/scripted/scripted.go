@@ -190,8 +190,8 @@ func (p *Provider) Stream(ctx context.Context, req *model.Request, emit func(mod
 		return model.Result{Usage: estimate(req, 0), StopReason: model.StatusOf(err)}, err
 	}
 
-	pl := &player{ctx: ctx, emit: emit, ids: ids}
-	err = pl.play(e.steps)
+	pl := &player{emit: emit, ids: ids}
+	err = pl.play(ctx, e.steps)
 	usage := estimate(req, pl.outChars)
 	if e.usage != nil {
 		usage = *e.usage
