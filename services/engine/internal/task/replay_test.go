@@ -160,10 +160,10 @@ type recorder struct {
 }
 
 // requests returns the model contexts recorded so far.
-func (r *recorder) requests() [][]omni.Message {
+func (r *recorder) requests() [][]*omni.Message {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return append([][]omni.Message(nil), r.reqs...)
+	return append([][]*omni.Message(nil), r.reqs...)
 }
 
 func (r *recorder) Stream(ctx context.Context, req *model.Request, emit func(model.Delta) error) (model.Result, error) {
