@@ -21,9 +21,12 @@ type Summary struct {
 	JSONDecode100kMs   *float64           `json:"json_decode_100k_ms,omitempty"`
 	Resume100kAllocMiB *float64           `json:"resume_100k_alloc_mib,omitempty"`
 	Trace100kMiB       *float64           `json:"trace_100k_mib,omitempty"`
-	IdleSessionRSSKiB  *float64           `json:"idle_session_rss_kib,omitempty"` // after real Tasks
-	ConsumersAfterIdle *int               `json:"consumers_after_idle,omitempty"`
-	Errors             []string           `json:"errors,omitempty"`
+	IdleSessionRSSKiB  *float64           `json:"idle_session_rss_kib,omitempty"` // after real Tasks, past the block-cache expiry
+	// IdleSessionRSS10sKiB is the same 10 s after the last Task, with the
+	// streams' block caches of the last Tasks still held.
+	IdleSessionRSS10sKiB *float64 `json:"idle_session_rss_10s_kib,omitempty"`
+	ConsumersAfterIdle   *int     `json:"consumers_after_idle,omitempty"`
+	Errors               []string `json:"errors,omitempty"`
 }
 
 // Summary digests the report.
@@ -62,6 +65,7 @@ func (r *Report) Summary() Summary {
 	}
 	if x := r.Tasks; x != nil {
 		s.IdleSessionRSSKiB = f(x.Mem.RSS / 1024)
+		s.IdleSessionRSS10sKiB = f(x.MemAtWait.RSS / 1024)
 		s.ConsumersAfterIdle = &x.ConsumersAfter
 	}
 	s.Errors = r.Errors

@@ -83,16 +83,17 @@ func (r *Report) Markdown(w io.Writer, command string) {
 	}
 
 	if x := r.Tasks; x != nil {
-		d := x.Mem
-		fmt.Fprintf(w, "**Idle Session after a real Task**: %s Sessions created through the API, each running one Task through the engine (a scripted model answering one text; 8 at a time; %s in all), traced, no client attached; measured %v after the last Task ended, after GC; process delta ÷ Sessions:\n\n", num(x.Sessions), dur(x.Run), x.Wait)
-		fmt.Fprintf(w, "| per idle Session | |\n|---|---:|\n")
-		fmt.Fprintf(w, "| process RSS | %s |\n| Go heap (live) | %s |\n| … nats-server | %s |\n| … nats.go | %s |\n| … Floe services | %s |\n| goroutines | %+.4f |\n\n",
-			kib(d.RSS), kib(d.Heap), kib(d.ByOwner[ownerServer]), kib(d.ByOwner[ownerClient]), kib(d.ByOwner[ownerFloe]), d.Goroutines)
+		d, w10 := x.Mem, x.MemAtWait
+		fmt.Fprintf(w, "**Idle Session after a real Task**: %s Sessions created through the API, each running one Task through the engine (a scripted model answering one text; 8 at a time; %s in all), traced, no client attached; process delta ÷ Sessions after GC, against a baseline taken after %s warm-up Sessions (so what the process holds whatever the Session count is in both), %v after the last Task and %v after it, when nats-server has dropped the block caches of the streams the last Tasks wrote (up to a block, 8 MiB for FLOE_SESSIONS, per stream, whatever the Session count):\n\n", num(x.Sessions), dur(x.Run), num(x.Warmup), x.Wait, settledWait)
+		fmt.Fprintf(w, "| per idle Session | %v after | %v after |\n|---|---:|---:|\n", x.Wait, settledWait)
+		fmt.Fprintf(w, "| process RSS | %s | %s |\n| Go heap (live) | %s | %s |\n| … nats-server | %s | %s |\n| … nats.go | %s | %s |\n| … Floe services | %s | %s |\n| goroutines | %+.4f | %+.4f |\n\n",
+			kib(w10.RSS), kib(d.RSS), kib(w10.Heap), kib(d.Heap), kib(w10.ByOwner[ownerServer]), kib(d.ByOwner[ownerServer]),
+			kib(w10.ByOwner[ownerClient]), kib(d.ByOwner[ownerClient]), kib(w10.ByOwner[ownerFloe]), kib(d.ByOwner[ownerFloe]), w10.Goroutines, d.Goroutines)
 		fmt.Fprintf(w, "Consumers on FLOE_SESSIONS: %d before, at most %d while the Tasks ran, %d %v after the last Task (the tracer's durable is one).\n\n", x.ConsumersBefore, x.ConsumersPeak, x.ConsumersAfter, x.Wait)
 	}
 
 	if len(r.Tracer) > 0 {
-		fmt.Fprintf(w, "**Tracer**: new Sessions of one day, each starting with its session_meta, a partial published beside every record, published while the tracer runs; the rate is from the first publish until the tracer's ack floor reaches the last message.\n\n")
+		fmt.Fprintf(w, "**Tracer**: new Sessions of one day, each starting with its session_meta, a partial published beside every record (two messages per record in every shape), published while the tracer runs, after the same warm-up (%d Sessions of 10 records, traced before the clock starts); the rate is from the first publish until the tracer's ack floor reaches the last message.\n\n", tracerWarmup)
 		fmt.Fprintf(w, "| Sessions | records | order | elapsed | records/s | × the first row |\n|---:|---:|---|---:|---:|---:|\n")
 		for _, x := range r.Tracer {
 			order := "one Session after another"

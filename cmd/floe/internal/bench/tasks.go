@@ -20,17 +20,31 @@ import (
 type TasksIdleResult struct {
 	Sessions int
 	Run      time.Duration // creating the Sessions and running every Task
-	Mem      memDelta      // per Session, the whole process
+	Mem      memDelta      // per Session, the whole process, settledWait after the last Task
+	// MemAtWait is the same idleWait after the last Task, while the
+	// stream's block caches of the last Tasks are still held.
+	MemAtWait memDelta
 	// ConsumersAfter is the number of consumers on FLOE_SESSIONS left
 	// idleWait after the last Task (the tracer's durable is one of them);
 	// ConsumersDuring its peak while the Tasks ran.
 	ConsumersAfter, ConsumersBefore, ConsumersPeak int
 	Wait                                           time.Duration
+	// Warmup is how many Sessions ran their Task before the first
+	// snapshot (their memory is not counted).
+	Warmup int
 }
 
-// idleWait is how long after the last Task the figures are taken: past the
-// file store's cache expiry, and the "within 10 s".
-const idleWait = 10 * time.Second
+// idleWait is how long after the last Task the first figures are taken
+// ("within 10 s"); settledWait the second: by then nats-server's file store
+// has dropped the block caches of the streams the last Tasks wrote (10 s
+// after a block's last access, on a 100 ms tick; the tracer reads the last
+// messages a little after the Task ends). Those caches hold up to a block
+// (8 MiB for FLOE_SESSIONS) per stream written in the last 10 s, whatever
+// the number of Sessions.
+const (
+	idleWait    = 10 * time.Second
+	settledWait = cacheExpiry + time.Second
+)
 
 // writeAnswerScript writes a scripted model of one request that answers
 // with one short text.
@@ -65,6 +79,13 @@ func streamConsumers(ctx context.Context, e *env) (int, error) {
 	return info.State.Consumers, nil
 }
 
+// tasksWarmup is how many Sessions run their Task before the baseline
+// snapshot (taken settledWait after the last of them): what the
+// process keeps whatever the number of Sessions (the engine's and the
+// gateway's buffers and pools, the HTTP connections, the scripted model)
+// is then in both snapshots, so the delta is what the idle Sessions hold.
+const tasksWarmup = 100
+
 func runTasksIdle(ctx context.Context, c *Config, p *progress) (*TasksIdleResult, error) {
 	e, err := startEnv(ctx, c.root, "tasks-idle", true, c.Log)
 	if err != nil {
@@ -78,29 +99,59 @@ func runTasksIdle(ctx context.Context, c *Config, p *progress) (*TasksIdleResult
 		return nil, err
 	}
 	n := c.TaskSessions
-	time.Sleep(time.Second) // let start-up settle
-	res := &TasksIdleResult{Sessions: n, Wait: idleWait}
+	res := &TasksIdleResult{Sessions: n, Wait: idleWait, Warmup: tasksWarmup}
 	if res.ConsumersBefore, err = streamConsumers(ctx, e); err != nil {
 		return nil, err
 	}
-	before := snapshot()
-	p.logf("tasks-idle: %d Sessions, one Task each through the engine", n)
-	t0 := time.Now()
+	peakCtx, stopPeak := context.WithCancel(ctx)
 	peakDone := make(chan struct{})
 	go func() {
 		defer close(peakDone)
-		for ctx.Err() == nil {
-			if k, err := streamConsumers(ctx, e); err == nil {
+		for peakCtx.Err() == nil {
+			if k, err := streamConsumers(peakCtx, e); err == nil {
 				res.ConsumersPeak = max(res.ConsumersPeak, k)
 			}
 			select {
 			case <-time.After(200 * time.Millisecond):
-			case <-ctx.Done():
+			case <-peakCtx.Done():
 			}
 		}
 	}()
-	pctx, stopPeak := context.WithCancel(ctx)
-	err = parallel(pctx, n, 8, func(i int) error {
+	defer func() { stopPeak(); <-peakDone }()
+	p.logf("tasks-idle: %d Sessions of warm-up, one Task each through the engine", tasksWarmup)
+	warm, err := runTasks(ctx, e, ref, tasksWarmup)
+	if err != nil {
+		return nil, err
+	}
+	sleepUntil(warm.Add(settledWait))
+	before := snapshot()
+	writeHeap(".before")
+	p.logf("tasks-idle: %d Sessions, one Task each through the engine", n)
+	t0 := time.Now()
+	last, err := runTasks(ctx, e, ref, n)
+	if err != nil {
+		return nil, err
+	}
+	res.Run = last.Sub(t0)
+	p.logf("tasks-idle: %d Tasks in %v; measuring %v and %v after the last", n, res.Run.Round(time.Millisecond), idleWait, settledWait)
+	sleepUntil(last.Add(idleWait))
+	at10 := snapshot()
+	if res.ConsumersAfter, err = streamConsumers(ctx, e); err != nil {
+		return nil, err
+	}
+	sleepUntil(last.Add(settledWait))
+	after := snapshot()
+	writeHeap("")
+	res.MemAtWait = deltaPer(before, at10, n)
+	res.Mem = deltaPer(before, after, n)
+	return res, nil
+}
+
+// runTasks creates n Sessions through the API and runs one Task in each
+// (8 at a time), and waits until the tracer has written everything. It
+// returns when the last Task was seen ended.
+func runTasks(ctx context.Context, e *env, ref string, n int) (time.Time, error) {
+	err := parallel(ctx, n, 8, func(i int) error {
 		s, err := e.api.CreateSession(ctx, client.CreateSession{Model: ref})
 		if err != nil {
 			return fmt.Errorf("bench: create session: %w", err)
@@ -113,41 +164,37 @@ func runTasksIdle(ctx context.Context, c *Config, p *progress) (*TasksIdleResult
 			return err == nil && got.State == omni.StateIdle && got.LastStatus != ""
 		})
 	})
-	stopPeak()
 	if err != nil {
-		cancel()
-		<-peakDone
-		return nil, err
+		return time.Time{}, err
 	}
-	res.Run = time.Since(t0)
+	last := time.Now()
 	cons, err := e.js.Consumer(ctx, omni.SessionsStream, "floe-tracer")
 	if err != nil {
-		return nil, fmt.Errorf("bench: tracer consumer: %w", err)
+		return time.Time{}, fmt.Errorf("bench: tracer consumer: %w", err)
 	}
 	if err := waitFor(ctx, 2*time.Minute, func() bool {
 		info, err := cons.Info(ctx)
 		return err == nil && info.NumPending == 0 && info.NumAckPending == 0
 	}); err != nil {
-		return nil, fmt.Errorf("bench: waiting for the tracer: %w", err)
+		return time.Time{}, fmt.Errorf("bench: waiting for the tracer: %w", err)
 	}
-	p.logf("tasks-idle: %d Tasks in %v; measuring %v after the last", n, res.Run.Round(time.Millisecond), idleWait)
-	if d := idleWait - time.Since(t0.Add(res.Run)); d > 0 {
-		time.Sleep(d)
-	}
-	after := snapshot()
-	// FLOE_BENCH_HEAP (unstable, for debugging): a heap profile of this
-	// moment.
+	return last, nil
+}
+
+// writeHeap writes a heap profile of this moment to $FLOE_BENCH_HEAP (with
+// suffix) when that is set (unstable, for debugging: compare the two with
+// pprof -diff_base).
+func writeHeap(suffix string) {
 	if hp := os.Getenv("FLOE_BENCH_HEAP"); hp != "" {
-		if f, err := os.Create(hp); err == nil {
+		if f, err := os.Create(hp + suffix); err == nil {
 			pprof.Lookup("heap").WriteTo(f, 0)
 			f.Close()
 		}
 	}
-	res.Mem = deltaPer(before, after, n)
-	if res.ConsumersAfter, err = streamConsumers(ctx, e); err != nil {
-		return nil, err
+}
+
+func sleepUntil(t time.Time) {
+	if d := time.Until(t); d > 0 {
+		time.Sleep(d)
 	}
-	cancel()
-	<-peakDone
-	return res, nil
 }

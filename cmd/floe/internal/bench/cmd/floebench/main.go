@@ -36,6 +36,7 @@ func run() int {
 	rate := fs.Float64("rate", 0, "total publish rate of the latency scenarios, partials/s (default 2000)")
 	idle := fs.Int("idle-sessions", 0, "idle Sessions to create (default 10000, quick 5000)")
 	sessions := fs.String("sessions", "", "comma-separated Session counts of the latency scenario (default 1,100,1000)")
+	tracerSessions := fs.String("tracer-sessions", "", "comma-separated Session counts of the tracer scenario (default 100,10000)")
 	command := fs.String("command", "", "the command line to print in the report (default the arguments)")
 	verbose := fs.Bool("v", false, "show the services' warnings")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the whole run to this file")
@@ -57,15 +58,21 @@ func run() int {
 	if *idle > 0 {
 		c.IdleSessions = *idle
 	}
-	if *sessions != "" {
-		c.Sessions = nil
-		for _, f := range strings.Split(*sessions, ",") {
+	for _, l := range []struct {
+		flag, value string
+		to          *[]int
+	}{{"sessions", *sessions, &c.Sessions}, {"tracer-sessions", *tracerSessions, &c.TracerSessions}} {
+		if l.value == "" {
+			continue
+		}
+		*l.to = nil
+		for _, f := range strings.Split(l.value, ",") {
 			n, err := strconv.Atoi(strings.TrimSpace(f))
 			if err != nil || n < 1 {
-				fmt.Fprintf(os.Stderr, "floebench: --sessions %q: want positive counts\n", *sessions)
+				fmt.Fprintf(os.Stderr, "floebench: --%s %q: want positive counts\n", l.flag, l.value)
 				return 2
 			}
-			c.Sessions = append(c.Sessions, n)
+			*l.to = append(*l.to, n)
 		}
 	}
 	if *only != "" {
