@@ -35,12 +35,14 @@ type Pos struct {
 	Index int    `json:"index"`
 }
 
-// ErrBadPos is wrapped by ReadPos when the position file exists
-// but does not hold a valid Pos (a position written by something else,
-// or damaged by a power loss).
+// ErrBadPos is wrapped by ReadPos when a Session's position exists but
+// does not hold a valid Pos (a position written by something else, or
+// damaged by a power loss).
 var ErrBadPos = errors.New("trace: malformed trace position")
 
-// PosPath returns $home/tracer/<sid>.pos, the Session's position file.
+// PosPath returns $home/tracer/<sid>.pos, where a Session's position was
+// kept before the position table (PosTablePath): still read when the table
+// holds none for the Session, moved into the table by OpenPosTable.
 func PosPath(home, sessionID string) string {
 	return filepath.Join(home, "tracer", sessionID+".pos")
 }
@@ -54,18 +56,20 @@ func traceName(sessionID string) error {
 	return nil
 }
 
-// posSize is the fixed size of a position file: one line of JSON
-// padded with spaces, rewritten in place with a single pwrite(2) at offset
-// 0. A write that fits in one page is never cut short by a signal, so a
-// killed writer leaves the old record or the new one. Write-temp-and-rename
-// would be atomic too, but on ext4 a rename over a file (or a truncation to
-// zero) forces writeback of the data and costs milliseconds instead of
+// posSize is the fixed size of a position record (a slot of the position
+// table, or a whole position file of the older layout): one line of JSON
+// padded with spaces, rewritten in place with a single pwrite(2). A write
+// that fits in one page is never cut short by a signal, so a killed writer
+// leaves the old record or the new one. Write-temp-and-rename would be
+// atomic too, but on ext4 a rename over a file (or a truncation to zero)
+// forces writeback of the data and costs milliseconds instead of
 // microseconds.
 const posSize = 512
 
-// posRecord is the stored form: Pos with File relative to home
-// and a CRC-32 (IEEE, hex) of the JSON encoding of the Pos part, which
-// catches a read racing a write (or a sector torn by a power loss).
+// posRecord is the stored form of the older layout's position file: Pos
+// with File relative to home and a CRC-32 (IEEE, hex) of the JSON encoding
+// of the Pos part, which catches a read racing a write (or a sector torn by
+// a power loss).
 type posRecord struct {
 	Pos
 	CRC string `json:"crc,omitempty"`
@@ -76,17 +80,30 @@ func posCRC(p Pos) string {
 	return fmt.Sprintf("%08x", crc32.ChecksumIEEE(b))
 }
 
-// ReadPos reads a Session's position. ok is false, with a nil error,
-// when the Session has none (never traced, deleted, or its position is
-// being created). File comes back as a path under home (it is stored
-// relative to home, so a FLOE_HOME mounted at another path in another
-// container still resolves). A position that does not decode or fails its
-// checksum three reads in a row (a read racing a write is retried) gives an
-// error wrapping ErrBadPos.
+// ReadPos reads a Session's position: from the position table
+// ($home/tracer/positions), else from a position file of the older layout
+// ($home/tracer/<sid>.pos). ok is false, with a nil error, when the Session
+// has none (never traced, deleted). File comes back as a path under home (it
+// is stored relative to home, so a FLOE_HOME mounted at another path in
+// another container still resolves). A position that does not decode or
+// fails its checksum three reads in a row (a read racing a write is
+// retried) gives an error wrapping ErrBadPos.
 func ReadPos(home, sessionID string) (p Pos, ok bool, err error) {
 	if err := traceName(sessionID); err != nil {
 		return Pos{}, false, err
 	}
+	if p, ok, err = readTablePos(home, sessionID); ok || err != nil {
+		return p, ok, err
+	}
+	if p, ok, err = readLegacyPos(home, sessionID); ok || err != nil {
+		return p, ok, err
+	}
+	// OpenPosTable may have just moved the file into the table.
+	return readTablePos(home, sessionID)
+}
+
+// readLegacyPos reads a position file of the older layout.
+func readLegacyPos(home, sessionID string) (p Pos, ok bool, err error) {
 	for attempt := 1; ; attempt++ {
 		b, err := os.ReadFile(PosPath(home, sessionID))
 		if errors.Is(err, fs.ErrNotExist) || (err == nil && len(b) == 0) {
@@ -97,17 +114,33 @@ func ReadPos(home, sessionID string) (p Pos, ok bool, err error) {
 		}
 		p, err = parsePos(b, sessionID)
 		if err == nil {
-			if f := filepath.FromSlash(p.File); !filepath.IsAbs(f) {
-				p.File = filepath.Join(home, f)
-			} else {
-				p.File = f
-			}
+			p.File = underHome(home, p.File)
 			return p, true, nil
 		}
 		if attempt == 3 {
 			return Pos{}, false, err
 		}
 	}
+}
+
+// underHome resolves a stored File: relative ones are under home.
+func underHome(home, file string) string {
+	f := filepath.FromSlash(file)
+	if filepath.IsAbs(f) {
+		return f
+	}
+	return filepath.Join(home, f)
+}
+
+// relToHome is the stored form of a File: relative to home when it lies
+// under it, else absolute; always with forward slashes.
+func relToHome(home, file string) string {
+	if rel, err := filepath.Rel(home, file); err == nil && rel != ".." && !strings.HasPrefix(rel, ".."+string(filepath.Separator)) {
+		file = rel
+	} else if abs, err := filepath.Abs(file); err == nil {
+		file = abs
+	}
+	return filepath.ToSlash(file)
 }
 
 func parsePos(b []byte, sessionID string) (Pos, error) {
@@ -130,75 +163,41 @@ func parsePos(b []byte, sessionID string) (Pos, error) {
 	return p, nil
 }
 
-// WritePos replaces a Session's position atomically: the file is one
-// fixed-size record (EncodePos) rewritten in place by a single pwrite,
-// so a reader, or a tracer resuming after a crash, sees the old position or
-// the new one (a concurrent read that catches a write half-way fails the
-// checksum and ReadPos reads again). It creates $home/tracer when
-// missing. Nothing is fsynced: after a power loss the position may be older
-// than the Trace or, on some file systems, newer (the tracer checks the
-// file's size against it when it resumes).
+// WritePos records a Session's position in home's position table (created
+// when missing), atomically: a reader, or a tracer resuming after a crash,
+// sees the old position or the new one. Nothing is fsynced: after a power
+// loss the position may be older than the Trace or, on some file systems,
+// newer (the tracer checks the file's size against it when it resumes).
 //
-// Only one writer per Session may write its position at a time (the tracer
-// holds a lock on home for that).
+// The table has one writer at a time: WritePos is for tools and tests
+// while no tracer runs on home (the tracer writes through its PosTable).
 func WritePos(home, sessionID string, p Pos) error {
-	if err := traceName(sessionID); err != nil {
+	return withPosTable(home, func(t *PosTable) error { return t.Put(sessionID, p, nil) })
+}
+
+// DeletePos removes a Session's position, from the table and any position
+// file of the older layout; nothing when it has none. Like WritePos, for
+// use while no tracer runs on home.
+func DeletePos(home, sessionID string) error {
+	if err := withPosTable(home, func(t *PosTable) error { return t.Delete(sessionID) }); err != nil {
 		return err
 	}
-	rec, err := EncodePos(home, p)
-	if err != nil {
-		return fmt.Errorf("trace: trace position of %s: %w", sessionID, err)
-	}
-	path := PosPath(home, sessionID)
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE, 0o644)
-	if errors.Is(err, fs.ErrNotExist) {
-		if err = os.MkdirAll(filepath.Dir(path), 0o755); err == nil {
-			f, err = os.OpenFile(path, os.O_WRONLY|os.O_CREATE, 0o644)
-		}
-	}
-	if err != nil {
-		return fmt.Errorf("trace: write trace position of %s: %w", sessionID, err)
-	}
-	_, err = f.WriteAt(rec, 0)
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
-		return fmt.Errorf("trace: write trace position of %s: %w", sessionID, err)
+	if err := os.Remove(PosPath(home, sessionID)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("trace: delete trace position of %s: %w", sessionID, err)
 	}
 	return nil
 }
 
-// EncodePos returns the fixed-size record WritePos writes at
-// offset 0 of PosPath: for a writer that keeps the file open and
-// rewrites it with one WriteAt. File is a path as File builds it (home
-// joined with the rest); it is stored relative to home when it lies under
-// it, else as an absolute path. It fails only when the path is too long for
-// the record.
-func EncodePos(home string, p Pos) ([]byte, error) {
-	if rel, err := filepath.Rel(home, p.File); err == nil && rel != ".." && !strings.HasPrefix(rel, ".."+string(filepath.Separator)) {
-		p.File = rel
-	} else if abs, err := filepath.Abs(p.File); err == nil {
-		p.File = abs
-	}
-	p.File = filepath.ToSlash(p.File)
-	b, err := json.Marshal(p)
+func withPosTable(home string, fn func(*PosTable) error) error {
+	t, err := OpenPosTable(home)
 	if err != nil {
-		return nil, fmt.Errorf("encode: %w", err)
+		return err
 	}
-	// The stored record is the checksummed encoding with a crc field added.
-	sum := crc32.ChecksumIEEE(b)
-	b = fmt.Appendf(b[:len(b)-1], `,"crc":"%08x"}`, sum)
-	if len(b) >= posSize {
-		return nil, fmt.Errorf("file path %q too long for a position", p.File)
+	err = fn(t)
+	if cerr := t.Close(); err == nil && cerr != nil {
+		err = fmt.Errorf("trace: close position table: %w", cerr)
 	}
-	rec := make([]byte, posSize)
-	copy(rec, b)
-	for i := len(b); i < posSize-1; i++ {
-		rec[i] = ' '
-	}
-	rec[posSize-1] = '\n'
-	return rec, nil
+	return err
 }
 
 // Files returns every Trace file of a Session in index order, as paths

@@ -214,8 +214,8 @@ func TestSessionLifecycle(t *testing.T) {
 	if _, err := os.Stat(tracePath); !os.IsNotExist(err) {
 		t.Fatalf("trace file still there: %v", err)
 	}
-	if _, err := os.Stat(trace.PosPath(g.Home, s.ID)); !os.IsNotExist(err) {
-		t.Fatalf("trace position still there: %v", err)
+	if _, ok, err := trace.ReadPos(g.Home, s.ID); ok || err != nil {
+		t.Fatalf("trace position still there: %v, %v", ok, err)
 	}
 	stream, _ := env.JS.Stream(ctx, omni.SessionsStream)
 	if _, err := stream.GetLastMsgForSubject(ctx, omni.SessionWildcard(s.ID)); err != jetstream.ErrMsgNotFound {

@@ -136,7 +136,7 @@ func (s *Server) importFree(r *http.Request, sid string) *apiError {
 	if len(files) > 0 {
 		return traceExists(sid)
 	}
-	if _, err := os.Lstat(trace.PosPath(s.opts.Home, sid)); err == nil {
+	if _, ok, err := trace.ReadPos(s.opts.Home, sid); ok || errors.Is(err, trace.ErrBadPos) {
 		return traceExists(sid)
 	}
 	return nil

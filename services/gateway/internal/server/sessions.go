@@ -335,8 +335,8 @@ func (s *Server) deleteTrace(ctx context.Context, id string) (int, *apiError) {
 	m, err := s.nc.RequestWithContext(rctx, omni.TraceDeleteSubject(id), req)
 	if err != nil {
 		files, ferr := trace.Files(s.opts.Home, id)
-		_, perr := os.Stat(trace.PosPath(s.opts.Home, id))
-		if ferr == nil && len(files) == 0 && errors.Is(perr, os.ErrNotExist) {
+		_, hasPos, perr := trace.ReadPos(s.opts.Home, id)
+		if ferr == nil && len(files) == 0 && !hasPos && perr == nil {
 			return 0, nil // no Trace here; a tracer on another home deletes its own when it answers
 		}
 		return 0, unavailable("ask the tracer to delete the trace", err)

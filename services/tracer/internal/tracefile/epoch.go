@@ -7,7 +7,6 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
-	"strings"
 
 	"floe.dev/pkg/trace"
 )
@@ -52,39 +51,25 @@ func (s *Store) SetEpoch(epoch string) (changed bool, err error) {
 
 // clearSeqs rewrites every recorded position with Seq 0.
 func (s *Store) clearSeqs() error {
-	names, err := readDirNames(filepath.Join(s.home, "tracer"))
-	if err != nil {
-		return fmt.Errorf("tracefile: list positions: %w", err)
+	type entry struct {
+		id string
+		p  trace.Pos
 	}
-	for _, name := range names {
-		id, ok := strings.CutSuffix(name, ".pos")
-		if !ok {
-			continue
+	var set []entry
+	err := s.pos.Range(func(id string, p trace.Pos) error {
+		if p.Seq != 0 {
+			p.Seq = 0
+			set = append(set, entry{id, p})
 		}
-		p, ok, err := trace.ReadPos(s.home, id)
-		if err != nil {
-			s.log.Warn().Err(err).Str("session_id", id).Msg("cannot read a position to clear it")
-			continue
-		}
-		if !ok || p.Seq == 0 {
-			continue
-		}
-		p.Seq = 0
-		if err := trace.WritePos(s.home, id, p); err != nil {
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("tracefile: %w", err)
+	}
+	for _, e := range set {
+		if err := s.pos.Put(e.id, e.p, nil); err != nil {
 			return fmt.Errorf("tracefile: %w", err)
 		}
 	}
 	return nil
-}
-
-func readDirNames(dir string) ([]string, error) {
-	d, err := os.Open(dir)
-	if errors.Is(err, fs.ErrNotExist) {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, err
-	}
-	defer d.Close()
-	return d.Readdirnames(-1)
 }

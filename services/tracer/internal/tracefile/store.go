@@ -1,13 +1,13 @@
 // Package tracefile writes Session Traces (SPEC §5): one append-only JSONL
 // file per Session and context under $FLOE_HOME/traces/<date>/, rotated on
-// session_meta, with a position sidecar (trace.Pos) per Session that
-// makes appends exactly-once across crashes when the caller follows the
-// protocol:
+// session_meta, with a position (trace.Pos, a slot of the home's position
+// table, trace.PosTable) per Session that makes appends exactly-once across
+// crashes when the caller follows the protocol:
 //
 //  1. Append the records of a batch (each one write(2) of the record and its
 //     newline, on an O_APPEND descriptor);
-//  2. Flush: rewrite the position of every Session the batch touched
-//     (trace.WritePos: one fixed-size in-place pwrite per Session);
+//  2. Flush: rewrite the position of every Session the batch touched (one
+//     fixed-size in-place pwrite of its slot per Session);
 //  3. only then acknowledge the batch on the bus.
 //
 // A process killed anywhere in that sequence leaves, per Session, either
@@ -62,15 +62,15 @@ type Record struct {
 }
 
 // Store appends records to Trace files under a home directory. It keeps at
-// most maxOpen Sessions in memory, each with its Trace file and position
-// file open (two descriptors); the least recently used one is flushed and
-// closed to make room, and is reloaded from its position file when it comes
-// back.
+// most maxOpen Sessions in memory, each with its Trace file open; the least
+// recently used one is flushed and closed to make room, and is reloaded
+// from its position when it comes back.
 type Store struct {
 	home    string
 	maxOpen int
 	log     zerolog.Logger
 	lock    *os.File
+	pos     *trace.PosTable
 
 	sessions map[string]*session
 	lru      list.List  // of *session, most recently used first
@@ -90,10 +90,10 @@ type session struct {
 	index  int    // current file index, 1-based
 	path   string // current file
 	f      *os.File
-	posf   *os.File // the position file, opened at the first write of it
-	size   int64    // bytes in the current file, ours included
-	seq    uint64   // stream sequence of the last record written
-	needNL bool     // the file does not end in a newline: start the next record on a new line
+	slot   trace.PosSlot // where its position is in the table
+	size   int64         // bytes in the current file, ours included
+	seq    uint64        // stream sequence of the last record written
+	needNL bool          // the file does not end in a newline: start the next record on a new line
 
 	dirty   bool
 	checked uint64 // generation in which the file was last checked
@@ -122,7 +122,12 @@ func Open(home string, maxOpen int, log zerolog.Logger) (*Store, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Store{home: home, maxOpen: maxOpen, log: log, lock: lock, sessions: make(map[string]*session), deleted: make(map[string]uint64)}, nil
+	pos, err := trace.OpenPosTable(home)
+	if err != nil {
+		unlockFile(lock)
+		return nil, fmt.Errorf("tracefile: %w", err)
+	}
+	return &Store{home: home, maxOpen: maxOpen, log: log, lock: lock, pos: pos, sessions: make(map[string]*session), deleted: make(map[string]uint64)}, nil
 }
 
 // Append writes rec to the Session's current Trace file, unless the
@@ -224,6 +229,9 @@ func (s *Store) Delete(sessionID string, purgedThrough uint64) (int, error) {
 		}
 		n++
 	}
+	if err := s.pos.Delete(sessionID); err != nil {
+		return n, fmt.Errorf("tracefile: delete position of %s: %w", sessionID, err)
+	}
 	if err := os.Remove(trace.PosPath(s.home, sessionID)); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return n, fmt.Errorf("tracefile: delete position of %s: %w", sessionID, err)
 	}
@@ -264,7 +272,10 @@ func (s *Store) Close() error {
 	if s.lock == nil {
 		return nil
 	}
-	err := unlockFile(s.lock)
+	err := s.pos.Close()
+	if uerr := unlockFile(s.lock); err == nil {
+		err = uerr
+	}
 	s.lock = nil
 	return err
 }
@@ -273,45 +284,20 @@ func (st *session) pos() trace.Pos {
 	return trace.Pos{Seq: st.seq, File: st.path, Size: st.size, Index: st.index}
 }
 
-// close closes the Session's files. Write errors were reported by the
+// close closes the Session's file. Write errors were reported by the
 // writes themselves (nothing is buffered), so close errors are not.
 func (st *session) close() {
 	if st.f != nil {
 		st.f.Close()
 		st.f = nil
 	}
-	st.closePos()
 }
 
-func (st *session) closePos() {
-	if st.posf != nil {
-		st.posf.Close()
-		st.posf = nil
-	}
-}
-
-// writePos records the Session's position: the record trace.WritePos
-// writes, rewritten in place through a descriptor kept open (one pwrite).
+// writePos records the Session's position: its slot of the position table,
+// rewritten in place (one pwrite).
 func (s *Store) writePos(st *session) error {
-	rec, err := trace.EncodePos(s.home, st.pos())
-	if err != nil {
+	if err := s.pos.Put(st.id, st.pos(), &st.slot); err != nil {
 		return fmt.Errorf("tracefile: position of %s: %w", st.id, err)
-	}
-	if st.posf == nil {
-		path := trace.PosPath(s.home, st.id)
-		f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE, 0o644)
-		if errors.Is(err, fs.ErrNotExist) {
-			if err = os.MkdirAll(filepath.Dir(path), 0o755); err == nil {
-				f, err = os.OpenFile(path, os.O_WRONLY|os.O_CREATE, 0o644)
-			}
-		}
-		if err != nil {
-			return fmt.Errorf("tracefile: open position of %s: %w", st.id, err)
-		}
-		st.posf = f
-	}
-	if _, err := st.posf.WriteAt(rec, 0); err != nil {
-		return fmt.Errorf("tracefile: write position of %s: %w", st.id, err)
 	}
 	return nil
 }
@@ -358,7 +344,8 @@ func (s *Store) evict(st *session) error {
 // whose position was deleted), else in a new file dated by the id or, for
 // an id that encodes no date, by first.
 func (s *Store) load(id string, first time.Time) (*session, error) {
-	pos, ok, err := trace.ReadPos(s.home, id)
+	var slot trace.PosSlot
+	pos, ok, err := s.pos.Get(id, &slot)
 	if errors.Is(err, trace.ErrBadPos) {
 		s.log.Error().Err(err).Str("session_id", id).Msg("ignoring unreadable trace position")
 		ok, err = false, nil
@@ -367,7 +354,7 @@ func (s *Store) load(id string, first time.Time) (*session, error) {
 		return nil, fmt.Errorf("tracefile: %w", err)
 	}
 	if ok {
-		return s.resume(id, pos)
+		return s.resume(id, pos, slot)
 	}
 	st := &session{id: id}
 	files, err := trace.Files(s.home, id)
@@ -405,8 +392,8 @@ func (s *Store) load(id string, first time.Time) (*session, error) {
 
 // resume reopens a Session at its recorded position, undoing whatever a
 // crashed tracer wrote after it.
-func (s *Store) resume(id string, pos trace.Pos) (*session, error) {
-	st := &session{id: id, path: pos.File, dir: filepath.Dir(pos.File), index: pos.Index, seq: pos.Seq}
+func (s *Store) resume(id string, pos trace.Pos, slot trace.PosSlot) (*session, error) {
+	st := &session{id: id, path: pos.File, dir: filepath.Dir(pos.File), index: pos.Index, seq: pos.Seq, slot: slot}
 	if err := s.openSized(st); err != nil {
 		return nil, err
 	}
@@ -448,11 +435,6 @@ func (s *Store) resume(id string, pos trace.Pos) (*session, error) {
 // (the gateway deleting a Session, another tool appending) and adapts: a
 // removed file is created again.
 func (s *Store) check(st *session) error {
-	if st.posf != nil {
-		if fi, err := st.posf.Stat(); err != nil || removed(trace.PosPath(s.home, st.id), fi) {
-			st.closePos() // reopened (created) by the next writePos
-		}
-	}
 	fi, err := st.f.Stat()
 	switch {
 	case err != nil:

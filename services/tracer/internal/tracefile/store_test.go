@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
-	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
@@ -234,13 +233,14 @@ func TestTracePosIsStoredRelativeToHome(t *testing.T) {
 	if err := trace.WritePos(home, sid, trace.Pos{Seq: 42, File: file, Size: 7, Index: 3}); err != nil {
 		t.Fatal(err)
 	}
-	raw, err := os.ReadFile(trace.PosPath(home, sid))
+	raw, err := os.ReadFile(trace.PosTablePath(home))
 	if err != nil {
 		t.Fatal(err)
 	}
-	prefix := `{"seq":42,"file":"traces/2026-11-29/` + sid + `_003.jsonl","size":7,"index":3,"crc":"`
-	if !bytes.HasPrefix(raw, []byte(prefix)) || len(raw) != 512 || raw[511] != '\n' {
-		t.Errorf("stored position = %q, want 512 bytes starting %s", raw, prefix)
+	slot := `{"sid":"` + sid + `","seq":42,"file":"traces/2026-11-29/` + sid + `_003.jsonl","size":7,"index":3,"crc":"`
+	i := bytes.Index(raw, []byte(slot))
+	if i < 0 || i%512 != 0 || len(raw)%512 != 0 || raw[i+511] != '\n' {
+		t.Errorf("position table = %d bytes, slot at %d; want 512-byte slots, one starting %s", len(raw), i, slot)
 	}
 	// Read from another mount point of the same home.
 	moved := filepath.Join(t.TempDir(), "elsewhere")
@@ -268,23 +268,10 @@ func TestReadTracePos(t *testing.T) {
 	if _, ok, err := trace.ReadPos(home, sid); ok || err != nil {
 		t.Errorf("missing position: ok %v, err %v; want false, nil", ok, err)
 	}
+	// Position files of the older layout.
 	write("") // created, not yet written
 	if _, ok, err := trace.ReadPos(home, sid); ok || err != nil {
 		t.Errorf("empty position: ok %v, err %v; want false, nil", ok, err)
-	}
-	// A read that caught a write half-way: the new record's head, the old
-	// one's tail.
-	if err := trace.WritePos(home, sid, trace.Pos{Seq: 1000, File: "traces/x/" + sid + "_001.jsonl", Size: 123456, Index: 1}); err != nil {
-		t.Fatal(err)
-	}
-	newer, _ := os.ReadFile(trace.PosPath(home, sid))
-	if err := trace.WritePos(home, sid, trace.Pos{Seq: 999, File: "traces/x/" + sid + "_001.jsonl", Size: 123321, Index: 1}); err != nil {
-		t.Fatal(err)
-	}
-	older, _ := os.ReadFile(trace.PosPath(home, sid))
-	write(string(newer[:20]) + string(older[20:]))
-	if _, _, err := trace.ReadPos(home, sid); !errors.Is(err, trace.ErrBadPos) {
-		t.Errorf("torn position: err %v, want ErrBadTracePos", err)
 	}
 	// Hand-written, without a checksum: accepted.
 	write(`{"seq":5,"file":"traces/x/` + sid + `_002.jsonl","size":9,"index":2}`)
@@ -293,11 +280,37 @@ func TestReadTracePos(t *testing.T) {
 	}
 	for _, bad := range []string{"{", `{"seq":1,"file":"traces/x/other_001.jsonl","size":1,"index":1}`,
 		`{"seq":1,"file":"traces/x/` + sid + `_001.jsonl","size":-1,"index":1}`,
-		`{"seq":1,"file":"traces/x/` + sid + `_001.jsonl","size":1,"index":2}`} {
+		`{"seq":1,"file":"traces/x/` + sid + `_001.jsonl","size":1,"index":2}`,
+		`{"seq":1,"file":"traces/x/` + sid + `_001.jsonl","size":1,"index":1,"crc":"00000000"}`} {
 		write(bad)
 		if _, _, err := trace.ReadPos(home, sid); !errors.Is(err, trace.ErrBadPos) {
 			t.Errorf("ReadTracePos(%q) = %v, want ErrBadTracePos", bad, err)
 		}
+	}
+	// The table's position wins over an older file's.
+	if err := trace.WritePos(home, sid, trace.Pos{Seq: 1000, File: "traces/x/" + sid + "_001.jsonl", Size: 123456, Index: 1}); err != nil {
+		t.Fatal(err)
+	}
+	if p, ok, err := trace.ReadPos(home, sid); !ok || err != nil || p.Seq != 1000 {
+		t.Errorf("position in the table and a bad file = %+v, %v, %v; want the table's", p, ok, err)
+	}
+	// A read that caught a write half-way: the new record's head, the old
+	// one's tail.
+	if err := trace.WritePos(home, sid, trace.Pos{Seq: 999, File: "traces/x/" + sid + "_001.jsonl", Size: 123321, Index: 1}); err != nil {
+		t.Fatal(err)
+	}
+	raw, err := os.ReadFile(trace.PosTablePath(home))
+	if err != nil {
+		t.Fatal(err)
+	}
+	i := bytes.Index(raw, []byte(`{"sid":"`+sid))
+	copy(raw[i+20:], `9`) // the sid's last bytes changed
+	copy(raw[i+60:], `1`)
+	if err := os.WriteFile(trace.PosTablePath(home), raw, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := trace.ReadPos(home, sid); !errors.Is(err, trace.ErrBadPos) {
+		t.Errorf("torn position: err %v, want ErrBadTracePos", err)
 	}
 	for _, id := range []string{"a/b", `a\b`, "", "a.b"} {
 		if _, _, err := trace.ReadPos(home, id); err == nil {
@@ -405,8 +418,8 @@ func TestDeleteRemovesTraceAndDropsPurgedRecordsInFlight(t *testing.T) {
 	if files, _ := trace.Files(home, sid); len(files) != 0 {
 		t.Errorf("files left after Delete: %v", files)
 	}
-	if _, err := os.Stat(trace.PosPath(home, sid)); !errors.Is(err, fs.ErrNotExist) {
-		t.Errorf("position left after Delete: %v", err)
+	if _, ok, err := trace.ReadPos(home, sid); ok || err != nil {
+		t.Errorf("position left after Delete: %v, %v", ok, err)
 	}
 	// Records delivered before the purge never create the Trace again.
 	appendAll(t, s, sid, false, rec(7, false))
