@@ -38,7 +38,7 @@
 // is the only one that touches the batch. Publish, Sync, Settle and Resume
 // may be called from any goroutine; each message is queued (at most
 // Options.Queue of them; Publish blocks when the queue is full) and sent in
-// queue order. The batch's ack handler (a NATS callback) only flags an
+// queue order. The open batch's ack handler (a NATS callback) only flags an
 // asynchronous error; it never blocks or calls into the owner. Fence is
 // called on the Publisher's goroutine before every message goes out.
 package publish
@@ -164,9 +164,13 @@ type Publisher struct {
 	fp      jetstreamext.FastPublisher
 	sent    uint64 // messages added to the open batch
 	asyncMu sync.Mutex
-	asyncEr error // set by the batch's ack handler
-	failed  *FailedError
-	lastSeq uint64
+	asyncEr error // set by the open batch's ack handler
+	// asyncGen numbers the batches opened; a handler of an earlier batch
+	// (its subscription outlives a failure) is ignored: a late error of a
+	// batch already counted as failed must not fail the next one.
+	asyncGen uint64
+	failed   *FailedError
+	lastSeq  uint64
 
 	// state is failures<<1 | failing (failed and not resumed yet).
 	state atomic.Uint64
@@ -401,11 +405,13 @@ func (p *Publisher) open(m *nats.Msg) error {
 	wait := 5 * time.Millisecond
 	for {
 		p.asyncMu.Lock()
+		p.asyncGen++
+		gen := p.asyncGen
 		p.asyncEr = nil
 		p.asyncMu.Unlock()
 		fp, err := jetstreamext.NewFastPublisher(p.js,
 			jetstreamext.FastPublishFlowControl{Flow: p.o.Flow, MaxOutstandingAcks: p.o.MaxOutstanding, AckTimeout: p.o.AckTimeout},
-			jetstreamext.WithFastPublisherErrorHandler(p.onAsyncError))
+			jetstreamext.WithFastPublisherErrorHandler(func(err error) { p.onAsyncError(gen, err) }))
 		if err != nil {
 			return err
 		}
@@ -424,10 +430,11 @@ func (p *Publisher) open(m *nats.Msg) error {
 	}
 }
 
-// onAsyncError runs on the NATS callback goroutine: it only records.
-func (p *Publisher) onAsyncError(err error) {
+// onAsyncError runs on the NATS callback goroutine: it only records an
+// error of batch gen, if that batch is the open one.
+func (p *Publisher) onAsyncError(gen uint64, err error) {
 	p.asyncMu.Lock()
-	if p.asyncEr == nil {
+	if gen == p.asyncGen && p.asyncEr == nil {
 		p.asyncEr = err
 	}
 	p.asyncMu.Unlock()
