@@ -249,20 +249,34 @@ func (t *PosTable) Delete(sessionID string) error {
 
 // Range calls fn with every position in the table, in slot order.
 func (t *PosTable) Range(fn func(sessionID string, p Pos) error) error {
-	for i := uint64(1); i <= t.slots; i++ {
-		e, st, err := t.readSlot(i)
-		if err != nil {
-			return err
-		}
-		if st != slotUsed || e.Deleted {
-			continue
-		}
+	return t.entries(func(e posEntry) error {
 		p, err := e.pos(t.home)
 		if err != nil {
-			continue
+			return nil
 		}
-		if err := fn(e.Sid, p); err != nil {
-			return err
+		return fn(e.Sid, p)
+	})
+}
+
+// entries calls fn with every position in the table (no tombstones, no
+// damaged slots), in slot order, reading many slots at a time.
+func (t *PosTable) entries(fn func(e posEntry) error) error {
+	const chunk = 128
+	buf := make([]byte, chunk*posSize)
+	for first := uint64(1); first <= t.slots; first += chunk {
+		b := buf[:min(chunk, t.slots+1-first)*posSize]
+		n, err := t.f.ReadAt(b, int64(first)*posSize)
+		if err != nil && !errors.Is(err, io.EOF) {
+			return fmt.Errorf("trace: read position table: %w", err)
+		}
+		for off := 0; off+posSize <= n; off += posSize {
+			e, st := decodeEntry(b[off : off+posSize])
+			if st != slotUsed || e.Deleted {
+				continue
+			}
+			if err := fn(e); err != nil {
+				return err
+			}
 		}
 	}
 	return nil
@@ -372,17 +386,10 @@ func (t *PosTable) grow() error {
 	}
 	taken := make([]uint64, (n+63)/64) // the new table's used slots
 	used := uint64(0)
-	for i := uint64(1); i <= t.slots; i++ {
-		e, st, err := t.readSlot(i)
-		if err != nil {
-			return fail(err)
-		}
-		if st != slotUsed || e.Deleted {
-			continue
-		}
+	err = t.entries(func(e posEntry) error {
 		rec, err := encodeEntry("", e) // e.File is already relative
 		if err != nil {
-			return fail(err)
+			return err
 		}
 		h := slotHash(e.Sid)
 		for k := uint64(0); ; k++ {
@@ -390,12 +397,16 @@ func (t *PosTable) grow() error {
 			if taken[j/64]&(1<<(j%64)) == 0 {
 				taken[j/64] |= 1 << (j % 64)
 				if _, err := f.WriteAt(rec, int64(1+j)*posSize); err != nil {
-					return fail(err)
+					return err
 				}
 				break
 			}
 		}
 		used++
+		return nil
+	})
+	if err != nil {
+		return fail(err)
 	}
 	if err := writeHeader(f, n, used); err != nil {
 		return fail(err)

@@ -323,6 +323,11 @@ func (r *runner) recreate(ctx context.Context, cfg jetstream.ConsumerConfig) (je
 	return cons, nil
 }
 
+// idleClose is how long a Session may go without a record before the
+// tracer closes its Trace file and forgets it (Store.CloseIdle): an idle
+// Session then holds nothing in the tracer.
+const idleClose = 5 * time.Second
+
 // commitLinger is how long the stream must pause before what was processed
 // is committed. Committing as soon as no message is ready would commit every
 // few messages: the loop outpaces the client's delivery.
@@ -387,6 +392,10 @@ func (r *runner) batch(ctx context.Context, cons jetstream.Consumer) (delivered 
 		if err := r.commit(last, lastSeq); err != nil {
 			return delivered, err
 		}
+	}
+	// Every FetchWait at the latest, also while the stream is idle.
+	if _, err := r.store.CloseIdle(time.Now().Add(-idleClose)); err != nil {
+		return delivered, err
 	}
 	if gap != nil {
 		return delivered, gap

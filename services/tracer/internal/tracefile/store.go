@@ -96,7 +96,8 @@ type session struct {
 	needNL bool          // the file does not end in a newline: start the next record on a new line
 
 	dirty   bool
-	checked uint64 // generation in which the file was last checked
+	checked uint64    // generation in which the file was last checked
+	used    time.Time // last Append (or load)
 	elem    *list.Element
 }
 
@@ -307,6 +308,7 @@ func (s *Store) writePos(st *session) error {
 func (s *Store) session(id string, first time.Time) (*session, error) {
 	if st := s.sessions[id]; st != nil {
 		s.lru.MoveToFront(st.elem)
+		st.used = time.Now()
 		return st, nil
 	}
 	if len(s.sessions) >= s.maxOpen {
@@ -319,9 +321,30 @@ func (s *Store) session(id string, first time.Time) (*session, error) {
 		return nil, err
 	}
 	st.checked = s.gen
+	st.used = time.Now()
 	st.elem = s.lru.PushFront(st)
 	s.sessions[id] = st
 	return st, nil
+}
+
+// CloseIdle closes the files of the Sessions last appended to before
+// before and forgets them (recording a position first where one is not
+// recorded), so an idle Session holds neither a descriptor nor memory in
+// the tracer; one that comes back is reloaded from its position. It
+// returns how many it closed.
+func (s *Store) CloseIdle(before time.Time) (int, error) {
+	n := 0
+	for e := s.lru.Back(); e != nil; e = s.lru.Back() {
+		st := e.Value.(*session)
+		if !st.used.Before(before) {
+			break
+		}
+		if err := s.evict(st); err != nil {
+			return n, err
+		}
+		n++
+	}
+	return n, nil
 }
 
 // evict drops a Session from memory, recording its position first when it

@@ -175,6 +175,37 @@ func TestEvictionRecordsThePositionFirst(t *testing.T) {
 	}
 }
 
+// An idle Session's file is closed and its state dropped; what it had
+// appended but not yet recorded is recorded first, and it carries on from
+// there when it comes back.
+func TestCloseIdleForgetsIdleSessionsOnly(t *testing.T) {
+	home := t.TempDir()
+	s := open(t, home, 0)
+	const other = "session-2026-11-29-20-10-22-00000002"
+	appendAll(t, s, sid, true, rec(1, true), rec(2, false))
+	flush(t, s)
+	appendAll(t, s, sid, true, rec(3, false)) // not yet recorded
+	mid := time.Now()
+	time.Sleep(time.Millisecond)
+	appendAll(t, s, other, true, rec(4, true))
+	if n, err := s.CloseIdle(mid); n != 1 || err != nil {
+		t.Fatalf("CloseIdle = %d, %v; want the one Session idle since before", n, err)
+	}
+	if p, _, _ := trace.ReadPos(home, sid); p.Seq != 3 {
+		t.Errorf("position of the closed Session = %+v, want seq 3 recorded on closing", p)
+	}
+	s.Reset() // a crash now: the closed Session's records stay
+	appendAll(t, s, sid, false, rec(3, false))
+	appendAll(t, s, sid, true, rec(5, false))
+	flush(t, s)
+	if got := readAll(t, home, sid); got != lines(1, 2, 3, 5) {
+		t.Errorf("trace = %q, want %q", got, lines(1, 2, 3, 5))
+	}
+	if n, err := s.CloseIdle(time.Now().Add(time.Second)); n != 1 || err != nil {
+		t.Errorf("CloseIdle of everything = %d, %v; want 1 (the crash forgot the other)", n, err)
+	}
+}
+
 func TestLockExcludesASecondStore(t *testing.T) {
 	home := t.TempDir()
 	first, err := tracefile.Open(home, 0, zerolog.Nop())
