@@ -1,11 +1,15 @@
 package bus
 
 import (
+	"cmp"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"floe.dev/pkg/omni"
@@ -104,6 +108,100 @@ func DeleteConsumer(js jetstream.JetStream, cons jetstream.Consumer) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
 	js.DeleteConsumer(ctx, info.Stream, info.Name)
+}
+
+// Holds reports whether FLOE_SESSIONS holds a message of the Session's
+// classes (all when empty) at or after sequence from. It asks the stream
+// leader (STREAM.MSG.GET, next by subject), one request per class at once:
+// a direct get may be answered by a follower that has not stored the
+// latest messages yet. It is much cheaper than a consumer when the answer
+// is no (a reader that is caught up); when it is yes, the message found is
+// transferred.
+func Holds(ctx context.Context, js jetstream.JetStream, sessionID string, classes []string, from uint64) (bool, error) {
+	subj := apiPrefix(js) + "STREAM.MSG.GET." + omni.SessionsStream
+	filters := Filters(sessionID, classes)
+	type answer struct {
+		found bool
+		err   error
+	}
+	answers := make(chan answer, len(filters))
+	for _, f := range filters {
+		go func() {
+			found, err := nextBySubject(ctx, js.Conn(), subj, f, from)
+			answers <- answer{found, err}
+		}()
+	}
+	var (
+		found bool
+		err   error
+	)
+	for range filters {
+		a := <-answers
+		found = found || a.found
+		err = cmp.Or(err, a.err)
+	}
+	if err != nil {
+		return false, fmt.Errorf("bus: messages of %s from seq %d: %w", sessionID, from, err)
+	}
+	return found, nil
+}
+
+// nextBySubject asks for the first message on subject at or after seq and
+// reports whether there is one.
+func nextBySubject(ctx context.Context, nc *nats.Conn, api, subject string, seq uint64) (bool, error) {
+	req, err := json.Marshal(struct {
+		Seq     uint64 `json:"seq"`
+		NextFor string `json:"next_by_subj"`
+	}{seq, subject})
+	if err != nil {
+		return false, err
+	}
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
+	}
+	msg, err := nc.RequestWithContext(ctx, api, req)
+	if err != nil {
+		return false, err
+	}
+	var resp struct {
+		Error *struct {
+			Code    int    `json:"code"`
+			ErrCode int    `json:"err_code"`
+			Desc    string `json:"description"`
+		} `json:"error"`
+		Message *struct {
+			Seq uint64 `json:"seq"`
+		} `json:"message"`
+	}
+	if err := json.Unmarshal(msg.Data, &resp); err != nil {
+		return false, fmt.Errorf("message get response: %w", err)
+	}
+	switch {
+	case resp.Error != nil && resp.Error.ErrCode == errCodeNoMessage:
+		return false, nil
+	case resp.Error != nil:
+		return false, fmt.Errorf("message get: %s (%d)", resp.Error.Desc, resp.Error.ErrCode)
+	case resp.Message == nil:
+		return false, errors.New("message get: empty response")
+	}
+	return resp.Message.Seq >= seq, nil
+}
+
+// errCodeNoMessage is JetStream's "no message found" error code.
+const errCodeNoMessage = 10037
+
+// apiPrefix is the JetStream API prefix js sends its requests to.
+func apiPrefix(js jetstream.JetStream) string {
+	o := js.Options()
+	switch {
+	case o.Domain != "":
+		return "$JS." + o.Domain + ".API."
+	case o.APIPrefix != "":
+		return strings.TrimSuffix(o.APIPrefix, ".") + "."
+	}
+	return jetstream.DefaultAPIPrefix
 }
 
 // ErrStop may be returned by a Follow callback to end it without error.
