@@ -59,7 +59,7 @@ func jsonDecodeTrace(path string) (int, error) {
 	}
 }
 
-// tailRecords is one Task the tracer has not written yet: LoadHistory reads
+// tailRecords is one Task the tracer has not written yet: the resume reads
 // it from the stream.
 const tailRecords = 20
 
@@ -76,16 +76,27 @@ func runResume(ctx context.Context, c *Config, p *progress) ([]ResumeResult, err
 	if err := e.flush(ctx); err != nil {
 		return nil, err
 	}
+	// Each size with its last Task in the stream; the smallest also with a
+	// tracer that is caught up (nothing after its position).
+	type shape struct{ n, tail int }
+	var shapes []shape
+	for i, n := range c.ResumeRecords {
+		if i == 0 {
+			shapes = append(shapes, shape{n, 0})
+		}
+		shapes = append(shapes, shape{n, min(tailRecords, n)})
+	}
 	var out []ResumeResult
-	for _, n := range c.ResumeRecords {
-		p.logf("resume: writing a %d-record Trace", n)
+	for _, sh := range shapes {
+		n := sh.n
+		p.logf("resume: writing a %d-record Trace, %d of them in the stream only", n, sh.tail)
 		sid := newSessionID()
 		recs := traceRecords(sid, n, time.Date(2026, 11, 29, 9, 0, 0, 0, time.UTC))
-		size, err := writeTrace(ctx, e, sid, recs)
+		size, err := writeTrace(ctx, e, sid, recs, sh.tail)
 		if err != nil {
 			return nil, err
 		}
-		r := ResumeResult{Records: n, TraceBytes: size, StreamTail: min(tailRecords, n), Runs: c.ResumeRuns}
+		r := ResumeResult{Records: n, TraceBytes: size, StreamTail: sh.tail, Runs: c.ResumeRuns}
 		var resumes, decodes []float64
 		want := len(engine.ModelContext(recs))
 		created, _ := omni.SessionCreated(sid)
@@ -128,10 +139,10 @@ func runResume(ctx context.Context, c *Config, p *progress) ([]ResumeResult, err
 	return out, nil
 }
 
-// writeTrace writes all but the last tailRecords records as the tracer
-// would (Trace file 1 and a position at the stream's current end) and
-// publishes the rest on the Session's subjects, after the position.
-func writeTrace(ctx context.Context, e *env, sid string, recs []omni.Message) (int64, error) {
+// writeTrace writes all but the last tail records as the tracer would
+// (Trace file 1 and a position at the stream's current end) and publishes
+// the rest on the Session's subjects, after the position.
+func writeTrace(ctx context.Context, e *env, sid string, recs []omni.Message, tail int) (int64, error) {
 	created, _ := omni.SessionCreated(sid)
 	path := trace.File(e.home, created, sid, 1)
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
@@ -142,7 +153,7 @@ func writeTrace(ctx context.Context, e *env, sid string, recs []omni.Message) (i
 		return 0, err
 	}
 	w := bufio.NewWriterSize(f, 1<<20)
-	split := max(len(recs)-tailRecords, 0)
+	split := max(len(recs)-tail, 0)
 	var line []byte
 	for i := range recs[:split] {
 		line = recs[i].AppendJSON(line[:0])

@@ -15,8 +15,11 @@ import (
 // for profiling: a Trace written like the tracer writes it, the last Task
 // still in the stream, loaded and folded per iteration.
 func BenchmarkResume(b *testing.B) {
-	for _, n := range []int{1000, 100_000} {
-		b.Run(fmt.Sprint(n), func(b *testing.B) {
+	for _, c := range []struct {
+		n, tail int
+	}{{1000, tailRecords}, {1000, 0}, {100_000, tailRecords}} {
+		n := c.n
+		b.Run(fmt.Sprintf("%d/tail=%d", n, c.tail), func(b *testing.B) {
 			ctx := context.Background()
 			e, err := startEnv(ctx, b.TempDir(), "resume", false, zerolog.Nop())
 			if err != nil {
@@ -26,7 +29,7 @@ func BenchmarkResume(b *testing.B) {
 			sid := newSessionID()
 			recs := traceRecords(sid, n, time.Date(2026, 11, 29, 9, 0, 0, 0, time.UTC))
 			want := len(engine.ModelContext(recs))
-			size, err := writeTrace(ctx, e, sid, recs)
+			size, err := writeTrace(ctx, e, sid, recs, c.tail)
 			if err != nil {
 				b.Fatal(err)
 			}

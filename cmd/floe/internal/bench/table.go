@@ -59,10 +59,10 @@ func (r *Report) Markdown(w io.Writer, command string) {
 	}
 
 	if len(r.Resume) > 0 {
-		fmt.Fprintf(w, "**Resume**: engine.ResumeContext, as an engine resuming the Session does: trace.Replay reads the Trace file up to the tracer's position, then the last %d records from the stream, and the fold takes each record as it is read; Trace in the page cache, median of %d runs. Records are a coding Session built with the omni builders: 20 per Task (prompt, thinking, text, two approved tool calls with 1.3 KB and 2 KB outputs, answer, token_usage and request_end per request).\n\n", tailRecords, c.ResumeRuns)
-		fmt.Fprintf(w, "| Trace records | Trace file | resume | records/s | context messages | allocated | ÷ file | encoding/json into []map[string]any: time / allocated | resume ÷ json |\n|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+		fmt.Fprintf(w, "**Resume**: engine.ResumeContext, as an engine resuming the Session does: trace.Replay reads the Trace file up to the tracer's position, then the records after it from the stream (the last Task, %d records, still untraced; or none, a tracer that is caught up), and the fold takes each record as it is read; Trace in the page cache, median of %d runs. Records are a coding Session built with the omni builders: 20 per Task (prompt, thinking, text, two approved tool calls with 1.3 KB and 2 KB outputs, answer, token_usage and request_end per request).\n\n", tailRecords, c.ResumeRuns)
+		fmt.Fprintf(w, "| records | of them in the stream only | Trace file | resume | records/s | context messages | allocated | ÷ file | encoding/json into []map[string]any: time / allocated | resume ÷ json |\n|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")
 		for _, x := range r.Resume {
-			fmt.Fprintf(w, "| %s | %s | %s | %s | %s | %s | %.2f | %s / %s | %.2f |\n", num(x.Records), mib(float64(x.TraceBytes)), dur(x.Resume),
+			fmt.Fprintf(w, "| %s | %d | %s | %s | %s | %s | %s | %.2f | %s / %s | %.2f |\n", num(x.Records), x.StreamTail, mib(float64(x.TraceBytes)), dur(x.Resume),
 				num(int(float64(x.Records)/x.Resume.Seconds())), num(x.ContextMsgs), mib(float64(x.Alloc)), float64(x.Alloc)/float64(x.TraceBytes),
 				dur(x.JSONDecode), mib(float64(x.JSONAlloc)), x.Resume.Seconds()/x.JSONDecode.Seconds())
 		}
