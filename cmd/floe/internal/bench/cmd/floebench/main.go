@@ -35,6 +35,7 @@ func run() int {
 	partials := fs.Int("partials", 0, "partials per throughput run (default 50000 quick, 100000 full)")
 	rate := fs.Float64("rate", 0, "total publish rate of the latency scenarios, partials/s (default 2000)")
 	idle := fs.Int("idle-sessions", 0, "idle Sessions to create (default 10000, quick 5000)")
+	taskSessions := fs.Int("task-sessions", 0, "Sessions of the tasks scenario, one real Task each (default 1000)")
 	sessions := fs.String("sessions", "", "comma-separated Session counts of the latency scenario (default 1,100,1000)")
 	tracerSessions := fs.String("tracer-sessions", "", "comma-separated Session counts of the tracer scenario (default 100,10000)")
 	command := fs.String("command", "", "the command line to print in the report (default the arguments)")
@@ -57,6 +58,9 @@ func run() int {
 	}
 	if *idle > 0 {
 		c.IdleSessions = *idle
+	}
+	if *taskSessions > 0 {
+		c.TaskSessions = *taskSessions
 	}
 	for _, l := range []struct {
 		flag, value string
