@@ -25,7 +25,7 @@ import (
 // rewritten by one pwrite(2) that a killed writer cannot tear: a reader or
 // a resuming tracer sees the old slot or the new one. A slot holds one line
 // of JSON padded with spaces: the header {"floe_positions":1,"slots":N,
-// "used":U,"crc":…}, a position {"sid","seq","file","size","index","crc"},
+// "used":U,"crc":…} (U rewritten every usedEvery new Sessions), a position {"sid","seq","file","size","index","crc"},
 // a tombstone {"sid","deleted":true,"crc"} (a deleted Session: probing goes
 // on past it), or nothing (zero bytes, never written: probing stops). A
 // Session's slot is found by linear probing from FNV-1a(sid) mod N. The
@@ -46,7 +46,8 @@ import (
 
 const (
 	posTableName     = "positions"
-	posTableMinSlots = 1024
+	posTableMinSlots = 4096 // 2 MiB, sparse until written
+	usedEvery        = 64
 )
 
 // PosTablePath returns $home/tracer/positions, the position table.
@@ -173,12 +174,15 @@ func writeEmptyTable(path string, n uint64) error {
 	return nil
 }
 
-// Close closes the table file.
+// Close records the count of used slots and closes the table file.
 func (t *PosTable) Close() error {
 	if t.f == nil {
 		return nil
 	}
-	err := t.f.Close()
+	err := writeHeader(t.f, t.slots, t.used)
+	if cerr := t.f.Close(); err == nil {
+		err = cerr
+	}
 	t.f = nil
 	return err
 }
@@ -354,8 +358,14 @@ func (t *PosTable) claim(sessionID string) (uint64, error) {
 		}
 		if st == slotEmpty {
 			t.used++
-			if err := writeHeader(t.f, t.slots, t.used); err != nil {
-				return 0, err
+			// The count is rewritten every usedEvery claims (and on
+			// Close): after a crash it may be short by as many, which
+			// only lets the table fill a little past half before it
+			// grows (growing counts again).
+			if t.used%usedEvery == 0 {
+				if err := writeHeader(t.f, t.slots, t.used); err != nil {
+					return 0, err
+				}
 			}
 			return i, nil
 		}

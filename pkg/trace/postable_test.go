@@ -31,7 +31,7 @@ func openTable(t *testing.T, home string) *PosTable {
 func TestPosTableGrowsAndKeepsEveryPosition(t *testing.T) {
 	home := t.TempDir()
 	pt := openTable(t, home)
-	const n = 1500 // past half of 1024 and of 2048 slots: grows twice
+	const n = 4500 // past half of 4096 and of 8192 slots: grows twice
 	slots := make([]PosSlot, n)
 	for i := range n {
 		if err := pt.Put(tableSID(i), tablePos(home, tableSID(i), uint64(i)), &slots[i]); err != nil {
@@ -45,8 +45,8 @@ func TestPosTableGrowsAndKeepsEveryPosition(t *testing.T) {
 			t.Fatalf("second Put %d: %v", i, err)
 		}
 	}
-	if pt.slots != 4096 {
-		t.Errorf("slots = %d, want 4096 after 1500 Sessions", pt.slots)
+	if pt.slots != 16384 {
+		t.Errorf("slots = %d, want 16384 after %d Sessions", pt.slots, n)
 	}
 	for i := range n {
 		want := tablePos(home, tableSID(i), uint64(i)+1)
@@ -92,7 +92,7 @@ func TestPosTableGrowsAndKeepsEveryPosition(t *testing.T) {
 func TestPosTableReadersNeverSeeATornPosition(t *testing.T) {
 	home := t.TempDir()
 	pt := openTable(t, home)
-	const n = 1200
+	const n = 2100 // grows once
 	var wg sync.WaitGroup
 	done := make(chan struct{})
 	errs := make(chan error, 4)
