@@ -32,6 +32,9 @@ type TracerResult struct {
 func runTracer(ctx context.Context, c *Config, p *progress) ([]TracerResult, error) {
 	var out []TracerResult
 	for _, n := range c.TracerSessions {
+		// Each shape starts with nothing left to write back from the
+		// scenarios before it (their streams and homes are removed).
+		syncDisks()
 		var r *TracerResult
 		var err error
 		// Labelled, so a --cpuprofile splits by shape: goroutines the
