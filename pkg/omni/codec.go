@@ -2,6 +2,7 @@ package omni
 
 import (
 	"bytes"
+	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -462,56 +463,53 @@ func Unmarshal(b []byte, m *Message) error {
 		inOrder  = true // known keys only, each after the one before
 	)
 	i := skipWS(b, 0)
-	end, err := scanObject(b, i, func(key, val []byte) error {
+	end, err := scanMembers(b, i, 0, func(key []byte, at int) (int, error) {
 		ref := envRef(key)
 		if ref == extraBase {
+			end, err := skipValue(b, at, 1)
+			if err != nil {
+				return 0, err
+			}
 			order = append(order, extraBase+fieldRef(len(env.extra)))
-			env.extra = append(env.extra, rawField{key: string(key), value: append([]byte(nil), val...)})
+			env.extra = append(env.extra, rawField{key: string(key), value: append([]byte(nil), b[at:end]...)})
 			inOrder = false
-			return nil
+			return end, nil
 		}
 		if seen&(1<<ref) != 0 {
-			return fmt.Errorf("%w: duplicate envelope field %s", ErrSyntax, key)
+			return 0, fmt.Errorf("%w: duplicate envelope field %s", ErrSyntax, key)
 		}
 		if seen >= 1<<ref {
 			inOrder = false
 		}
 		seen |= 1 << ref
 		order = append(order, ref)
+		if ref == envPayload {
+			// The payload, most of the bytes, is read once: decoded as
+			// it is scanned.
+			return m.decodePayload(b, at)
+		}
+		end, err := skipValue(b, at, 1)
+		if err != nil {
+			return 0, err
+		}
+		val := b[at:end]
 		switch ref {
 		case envTimestamp:
-			return decodeStringInto(val, &m.Timestamp, "timestamp")
+			return end, decodeStringInto(val, &m.Timestamp, "timestamp")
 		case envType:
 			var t string
 			err := decodeStringInto(val, &t, "type")
 			m.Type = Kind(t)
-			return err
-		case envPayload:
-			if val[0] != '{' {
-				return fmt.Errorf("%w: payload is not an object", ErrSyntax)
-			}
-			err := m.Payload.decode(val, false)
-			if err != nil && !errors.Is(err, ErrSyntax) {
-				// A payload type Floe does not know (the original's
-				// goal_finished, …) may use a known field name for a value
-				// of another type: keep such a field as an unknown one, byte
-				// for byte, rather than fail the record.
-				var lp Payload
-				if lp.decode(val, true) == nil && lp.Type != "" && !knownTypes[lp.Type] {
-					m.Payload = lp
-					return nil
-				}
-			}
-			return err
+			return end, err
 		default:
 			if err := decodeOrigin(val, &m.Origin); err != nil {
-				return err
+				return 0, err
 			}
 			if len(m.Origin) == 0 {
 				m.Origin = nil
 				env.originRaw = append([]byte(nil), val...)
 			}
-			return nil
+			return end, nil
 		}
 	})
 	if err != nil {
@@ -527,6 +525,36 @@ func Unmarshal(b []byte, m *Message) error {
 		m.env = new(env)
 	}
 	return nil
+}
+
+// decodePayload decodes the envelope's payload value at b[at], as an
+// envelope member (nesting depth 1), and returns the index after it.
+func (m *Message) decodePayload(b []byte, at int) (int, error) {
+	if at < len(b) && b[at] != '{' {
+		if _, err := skipValue(b, at, 1); err != nil {
+			return 0, err
+		}
+		return 0, fmt.Errorf("%w: payload is not an object", ErrSyntax)
+	}
+	end, err := m.Payload.decode(b, at, false)
+	if err == nil || errors.Is(err, ErrSyntax) {
+		return end, err
+	}
+	// A payload type Floe does not know (the original's goal_finished, …)
+	// may use a known field name for a value of another type: keep such a
+	// field as an unknown one, byte for byte, rather than fail the record.
+	var lp Payload
+	end, lerr := lp.decode(b, at, true)
+	if lerr == nil && lp.Type != "" && !knownTypes[lp.Type] {
+		m.Payload = lp
+		return end, nil
+	}
+	if lerr != nil && errors.Is(lerr, ErrSyntax) {
+		// Malformed later on: report that, as a scan of the whole value
+		// would have first.
+		return 0, lerr
+	}
+	return 0, err
 }
 
 // envRef maps a raw quoted envelope key to its env* constant, or extraBase
@@ -593,9 +621,11 @@ func decodeOrigin(val []byte, out *[]string) error {
 	}
 }
 
-// decode decodes a payload object. lenient keeps a known field whose value
-// has the wrong JSON type as an unknown field instead of failing.
-func (p *Payload) decode(b []byte, lenient bool) error {
+// decode decodes the payload object at b[at], a member of an envelope
+// (nesting depth 1), and returns the index after it. lenient keeps a known
+// field whose value has the wrong JSON type as an unknown field instead of
+// failing.
+func (p *Payload) decode(b []byte, at int, lenient bool) (int, error) {
 	var (
 		orderBuf [16]fieldRef
 		order    = orderBuf[:0]
@@ -604,7 +634,7 @@ func (p *Payload) decode(b []byte, lenient bool) error {
 		inOrder  = true // known fields only, each after the one before
 		last     = -1
 	)
-	_, err := scanObject(b, 0, func(key, val []byte) error {
+	end, err := scanObjectDepth(b, at, 1, func(key, val []byte) error {
 		ref, known := payloadRef(key)
 		if known && lenient && !fitsKind(fields[ref].kind, val) {
 			known = false
@@ -666,7 +696,7 @@ func (p *Payload) decode(b []byte, lenient bool) error {
 		return nil
 	})
 	if err != nil {
-		return err
+		return 0, err
 	}
 	if inOrder {
 		p.present |= decodedInOrder
@@ -676,7 +706,7 @@ func (p *Payload) decode(b []byte, lenient bool) error {
 	if raw.order != nil || raw.extra != nil || usageRaw {
 		p.raw = new(raw)
 	}
-	return nil
+	return end, nil
 }
 
 // usageKeys are the keys of a token count object as Floe writes it.
@@ -938,6 +968,20 @@ func scanObject(b []byte, i int, fn func(key, val []byte) error) (int, error) {
 }
 
 func scanObjectDepth(b []byte, i, depth int, fn func(key, val []byte) error) (int, error) {
+	return scanMembers(b, i, depth, func(key []byte, at int) (int, error) {
+		end, err := skipValue(b, at, depth+1)
+		if err != nil {
+			return 0, err
+		}
+		return end, fn(key, b[at:end])
+	})
+}
+
+// scanMembers walks the object starting at b[i], at nesting depth depth,
+// and calls member with each raw quoted key and the index of its value,
+// which member reads (checking its syntax) and returns the index after.
+// It returns the index after the closing brace.
+func scanMembers(b []byte, i, depth int, member func(key []byte, at int) (int, error)) (int, error) {
 	if i >= len(b) || b[i] != '{' {
 		return 0, fmt.Errorf("%w: expected an object", ErrSyntax)
 	}
@@ -959,11 +1003,8 @@ func scanObjectDepth(b []byte, i, depth int, fn func(key, val []byte) error) (in
 			return 0, fmt.Errorf("%w: expected : at offset %d", ErrSyntax, i)
 		}
 		i = skipWS(b, i+1)
-		vend, err := skipValue(b, i, depth+1)
+		vend, err := member(key, i)
 		if err != nil {
-			return 0, err
-		}
-		if err := fn(key, b[i:vend]); err != nil {
 			return 0, err
 		}
 		i = skipWS(b, vend)
@@ -981,31 +1022,74 @@ func scanObjectDepth(b []byte, i, depth int, fn func(key, val []byte) error) (in
 	}
 }
 
+// scanString returns the index after the JSON string starting at b[i],
+// checking its syntax. Runs of plain bytes are skipped a word at a time:
+// the next quote and backslash are found with bytes.IndexByte, and a run
+// is checked for control characters eight bytes at once.
 func scanString(b []byte, i int) (int, error) {
-	for j := i + 1; j < len(b); j++ {
-		switch c := b[j]; {
-		case c == '"':
-			return j + 1, nil
-		case c == '\\':
-			j++
-			if j >= len(b) {
-				break
+	j := i + 1
+	quote := -1 // the next " at or after j (len(b): none); stale when < j
+	for {
+		if quote < j {
+			quote = indexFrom(b, j, '"')
+		}
+		esc := quote // the first \ before it
+		if k := bytes.IndexByte(b[j:quote], '\\'); k >= 0 {
+			esc = j + k
+		}
+		if k := firstControl(b[j:esc]); k >= 0 {
+			return 0, fmt.Errorf("%w: control character in string at offset %d", ErrSyntax, j+k)
+		}
+		if esc == len(b) {
+			return 0, fmt.Errorf("%w: unterminated string", ErrSyntax)
+		}
+		if esc == quote {
+			return quote + 1, nil
+		}
+		// An escape at esc.
+		j = esc + 1
+		if j >= len(b) {
+			return 0, fmt.Errorf("%w: unterminated string", ErrSyntax)
+		}
+		switch b[j] {
+		case '"', '\\', '/', 'b', 'f', 'n', 'r', 't':
+		case 'u':
+			if j+4 >= len(b) || !isHex(b[j+1]) || !isHex(b[j+2]) || !isHex(b[j+3]) || !isHex(b[j+4]) {
+				return 0, fmt.Errorf("%w: bad \\u escape at offset %d", ErrSyntax, j)
 			}
-			switch b[j] {
-			case '"', '\\', '/', 'b', 'f', 'n', 'r', 't':
-			case 'u':
-				if j+4 >= len(b) || !isHex(b[j+1]) || !isHex(b[j+2]) || !isHex(b[j+3]) || !isHex(b[j+4]) {
-					return 0, fmt.Errorf("%w: bad \\u escape at offset %d", ErrSyntax, j)
-				}
-				j += 4
-			default:
-				return 0, fmt.Errorf("%w: bad escape at offset %d", ErrSyntax, j)
-			}
-		case c < 0x20:
-			return 0, fmt.Errorf("%w: control character in string at offset %d", ErrSyntax, j)
+			j += 4
+		default:
+			return 0, fmt.Errorf("%w: bad escape at offset %d", ErrSyntax, j)
+		}
+		j++
+	}
+}
+
+// indexFrom is the index of the first c in b at or after i, len(b) if none.
+func indexFrom(b []byte, i int, c byte) int {
+	if k := bytes.IndexByte(b[i:], c); k >= 0 {
+		return i + k
+	}
+	return len(b)
+}
+
+// firstControl is the index of the first byte of s below 0x20, -1 if none.
+func firstControl(s []byte) int {
+	const ones, highs = 0x0101010101010101, 0x8080808080808080
+	i := 0
+	for ; i+8 <= len(s); i += 8 {
+		// Nonzero when some byte is below 0x20 (exact for bytes < 0x80,
+		// and a byte >= 0x80 has its high bit set in x).
+		if x := binary.LittleEndian.Uint64(s[i:]); (x-0x20*ones)&^x&highs != 0 {
+			break
 		}
 	}
-	return 0, fmt.Errorf("%w: unterminated string", ErrSyntax)
+	for ; i < len(s); i++ {
+		if s[i] < 0x20 {
+			return i
+		}
+	}
+	return -1
 }
 
 func isHex(c byte) bool {
