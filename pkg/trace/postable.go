@@ -587,7 +587,7 @@ func headerCRC(h posHeader) string {
 }
 
 // readHeader reads a table's header (retrying one that fails its checksum
-// twice).
+// twice; one that still fails is rebuilt from the table's size).
 func readHeader(f *os.File) (posHeader, error) {
 	b := make([]byte, posSize)
 	for attempt := 1; ; attempt++ {
@@ -605,9 +605,19 @@ func readHeader(f *os.File) (posHeader, error) {
 			return h, nil
 		}
 		if attempt == 3 {
-			return posHeader{}, fmt.Errorf("%w: position table %s has no valid header", ErrBadPos, f.Name())
+			break
 		}
 	}
+	// A damaged header (a power loss): the table's size still says how
+	// many slots it has (it only ever changes by a rename of a whole
+	// table). The count of used slots is then unknown: taken as half, so
+	// the writer grows the table at its next new Session and counts again.
+	if fi, err := f.Stat(); err == nil && fi.Size() >= 2*posSize && fi.Size()%posSize == 0 {
+		if n := uint64(fi.Size()/posSize) - 1; n&(n-1) == 0 {
+			return posHeader{Version: 1, Slots: n, Used: n / 2}, nil
+		}
+	}
+	return posHeader{}, fmt.Errorf("%w: position table %s has no valid header", ErrBadPos, f.Name())
 }
 
 // readTablePos looks a Session up in home's position table, read-only; ok

@@ -208,3 +208,41 @@ func TestPosTableDamagedSlot(t *testing.T) {
 		t.Errorf("rewritten position = %+v, %v, %v; want seq 4", p, ok, err)
 	}
 }
+
+// A header damaged on disk is rebuilt from the table's size: readers and
+// the tracer still find every position, and the next new Session grows the
+// table, which writes a good header again.
+func TestPosTableDamagedHeader(t *testing.T) {
+	home := t.TempDir()
+	pt := openTable(t, home)
+	for i := range 10 {
+		if err := pt.Put(tableSID(i), tablePos(home, tableSID(i), 5), nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	pt.Close()
+	f, err := os.OpenFile(PosTablePath(home), os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.WriteAt([]byte("garbage"), 3)
+	f.Close()
+	if p, ok, err := ReadPos(home, tableSID(3)); !ok || err != nil || p.Seq != 5 {
+		t.Errorf("ReadPos with a damaged header = %+v, %v, %v", p, ok, err)
+	}
+	pt = openTable(t, home)
+	if err := pt.Put(tableSID(100), tablePos(home, tableSID(100), 6), nil); err != nil {
+		t.Fatal(err)
+	}
+	for _, i := range []int{3, 100} {
+		if _, ok, err := ReadPos(home, tableSID(i)); !ok || err != nil {
+			t.Errorf("ReadPos(%d) after the table grew again: %v, %v", i, ok, err)
+		}
+	}
+	pt.Close()
+	f, _ = os.Open(PosTablePath(home))
+	defer f.Close()
+	if h, err := readHeader(f); err != nil || h.CRC == "" || h.Used != 11 {
+		t.Errorf("header after growing = %+v, %v; want a checksummed one counting 11", h, err)
+	}
+}
