@@ -560,6 +560,11 @@ func TestUnmarshalRejectsMalformedInput(t *testing.T) {
 		{"origin holds a number", `{"timestamp":"a","type":"event_msg","payload":{},"origin":[1]}`, false, "origin", false},
 		{"usage is a number", evt(`{"type":"token_usage","session":5}`), false, `"session"`, false},
 		{"usage count is a string", evt(`{"type":"token_usage","session":{"total":"5"}}`), false, `"session"`, false},
+		// The payload is decoded as it is scanned: malformed JSON after a
+		// field of the wrong type is still reported as malformed.
+		{"wrong type, then malformed", env(`{"type":"text","text":5,"x":[1 2]}`), true, "", true},
+		{"unknown type, wrong type, then malformed", env(`{"type":"goal_finished","text":5,"x":[1,]}`), true, "", true},
+		{"malformed after the payload", `{"timestamp":"a","type":"event_msg","payload":{"type":"request_begin"},"x":[1 2]}`, true, "", true},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
