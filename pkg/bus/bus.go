@@ -187,16 +187,38 @@ const (
 )
 
 // ClientOptions are the connect options of every Floe service connection
-// (name "floe-<service>"): reconnect forever, every 250 ms, and no
-// reconnect buffer. A publish while the connection is down fails at once
-// instead of being kept and sent after the reconnect: by then its sender
-// may have given up on it (a publish.Publisher declares a message lost
-// after its AckTimeout and the engine closes the attempt with what the
-// stream holds), and a buffered message stored after that would land after
-// later ones. publish.New refuses a connection that buffers.
+// (name "floe-<service>"): reconnect forever, every 250 ms.
 func ClientOptions(service string) []nats.Option {
 	return []nats.Option{nats.Name("floe-" + service), nats.MaxReconnects(-1),
-		nats.ReconnectWait(250 * time.Millisecond), nats.ReconnectBufSize(-1)}
+		nats.ReconnectWait(250 * time.Millisecond)}
+}
+
+// PublishJS returns the JetStream a service's publish.Publishers use, on a
+// connection with nc's options (servers, credentials, inbox prefix) but no
+// reconnect buffer, named "<name>-publish". A publish while it is down
+// fails at once instead of being kept and sent after the reconnect: by then
+// its Publisher may have declared it lost (after its AckTimeout) and the
+// engine closed the attempt with what the stream held, and a buffered
+// message stored after that would land after later ones. publish.New
+// refuses a connection that buffers. The service's other traffic stays on
+// nc, with the client's usual buffering. When nc has no buffer itself it is
+// used as is; close releases what PublishJS opened.
+func PublishJS(nc *nats.Conn) (js jetstream.JetStream, close func(), err error) {
+	pub, close := nc, func() {}
+	if nc.Opts.ReconnectBufSize >= 0 {
+		o := nc.Opts
+		o.ReconnectBufSize = -1
+		o.Name += "-publish"
+		if pub, err = o.Connect(); err != nil {
+			return nil, nil, fmt.Errorf("bus: publishing connection: %w", err)
+		}
+		close = pub.Close
+	}
+	if js, err = jetstream.New(pub); err != nil {
+		close()
+		return nil, nil, fmt.Errorf("bus: publishing connection: %w", err)
+	}
+	return js, close, nil
 }
 
 // PackMsg builds a NATS message carrying a msgpack internal payload.

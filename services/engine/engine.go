@@ -141,6 +141,11 @@ func Run(ctx context.Context, nc *nats.Conn, cfg Config, log zerolog.Logger) err
 		return fmt.Errorf("engine: jetstream: %w", err)
 	}
 	e.js = js
+	pubJS, closePub, err := bus.PublishJS(nc)
+	if err != nil {
+		return fmt.Errorf("engine: %w", err)
+	}
+	defer closePub()
 	sessions, err := bus.Open(ctx, js)
 	if err != nil {
 		return fmt.Errorf("engine: %w", err)
@@ -169,6 +174,7 @@ func Run(ctx context.Context, nc *nats.Conn, cfg Config, log zerolog.Logger) err
 	e.deps = &task.Deps{
 		NC:         nc,
 		JS:         js,
+		PubJS:      pubJS,
 		Sessions:   sessions,
 		Log:        log,
 		Resolve:    resolve,

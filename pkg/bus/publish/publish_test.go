@@ -371,3 +371,33 @@ func TestSyncAfterNeverOutlivesALoss(t *testing.T) {
 		t.Errorf("stored %q, want only the message sent with a fresh token", got)
 	}
 }
+
+// bus.PublishJS gives a service whose connection buffers (the client's
+// default, kept for its reads) a second one without the buffer, which a
+// Publisher accepts; the service's own connection keeps its buffer.
+func TestPublishJSHasNoReconnectBuffer(t *testing.T) {
+	t.Parallel()
+	env := bustest.Start(t, bus.Config{})
+	nc, _ := connect(t, env, nats.ReconnectBufSize(nats.DefaultReconnectBufSize), nats.Name("floe-engine"))
+	js, closePub, err := bus.PublishJS(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer closePub()
+	pnc := js.Conn()
+	if pnc == nc || pnc.Opts.ReconnectBufSize >= 0 || nc.Opts.ReconnectBufSize < 0 || pnc.Opts.Name != "floe-engine-publish" {
+		t.Fatalf("PublishJS on %q (buffer %d), service connection buffer %d; want a second connection without buffer",
+			pnc.Opts.Name, pnc.Opts.ReconnectBufSize, nc.Opts.ReconnectBufSize)
+	}
+	pub := publish.New(js, publish.Options{})
+	defer pub.Close()
+	if _, err := pub.Sync(ctxT(t), msg(sid, omni.ClassPartial, 0, 0)); err != nil {
+		t.Fatalf("publish through PublishJS: %v", err)
+	}
+	// A connection that has no buffer already is used as it is.
+	same, closeSame, err := bus.PublishJS(env.Conn)
+	if err != nil || same.Conn() != env.Conn {
+		t.Fatalf("PublishJS(no buffer) = %v; want the same connection", err)
+	}
+	closeSame()
+}

@@ -8,11 +8,20 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"floe.dev/pkg/bus"
 	"floe.dev/pkg/bus/publish"
 	"floe.dev/pkg/omni"
 )
+
+// pubJS is the JetStream the Task's publishers use.
+func (d *Deps) pubJS() jetstream.JetStream {
+	if d.PubJS != nil {
+		return d.PubJS
+	}
+	return d.JS
+}
 
 // A Task publishes through three producers (pkg/bus/publish), the only
 // ways its messages reach FLOE_SESSIONS, each fenced by the Task's lease:
@@ -31,9 +40,9 @@ import (
 // (forwardChild).
 func (r *Runner) openPublishers() {
 	o := r.publishOptions()
-	r.pub = publish.New(r.d.JS, o)
-	r.out = publish.New(r.d.JS, o)
-	r.srv = publish.New(r.d.JS, o)
+	r.pub = publish.New(r.d.pubJS(), o)
+	r.out = publish.New(r.d.pubJS(), o)
+	r.srv = publish.New(r.d.pubJS(), o)
 }
 
 // publishOptions are the options of every producer of the Task.
@@ -277,21 +286,58 @@ func (r *Runner) closeUnfinished(ctx context.Context, from uint64) (map[string]b
 	return stored, nil
 }
 
+// errFound ends a stream read early.
+var errFound = errors.New("found")
+
+// ensureBegun publishes the attempt's request_begin (Msg-Id msgID) when the
+// stream does not hold one after sequence from: it was the message lost,
+// and with it everything the attempt published after it, so the attempt's
+// request_end would otherwise end a request that never began. It is not
+// folded again (the fold took it when it was first queued).
+func (r *Runner) ensureBegun(ctx context.Context, from uint64, msgID string) error {
+	err := bus.Follow(ctx, r.d.JS, r.sid, []string{omni.ClassEvent}, from, true, func(sm bus.StreamMsg) error {
+		if m, derr := omni.Decode(sm.Data); derr == nil && len(m.Origin) == 0 && m.Payload.Type == omni.TypeRequestBegin {
+			return errFound
+		}
+		return nil
+	})
+	if errors.Is(err, errFound) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	begin := omni.RequestBegin()
+	nm, err := bus.SessionMsg(r.sid, &begin, msgID)
+	if err != nil {
+		return err
+	}
+	if _, err := r.pub.Sync(ctx, nm); err != nil {
+		return fmt.Errorf("publish request_begin: %w", err)
+	}
+	return nil
+}
+
 // recoverAttempt runs after the Task's stream lost a message of the
 // attempt that started after sequence from: it resumes the producer,
-// closes the attempt's open segments with what the stream holds, and
-// publishes the attempt's token_usage and request_end (idempotently:
+// publishes its request_begin if that was lost, closes the attempt's open
+// segments with what the stream holds, and publishes the attempt's
+// token_usage and request_end (idempotently:
 // Msg-Ids of the attempt), retrying the whole until the stream takes it or
 // a minute passes. It returns the tool calls of the attempt the stream
 // holds.
 func (r *Runner) recoverAttempt(ctx context.Context, from uint64, attempt int, tu, end *omni.Message) map[string]bool {
 	deadline := time.Now().Add(time.Minute)
 	wait := 200 * time.Millisecond
+	base := fmt.Sprintf("%s/a%d-%d", r.task.ID, from, attempt)
 	for {
 		r.pub.Resume()
-		stored, err := r.closeUnfinished(ctx, from)
+		err := r.ensureBegun(ctx, from, base+"/begin")
+		var stored map[string]bool
 		if err == nil {
-			base := fmt.Sprintf("%s/a%d-%d", r.task.ID, from, attempt)
+			stored, err = r.closeUnfinished(ctx, from)
+		}
+		if err == nil {
 			if _, err = r.publishOnce(ctx, tu, base+"/usage"); err == nil {
 				_, err = r.publishOnce(ctx, end, base+"/end")
 			}

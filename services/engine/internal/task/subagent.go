@@ -159,7 +159,7 @@ func (r *Runner) runSubagent(ctx, actx context.Context, tc omni.Message) {
 // subject. A forwarded message the stream lost fails the forwarding, and
 // with it the call (the child's own stream and Trace are intact).
 func (r *Runner) forwardChild(ctx context.Context, child, childTask string) (answer, status string, err error) {
-	nested := publish.New(r.d.JS, r.publishOptions())
+	nested := publish.New(r.d.pubJS(), r.publishOptions())
 	defer nested.Close()
 	defer func() {
 		if _, serr := nested.Settle(context.WithoutCancel(ctx)); serr != nil && err == nil {

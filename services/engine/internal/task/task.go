@@ -93,8 +93,11 @@ type Settings struct {
 
 // Deps are the connections a Task uses.
 type Deps struct {
-	NC       *nats.Conn
-	JS       jetstream.JetStream
+	NC *nats.Conn
+	JS jetstream.JetStream
+	// PubJS is what the Task's publish.Publishers use: a connection without
+	// reconnect buffer (bus.PublishJS); nil means JS.
+	PubJS    jetstream.JetStream
 	Sessions *bus.Sessions
 	Log      zerolog.Logger
 	Settings Settings

@@ -112,7 +112,7 @@ func (r *runner) process(jobsCtx context.Context, m jetstream.Msg) {
 		kick:  make(chan struct{}, 1),
 		begin: time.Now(),
 	}
-	j.pub = publish.New(r.js, publish.Options{})
+	j.pub = publish.New(r.pubJS, publish.Options{})
 	ctx, stopJob := context.WithCancelCause(jobsCtx)
 	j.cancel = stopJob
 	defer close(j.done)

@@ -29,6 +29,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 
+	"floe.dev/pkg/bus"
 	"floe.dev/pkg/omni"
 	"floe.dev/services/toolrunner/internal/tools"
 )
@@ -110,7 +111,10 @@ type runner struct {
 	cfg Config
 	nc  *nats.Conn
 	js  jetstream.JetStream
-	log zerolog.Logger
+	// pubJS is what the jobs' publish.Publishers use: a connection
+	// without reconnect buffer (bus.PublishJS).
+	pubJS jetstream.JetStream
+	log   zerolog.Logger
 
 	slots chan struct{} // one token per running (or starting) job
 	jobs  sync.WaitGroup
@@ -128,10 +132,16 @@ func Run(ctx context.Context, nc *nats.Conn, cfg Config, log zerolog.Logger) err
 	if err != nil {
 		return fmt.Errorf("toolrunner: jetstream: %w", err)
 	}
+	pubJS, closePub, err := bus.PublishJS(nc)
+	if err != nil {
+		return fmt.Errorf("toolrunner: %w", err)
+	}
+	defer closePub()
 	r := &runner{
 		cfg:       cfg,
 		nc:        nc,
 		js:        js,
+		pubJS:     pubJS,
 		log:       log.With().Str("runner", cfg.RunnerID).Str("pool", cfg.Pool).Logger(),
 		slots:     make(chan struct{}, cfg.Concurrency),
 		active:    make(map[string]*job),
