@@ -164,7 +164,9 @@ func leaderFailover(t *testing.T, sessions int, kill bool) {
 			for _, x := range rs {
 				fmt.Fprintf(&b, "%d %s %s %q\n", x.seq, x.class, label(x), x.msg.Payload.Content())
 			}
-			_ = os.WriteFile(filepath.Join(dir, r.sid+".txt"), []byte(b.String()), 0o644)
+			if err := os.MkdirAll(dir, 0o755); err == nil {
+				_ = os.WriteFile(filepath.Join(dir, r.sid+".txt"), []byte(b.String()), 0o644)
+			}
 		}
 		o := checkSession(t, rs, r.prompt)
 		if o.dangling != 0 {
