@@ -13,27 +13,31 @@
 // and, because a Trace must keep stream order, if the consumer never hands
 // out a newer message before an older one it already delivered. JetStream
 // breaks both when delivered messages are lost on the way (a tracer killed
-// with messages in flight, a fetch abandoned at shutdown, a reconnect): they
+// with messages in flight, a pull abandoned at shutdown, a reconnect): they
 // stay pending until their ack wait expires while newer ones are delivered.
-// In a cluster it also happens with no error at all: a replicated consumer
-// sends a delivery only once its replicas have it, while the end of a pull
-// request (its last message sent, its bytes or its time used up) goes out
-// at once and can overtake it. So the loop resets the consumer to its ack
-// floor whenever that can have happened: at start when the consumer has
-// pending messages, after a fetch that ended on an error or a client-side
-// deadline, after a reconnect, and when a delivery's consumer sequence is
-// not the one after the last delivery received (nothing from it on is
-// processed). Then delivery restarts from the first unacknowledged
-// message, in order, and records already written are skipped by their
-// sequence. A reset after a fetch that delivered messages is immediate;
-// only resets in a row with nothing delivered back off (RetryMin doubling
-// to RetryMax), so catching up after a leader change takes seconds.
+// So the loop resets the consumer to its ack floor whenever that can have
+// happened: at start when the consumer has pending messages, when the pull
+// reports an error (missing heartbeats, a consumer gone), after a
+// reconnect, and when a delivery's consumer sequence is not the one after
+// the last delivery received (nothing from it on is processed). Then
+// delivery restarts from the first unacknowledged message, in order, and
+// records already written are skipped by their sequence. A reset after
+// deliveries is immediate; only resets in a row with nothing delivered
+// back off (RetryMin doubling to RetryMax), so catching up after a leader
+// change takes seconds.
 //
-// Fetches ask for up to Batch messages and BatchBytes bytes and wait up to
-// FetchWait; messages are processed as they arrive, and when none has come
-// for a millisecond the records so far are committed (positions, then ack).
-// Under load that is one commit per fetched batch; when the stream trickles,
-// each record is written at once and recorded a millisecond later.
+// The pull is continuous (jetstream Consume): requests of up to Batch
+// messages and BatchBytes bytes, each waiting up to FetchWait, the next
+// sent as the last is used up, on one subscription. Not a Fetch per
+// request: in a cluster a replicated consumer sends a delivery only once
+// its replicas have it, while a request's end (Batch Completed, its time
+// used up) goes out at once and can overtake its last deliveries; a Fetch
+// ended there and lost them (right after a reset, with a backlog, every
+// delivery of every request: the tracer stalled). Messages are processed as
+// they arrive, and when none has come for a millisecond the records so far
+// are committed (positions, then ack). Under load that is one commit per
+// burst; when the stream trickles, each record is written at once and
+// recorded a millisecond later.
 package consume
 
 import (
@@ -97,7 +101,7 @@ func (e *crashError) Error() string { return "consume: stopped by hook: " + e.er
 func (e *crashError) Unwrap() error { return e.err }
 
 // errResync ends a batch after which delivered messages may have been lost;
-// the loop then resets the consumer before fetching again.
+// the loop then resets the consumer before pulling again.
 var errResync = errors.New("consume: delivery may have lost messages")
 
 // Run traces FLOE_SESSIONS into o.Home until ctx ends, then returns nil
@@ -198,8 +202,8 @@ func (r *runner) run(ctx context.Context) error {
 		case errors.Is(err, errResync) && delivered > 0:
 			// What was received is committed; only the consumer needs
 			// setting straight, at once: it delivers. (Waiting here, longer
-			// each time, made the catch-up after a leader change take a
-			// minute: there every fetch of the backlog may end this way.)
+			// each time, made the catch-up after a leader change take
+			// minutes.)
 			r.log.Info().Err(err).Int("delivered", delivered).Msg("resetting the consumer to its ack floor")
 			cons = nil
 			backoff = r.o.RetryMin
@@ -333,93 +337,121 @@ const idleClose = 5 * time.Second
 // few messages: the loop outpaces the client's delivery.
 const commitLinger = time.Millisecond
 
-// batch runs one pull request: it processes messages as they arrive and
-// commits when they pause for commitLinger and when the request ends. It
-// returns how many messages the request delivered.
+// batch consumes through one continuous pull (requests of up to Batch
+// messages and BatchBytes bytes, each waiting up to FetchWait, sent as the
+// last are used up) until ctx ends or a delivery may have been lost. It
+// processes messages as they arrive, commits when they pause for
+// commitLinger, and closes idle files every FetchWait. It returns how many
+// messages it was delivered.
+//
+// A continuous pull rather than one Fetch per request: in a cluster a pull
+// request's end (Batch Completed, its time used up) can reach the client
+// before its last deliveries, which a replicated consumer sends only once
+// its replicas have them. A Fetch ends there and its deliveries still on
+// the way are lost to it; right after a reset, with a backlog, that was
+// every delivery of every request (the tracer stalled). The continuous
+// pull's subscription stays, so they arrive, in order.
 func (r *runner) batch(ctx context.Context, cons jetstream.Consumer) (delivered int, err error) {
 	reconnects := r.nc.Stats().Reconnects
-	fctx, cancel := context.WithTimeout(ctx, r.o.FetchWait)
-	defer cancel()
-	b, err := cons.Fetch(r.o.Batch, jetstream.FetchMaxBytes(r.o.BatchBytes), jetstream.FetchContext(fctx))
+	// The callback hands each message over and waits while the loop is
+	// busy (back-pressure: no more is pulled meanwhile); it never calls
+	// into the loop. Errors the pull reports (missing heartbeats, a
+	// consumer gone) end the batch.
+	msgs := make(chan jetstream.Msg, r.o.Batch)
+	ended := make(chan error, 1)
+	stop := make(chan struct{})
+	cc, err := cons.Consume(func(m jetstream.Msg) {
+		select {
+		case msgs <- m:
+		case <-stop:
+		}
+	}, jetstream.PullMaxMessagesWithBytesLimit(r.o.Batch, r.o.BatchBytes),
+		jetstream.PullExpiry(max(r.o.FetchWait, time.Second)),
+		jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) {
+			select {
+			case ended <- err:
+			default:
+			}
+		}))
 	if err != nil {
-		return 0, fmt.Errorf("fetch: %w", err)
+		return 0, fmt.Errorf("pull: %w", err)
 	}
-	msgs := b.Messages()
-	var gap error
+	defer func() {
+		close(stop)
+		cc.Stop()
+		<-cc.Closed()
+	}()
+
 	var last jetstream.Msg // processed, not yet committed
 	var lastSeq uint64
-	idle := time.NewTimer(commitLinger)
-	defer idle.Stop()
+	commit := func() error {
+		if last == nil {
+			return nil
+		}
+		m := last
+		last = nil
+		return r.commit(m, lastSeq)
+	}
+	linger := time.NewTimer(time.Hour)
+	linger.Stop()
+	defer linger.Stop()
+	tick := time.NewTicker(r.o.FetchWait)
+	defer tick.Stop()
 	for {
-		var m jetstream.Msg
-		var ok bool
 		select {
-		case m, ok = <-msgs:
-		default:
-			if last == nil {
-				m, ok = r.next(msgs)
-				break
-			}
-			idle.Reset(commitLinger)
-			select {
-			case m, ok = <-msgs:
-			case dm := <-r.dels:
-				r.delete(dm)
-				continue
-			case <-idle.C:
-				if err := r.commit(last, lastSeq); err != nil {
+		case m := <-msgs:
+			delivered++
+			if gap := r.inSequence(m); gap != nil {
+				if err := commit(); err != nil {
 					return delivered, err
 				}
-				last = nil
-				m, ok = r.next(msgs)
+				return delivered, gap
 			}
+			seq, err := r.handle(m)
+			if err != nil {
+				return delivered, err
+			}
+			last, lastSeq = m, seq
+			if len(msgs) == 0 {
+				linger.Reset(commitLinger)
+			}
+		case <-linger.C:
+			if err := commit(); err != nil {
+				return delivered, err
+			}
+		case dm := <-r.dels:
+			r.delete(dm)
+		case <-tick.C:
+			if _, err := r.store.CloseIdle(time.Now().Add(-idleClose)); err != nil {
+				return delivered, err
+			}
+			if r.nc.Stats().Reconnects != reconnects {
+				if err := commit(); err != nil {
+					return delivered, err
+				}
+				return delivered, fmt.Errorf("%w: reconnected to NATS", errResync)
+			}
+		case err := <-ended:
+			if cerr := commit(); cerr != nil {
+				return delivered, cerr
+			}
+			if ctx.Err() != nil {
+				return delivered, nil
+			}
+			return delivered, fmt.Errorf("%w: pull ended: %v", errResync, err)
+		case <-ctx.Done():
+			// Shutting down: what was delivered is committed.
+			return delivered, commit()
 		}
-		if !ok {
-			break
-		}
-		delivered++
-		if err := r.inSequence(m); err != nil {
-			gap = err
-			break
-		}
-		seq, err := r.handle(m)
-		if err != nil {
-			return delivered, err
-		}
-		last, lastSeq = m, seq
 	}
-	if last != nil {
-		if err := r.commit(last, lastSeq); err != nil {
-			return delivered, err
-		}
-	}
-	// Every FetchWait at the latest, also while the stream is idle.
-	if _, err := r.store.CloseIdle(time.Now().Add(-idleClose)); err != nil {
-		return delivered, err
-	}
-	if gap != nil {
-		return delivered, gap
-	}
-	if err := b.Error(); err != nil {
-		if ctx.Err() != nil {
-			return delivered, nil // shutting down: what was delivered is committed
-		}
-		return delivered, fmt.Errorf("%w: fetch ended: %v", errResync, err)
-	}
-	if r.nc.Stats().Reconnects != reconnects {
-		return delivered, fmt.Errorf("%w: reconnected to NATS", errResync)
-	}
-	return delivered, nil
 }
 
 // inSequence checks that m is the delivery right after the last one
 // received. A delivery that never arrived stays pending on the consumer
 // while later ones come, and acknowledging a later one (AckAll) would
-// acknowledge it too: its record would be missing from the Trace. That
-// happens in a cluster without any error: a replicated consumer sends a
-// delivery only once its replicas have it, but a pull request's end (its
-// last message sent, its bytes or time used up) goes out at once and can
-// overtake it; the fetch then ends before the delivery arrives. So a jump
+// acknowledge it too: its record would be missing from the Trace (a
+// reconnect, a slow-consumer drop, or, with one Fetch per request, a
+// cluster's replicated delivery overtaken by its request's end). So a jump
 // in the consumer sequence ends the batch before m: what came before is
 // committed and the consumer is reset to its ack floor.
 func (r *runner) inSequence(m jetstream.Msg) error {
@@ -432,19 +464,6 @@ func (r *runner) inSequence(m jetstream.Msg) error {
 	}
 	r.dseq = md.Sequence.Consumer
 	return nil
-}
-
-// next waits for the next message of a batch, serving delete requests
-// meanwhile.
-func (r *runner) next(msgs <-chan jetstream.Msg) (jetstream.Msg, bool) {
-	for {
-		select {
-		case m, ok := <-msgs:
-			return m, ok
-		case dm := <-r.dels:
-			r.delete(dm)
-		}
-	}
 }
 
 // delete serves one TraceDelete request (floe.tracer.delete.<sid>): it
