@@ -286,57 +286,28 @@ func (r *Runner) closeUnfinished(ctx context.Context, from uint64) (map[string]b
 	return stored, nil
 }
 
-// errFound ends a stream read early.
-var errFound = errors.New("found")
-
-// ensureBegun publishes the attempt's request_begin (Msg-Id msgID) when the
-// stream does not hold one after sequence from: it was the message lost,
-// and with it everything the attempt published after it, so the attempt's
-// request_end would otherwise end a request that never began. It is not
-// folded again (the fold took it when it was first queued).
-func (r *Runner) ensureBegun(ctx context.Context, from uint64, msgID string) error {
-	err := bus.Follow(ctx, r.d.JS, r.sid, []string{omni.ClassEvent}, from, true, func(sm bus.StreamMsg) error {
-		if m, derr := omni.Decode(sm.Data); derr == nil && len(m.Origin) == 0 && m.Payload.Type == omni.TypeRequestBegin {
-			return errFound
-		}
-		return nil
-	})
-	if errors.Is(err, errFound) {
-		return nil
-	}
-	if err != nil {
-		return err
-	}
-	begin := omni.RequestBegin()
-	nm, err := bus.SessionMsg(r.sid, &begin, msgID)
-	if err != nil {
-		return err
-	}
-	if _, err := r.pub.Sync(ctx, nm); err != nil {
-		return fmt.Errorf("publish request_begin: %w", err)
-	}
-	return nil
+// attemptMsgID is the Nats-Msg-Id stem of the messages of attempt n of a
+// request, which started after the producer's sequence from-1. The lease
+// tells apart the Runners of one Task (one that took it over starts with a
+// producer that published nothing, as the first did).
+func (r *Runner) attemptMsgID(from uint64, attempt int) string {
+	return fmt.Sprintf("%s/%s/a%d-%d", r.task.ID, r.lease, from, attempt)
 }
 
 // recoverAttempt runs after the Task's stream lost a message of the
 // attempt that started after sequence from: it resumes the producer,
-// publishes its request_begin if that was lost, closes the attempt's open
-// segments with what the stream holds, and publishes the attempt's
-// token_usage and request_end (idempotently:
+// closes the attempt's open segments with what the stream holds, and
+// publishes the attempt's token_usage and request_end (idempotently:
 // Msg-Ids of the attempt), retrying the whole until the stream takes it or
 // a minute passes. It returns the tool calls of the attempt the stream
 // holds.
 func (r *Runner) recoverAttempt(ctx context.Context, from uint64, attempt int, tu, end *omni.Message) map[string]bool {
 	deadline := time.Now().Add(time.Minute)
 	wait := 200 * time.Millisecond
-	base := fmt.Sprintf("%s/a%d-%d", r.task.ID, from, attempt)
+	base := r.attemptMsgID(from, attempt)
 	for {
 		r.pub.Resume()
-		err := r.ensureBegun(ctx, from, base+"/begin")
-		var stored map[string]bool
-		if err == nil {
-			stored, err = r.closeUnfinished(ctx, from)
-		}
+		stored, err := r.closeUnfinished(ctx, from)
 		if err == nil {
 			if _, err = r.publishOnce(ctx, tu, base+"/usage"); err == nil {
 				_, err = r.publishOnce(ctx, end, base+"/end")

@@ -51,8 +51,14 @@ func (r *Runner) attempt(ctx, actx context.Context, attempt int, retried string)
 	}
 	r.attemptFrom.Store(from + 1)
 	r.inAttempt.Store(true)
+	// The begin is stored before anything of the attempt goes out (with a
+	// Msg-Id, retried until stored): a request_end can then never end a
+	// request whose begin the stream lost.
 	begin := omni.RequestBegin()
-	r.publish(&begin, "")
+	if _, err := r.publishOnce(ctx, &begin, r.attemptMsgID(from+1, attempt)+"/begin"); err != nil {
+		r.log.Warn().Err(err).Msg("request_begin not confirmed; streaming the attempt anyway")
+		r.pub.Resume()
+	}
 
 	queue := make(chan omni.Message, 256)
 	approvalsDone := make(chan struct{})
