@@ -228,3 +228,37 @@ func Retained(ctx context.Context, stream jetstream.Stream, seq uint64) (bool, e
 	}
 	return true, nil
 }
+
+// LastStored returns the stream sequence of the last message FLOE_SESSIONS
+// holds on subject (0: none), as the stream's leader knows it. A direct
+// get or a new consumer may be served by a replica that has not applied
+// the latest messages yet; a read-back that must see everything stored
+// (the engine closing a failed attempt) reads until it has reached this.
+func LastStored(ctx context.Context, nc *nats.Conn, subject string) (uint64, error) {
+	req, err := json.Marshal(map[string]string{"last_by_subj": subject})
+	if err != nil {
+		return 0, err
+	}
+	m, err := nc.RequestWithContext(ctx, "$JS.API.STREAM.MSG.GET."+omni.SessionsStream, req)
+	if err != nil {
+		return 0, fmt.Errorf("bus: last message on %s: %w", subject, err)
+	}
+	var resp struct {
+		Message *struct {
+			Seq uint64 `json:"seq"`
+		} `json:"message"`
+		Error *jetstream.APIError `json:"error"`
+	}
+	if err := json.Unmarshal(m.Data, &resp); err != nil {
+		return 0, fmt.Errorf("bus: last message on %s: %w", subject, err)
+	}
+	switch {
+	case resp.Error != nil && resp.Error.ErrorCode == jetstream.JSErrCodeMessageNotFound:
+		return 0, nil
+	case resp.Error != nil:
+		return 0, fmt.Errorf("bus: last message on %s: %w", subject, resp.Error)
+	case resp.Message == nil:
+		return 0, fmt.Errorf("bus: last message on %s: empty answer", subject)
+	}
+	return resp.Message.Seq, nil
+}

@@ -204,7 +204,19 @@ func (r *Runner) unfinished(ctx context.Context, from uint64) (open []*openSegme
 	byKey := map[string]*openSegment{}
 	var order []string
 	stored = map[string]bool{}
+	// The read must reach what the stream's leader holds: the consumer
+	// that reads may sit on a replica that has not applied it yet (after a
+	// leader change), and a segment start it misses would stay open.
+	var through, seen uint64
+	for _, class := range []string{omni.ClassPartial, omni.ClassModel} {
+		last, lerr := bus.LastStored(ctx, r.d.NC, omni.SessionSubject(r.sid, class))
+		if lerr != nil {
+			return nil, nil, lerr
+		}
+		through = max(through, last)
+	}
 	err = bus.Follow(ctx, r.d.JS, r.sid, []string{omni.ClassPartial, omni.ClassModel}, from, true, func(sm bus.StreamMsg) error {
+		seen = max(seen, sm.Seq)
 		m, derr := omni.Decode(sm.Data)
 		if derr != nil || len(m.Origin) > 0 || m.Type != omni.KindModel {
 			return nil
@@ -244,10 +256,13 @@ func (r *Runner) unfinished(ctx context.Context, from uint64) (open []*openSegme
 	if err != nil {
 		return nil, nil, err
 	}
-	seen := map[string]bool{}
+	if through >= from && seen < through {
+		return nil, nil, fmt.Errorf("read back the stream through seq %d, its leader holds %d: behind", seen, through)
+	}
+	listed := map[string]bool{}
 	for _, k := range order {
-		if s := byKey[k]; s != nil && !seen[k] {
-			seen[k] = true
+		if s := byKey[k]; s != nil && !listed[k] {
+			listed[k] = true
 			open = append(open, s)
 		}
 	}
