@@ -84,7 +84,7 @@ func (r *Runner) approveOne(ctx, actx context.Context, tc omni.Message) error {
 		return err
 	}
 	nm.Header.Set(jetstream.MsgIDHeader, r.sid+"/"+id+"/job")
-	ack, err := r.d.JS.PublishMsg(actx, nm)
+	ack, err := r.enqueueJob(actx, nm)
 	if err != nil {
 		// The call can never run: pair it with a failed output.
 		out := omni.ToolCallOutput(id, fmt.Sprintf("[tool not dispatched: %v]", err), omni.StatusFailed)
@@ -389,6 +389,31 @@ func (r *Runner) publishLostOutput(actx context.Context, out *omni.Message) {
 	}
 	if m, err := omni.Decode(sm.Data); err == nil && m.Payload.Type == omni.TypeToolCallOutput && m.Payload.ToolCallID == id {
 		r.recordOutput(&m)
+	}
+}
+
+// enqueueJob publishes a tool job, retrying for up to a minute while the
+// stream does not answer (a leader election): the job's Msg-Id makes a
+// retry of a job already stored a duplicate, so it is queued once, and a
+// call is declared not dispatched only when the stream refused it or
+// stayed silent that long.
+func (r *Runner) enqueueJob(actx context.Context, nm *nats.Msg) (*jetstream.PubAck, error) {
+	deadline := time.Now().Add(time.Minute)
+	wait := 100 * time.Millisecond
+	for {
+		ack, err := r.d.JS.PublishMsg(actx, nm)
+		var apiErr *jetstream.APIError
+		refused := errors.As(err, &apiErr) && apiErr.Code >= 400 && apiErr.Code < 500 && apiErr.Code != 408 && apiErr.Code != 429
+		if err == nil || refused || actx.Err() != nil || time.Now().After(deadline) {
+			return ack, err
+		}
+		r.log.Warn().Err(err).Str("subject", nm.Subject).Msg("tool job not acknowledged; retrying")
+		select {
+		case <-time.After(wait):
+		case <-actx.Done():
+			return nil, actx.Err()
+		}
+		wait = min(2*wait, 2*time.Second)
 	}
 }
 
