@@ -234,10 +234,17 @@ func Retained(ctx context.Context, stream jetstream.Stream, seq uint64) (bool, e
 // get or a new consumer may be served by a replica that has not applied
 // the latest messages yet; a read-back that must see everything stored
 // (the engine closing a failed attempt) reads until it has reached this.
+// Without a deadline on ctx it waits at most 5 s.
 func LastStored(ctx context.Context, nc *nats.Conn, subject string) (uint64, error) {
 	req, err := json.Marshal(map[string]string{"last_by_subj": subject})
 	if err != nil {
 		return 0, err
+	}
+	if _, ok := ctx.Deadline(); !ok {
+		// Without a leader nobody answers: the request would wait for ever.
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
 	}
 	m, err := nc.RequestWithContext(ctx, "$JS.API.STREAM.MSG.GET."+omni.SessionsStream, req)
 	if err != nil {
