@@ -19,7 +19,7 @@ func TestLastStoredIsTheSubjectsLastSequence(t *testing.T) {
 	defer cancel()
 	const sid = "session-2026-12-02-10-00-00-0123abcd"
 	partial, model := omni.SessionSubject(sid, omni.ClassPartial), omni.SessionSubject(sid, omni.ClassModel)
-	if n, err := bus.LastStored(ctx, env.Conn, partial); err != nil || n != 0 {
+	if n, err := bus.LastStored(ctx, env.JS, partial); err != nil || n != 0 {
 		t.Fatalf("LastStored(nothing stored) = %d, %v; want 0", n, err)
 	}
 	var want uint64
@@ -32,7 +32,7 @@ func TestLastStoredIsTheSubjectsLastSequence(t *testing.T) {
 			want = ack.Sequence
 		}
 	}
-	if n, err := bus.LastStored(ctx, env.Conn, partial); err != nil || n != want {
+	if n, err := bus.LastStored(ctx, env.JS, partial); err != nil || n != want {
 		t.Fatalf("LastStored(partial) = %d, %v; want %d", n, err, want)
 	}
 }

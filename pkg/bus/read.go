@@ -9,7 +9,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"floe.dev/pkg/omni"
@@ -118,7 +117,6 @@ func DeleteConsumer(js jetstream.JetStream, cons jetstream.Consumer) {
 // is no (a reader that is caught up); when it is yes, the message found is
 // transferred.
 func Holds(ctx context.Context, js jetstream.JetStream, sessionID string, classes []string, from uint64) (bool, error) {
-	subj := apiPrefix(js) + "STREAM.MSG.GET." + omni.SessionsStream
 	filters := Filters(sessionID, classes)
 	type answer struct {
 		found bool
@@ -127,8 +125,11 @@ func Holds(ctx context.Context, js jetstream.JetStream, sessionID string, classe
 	answers := make(chan answer, len(filters))
 	for _, f := range filters {
 		go func() {
-			found, err := nextBySubject(ctx, js.Conn(), subj, f, from)
-			answers <- answer{found, err}
+			seq, found, err := msgGet(ctx, js, struct {
+				Seq     uint64 `json:"seq"`
+				NextFor string `json:"next_by_subj"`
+			}{from, f})
+			answers <- answer{found && seq >= from, err}
 		}()
 	}
 	var (
@@ -146,51 +147,44 @@ func Holds(ctx context.Context, js jetstream.JetStream, sessionID string, classe
 	return found, nil
 }
 
-// nextBySubject asks for the first message on subject at or after seq and
-// reports whether there is one.
-func nextBySubject(ctx context.Context, nc *nats.Conn, api, subject string, seq uint64) (bool, error) {
-	req, err := json.Marshal(struct {
-		Seq     uint64 `json:"seq"`
-		NextFor string `json:"next_by_subj"`
-	}{seq, subject})
+// msgGet sends one STREAM.MSG.GET request for FLOE_SESSIONS to the
+// stream's leader (not a direct get, which a lagging follower may answer)
+// and returns the sequence of the message found, or found false when there
+// is none. Without a deadline on ctx it waits at most 5 s: with no leader
+// nobody answers, and the request would wait for ever.
+func msgGet(ctx context.Context, js jetstream.JetStream, req any) (seq uint64, found bool, err error) {
+	body, err := json.Marshal(req)
 	if err != nil {
-		return false, err
+		return 0, false, err
 	}
 	if _, ok := ctx.Deadline(); !ok {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, 5*time.Second)
 		defer cancel()
 	}
-	msg, err := nc.RequestWithContext(ctx, api, req)
+	msg, err := js.Conn().RequestWithContext(ctx, apiPrefix(js)+"STREAM.MSG.GET."+omni.SessionsStream, body)
 	if err != nil {
-		return false, err
+		return 0, false, err
 	}
 	var resp struct {
-		Error *struct {
-			Code    int    `json:"code"`
-			ErrCode int    `json:"err_code"`
-			Desc    string `json:"description"`
-		} `json:"error"`
+		Error   *jetstream.APIError `json:"error"`
 		Message *struct {
 			Seq uint64 `json:"seq"`
 		} `json:"message"`
 	}
 	if err := json.Unmarshal(msg.Data, &resp); err != nil {
-		return false, fmt.Errorf("message get response: %w", err)
+		return 0, false, fmt.Errorf("message get response: %w", err)
 	}
 	switch {
-	case resp.Error != nil && resp.Error.ErrCode == errCodeNoMessage:
-		return false, nil
+	case resp.Error != nil && resp.Error.ErrorCode == jetstream.JSErrCodeMessageNotFound:
+		return 0, false, nil
 	case resp.Error != nil:
-		return false, fmt.Errorf("message get: %s (%d)", resp.Error.Desc, resp.Error.ErrCode)
+		return 0, false, fmt.Errorf("message get: %w", resp.Error)
 	case resp.Message == nil:
-		return false, errors.New("message get: empty response")
+		return 0, false, errors.New("message get: empty response")
 	}
-	return resp.Message.Seq >= seq, nil
+	return resp.Message.Seq, true, nil
 }
-
-// errCodeNoMessage is JetStream's "no message found" error code.
-const errCodeNoMessage = 10037
 
 // apiPrefix is the JetStream API prefix js sends its requests to.
 func apiPrefix(js jetstream.JetStream) string {
@@ -235,37 +229,10 @@ func Retained(ctx context.Context, stream jetstream.Stream, seq uint64) (bool, e
 // the latest messages yet; a read-back that must see everything stored
 // (the engine closing a failed attempt) reads until it has reached this.
 // Without a deadline on ctx it waits at most 5 s.
-func LastStored(ctx context.Context, nc *nats.Conn, subject string) (uint64, error) {
-	req, err := json.Marshal(map[string]string{"last_by_subj": subject})
-	if err != nil {
-		return 0, err
-	}
-	if _, ok := ctx.Deadline(); !ok {
-		// Without a leader nobody answers: the request would wait for ever.
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, 5*time.Second)
-		defer cancel()
-	}
-	m, err := nc.RequestWithContext(ctx, "$JS.API.STREAM.MSG.GET."+omni.SessionsStream, req)
+func LastStored(ctx context.Context, js jetstream.JetStream, subject string) (uint64, error) {
+	seq, _, err := msgGet(ctx, js, map[string]string{"last_by_subj": subject})
 	if err != nil {
 		return 0, fmt.Errorf("bus: last message on %s: %w", subject, err)
 	}
-	var resp struct {
-		Message *struct {
-			Seq uint64 `json:"seq"`
-		} `json:"message"`
-		Error *jetstream.APIError `json:"error"`
-	}
-	if err := json.Unmarshal(m.Data, &resp); err != nil {
-		return 0, fmt.Errorf("bus: last message on %s: %w", subject, err)
-	}
-	switch {
-	case resp.Error != nil && resp.Error.ErrorCode == jetstream.JSErrCodeMessageNotFound:
-		return 0, nil
-	case resp.Error != nil:
-		return 0, fmt.Errorf("bus: last message on %s: %w", subject, resp.Error)
-	case resp.Message == nil:
-		return 0, fmt.Errorf("bus: last message on %s: empty answer", subject)
-	}
-	return resp.Message.Seq, nil
+	return seq, nil
 }

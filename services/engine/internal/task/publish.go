@@ -209,7 +209,7 @@ func (r *Runner) unfinished(ctx context.Context, from uint64) (open []*openSegme
 	// leader change), and a segment start it misses would stay open.
 	var through, seen uint64
 	for _, class := range []string{omni.ClassPartial, omni.ClassModel} {
-		last, lerr := bus.LastStored(ctx, r.d.NC, omni.SessionSubject(r.sid, class))
+		last, lerr := bus.LastStored(ctx, r.d.JS, omni.SessionSubject(r.sid, class))
 		if lerr != nil {
 			return nil, nil, lerr
 		}
