@@ -115,8 +115,10 @@ func (r *Runner) publishClass(m *omni.Message, class, msgID string) {
 }
 
 // publishOnce publishes m with a Msg-Id on the Task's stream, waiting until
-// it is stored, and folds it unless the stream already had it (a
-// redelivered Task), which it reports.
+// it is stored, and folds it unless the stream already had it when the
+// Runner read the history (a redelivered Task), which it reports. A
+// duplicate stored after that read is the Runner's own message, stored by
+// a try whose ack was lost (the publisher sent it again): it is folded.
 func (r *Runner) publishOnce(ctx context.Context, m *omni.Message, msgID string) (dup bool, err error) {
 	nm, err := bus.SessionMsg(r.sid, m, msgID)
 	if err != nil {
@@ -126,10 +128,11 @@ func (r *Runner) publishOnce(ctx context.Context, m *omni.Message, msgID string)
 	if err != nil {
 		return false, fmt.Errorf("publish %s: %w", m.Payload.Type, err)
 	}
-	if !ack.Duplicate {
+	dup = ack.Duplicate && ack.Seq <= r.replayed
+	if !dup {
 		r.apply(m)
 	}
-	return ack.Duplicate, nil
+	return dup, nil
 }
 
 // publishSync publishes m and waits until the stream stored it and

@@ -43,7 +43,8 @@
 // those fields, never across a publish, a NATS request or a channel send
 // that can block. Fields written once before the goroutines that read them
 // start are not guarded: rec, lease, abort, loseLease and the producers
-// (before the subscription servers start), prov, info, tools and toolPerms
+// (before the subscription servers start), replayed (before the outputs
+// consumer starts), prov, info, tools and toolPerms
 // (set by run before the first approval loop). rec.CarryOver, retryNext
 // and usage belong to the goroutine running Run (the agent loop).
 package task
@@ -184,6 +185,8 @@ type Runner struct {
 	leaseLost  atomic.Bool
 	leaseCheck atomic.Int64 // unix nanos of the last confirmation
 	retryNext  bool
+	// replayed is the last stream sequence of the history Run folded.
+	replayed uint64
 
 	children       map[string]string        // running child Session → its Task
 	childApprovals map[string]childApproval // a child's pending calls
@@ -329,6 +332,7 @@ func (r *Runner) Run(ctx context.Context) (status string, err error) {
 	if bad > 0 {
 		r.log.Warn().Int("skipped", bad).Msg("undecodable records in session history skipped")
 	}
+	r.replayed = lastSeq
 	r.usage = r.fc.Usage
 	for _, m := range r.fc.Messages() {
 		if m.Payload.Type == omni.TypeToolCall {

@@ -1,0 +1,289 @@
+package task
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"regexp"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"floe.dev/pkg/bus/bustest"
+	"floe.dev/pkg/omni"
+	"floe.dev/services/engine/internal/model"
+)
+
+// The recovery paths the failover loops found (request_begin stored first
+// and once, attempt Msg-Ids per lease, tool jobs published again), each
+// forced on one embedded nats-server: a stream that refuses what it is
+// sent (a discard-new limit the stream is at: "maximum messages
+// exceeded", a 503 the publishers retry), or an acknowledgement lost after
+// the broker stored the message (ackLoss).
+
+// refuse makes stream refuse every new message (discard new at the
+// count it holds, with a parked message on an unused subject when it is
+// empty: a work queue), until the returned restore runs.
+func (h *harness) refuse(stream string) (restore func()) {
+	h.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	s, err := h.env.JS.Stream(ctx, stream)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	info, err := s.Info(ctx)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	if info.State.Msgs == 0 {
+		// A work queue with nothing in it: park a job no consumer takes.
+		if _, err := h.env.JS.Publish(ctx, omni.ToolSubject("parked", "none"), []byte("x")); err != nil {
+			h.t.Fatal(err)
+		}
+		info.State.Msgs = 1
+	}
+	old := info.Config
+	cfg := old
+	cfg.Discard, cfg.MaxMsgs = jetstream.DiscardNew, int64(info.State.Msgs)
+	if _, err := h.env.JS.UpdateStream(ctx, cfg); err != nil {
+		h.t.Fatalf("update %s: %v", stream, err)
+	}
+	var once sync.Once
+	restore = func() {
+		once.Do(func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			if _, err := h.env.JS.UpdateStream(ctx, old); err != nil {
+				h.t.Errorf("restore %s: %v", stream, err)
+			}
+		})
+	}
+	h.t.Cleanup(restore)
+	return restore
+}
+
+// ackLoss is the client side of a broker whose acknowledgement never
+// arrives: PublishMsg of a message lose picks is published (the broker
+// stores it) and then fails as a timeout, as after a leader change or a
+// slow leader; the publisher cannot tell it from a message never stored.
+type ackLoss struct {
+	jetstream.JetStream
+	lose func(m *nats.Msg) bool
+	lost atomic.Int32
+}
+
+func (a *ackLoss) PublishMsg(ctx context.Context, m *nats.Msg, opts ...jetstream.PublishOpt) (*jetstream.PubAck, error) {
+	ack, err := a.JetStream.PublishMsg(ctx, m, opts...)
+	if err == nil && a.lose(m) {
+		a.lost.Add(1)
+		return nil, fmt.Errorf("lost ack of a stored message: %w", nats.ErrTimeout)
+	}
+	return ack, err
+}
+
+// loseFirst picks the first message whose subject and Msg-Id match.
+func loseFirst(subject, msgID string) func(*nats.Msg) bool {
+	var done atomic.Bool
+	re := regexp.MustCompile(msgID)
+	return func(m *nats.Msg) bool {
+		return strings.HasPrefix(m.Subject, subject) && re.MatchString(m.Header.Get(jetstream.MsgIDHeader)) && done.CompareAndSwap(false, true)
+	}
+}
+
+// stored is a Session message with its Msg-Id.
+type stored struct {
+	seq   uint64
+	msgID string
+	m     omni.Message
+}
+
+// storedMsgs reads the Session's messages (server events included as
+// undecoded) with their Msg-Ids, in stream order.
+func (h *harness) storedMsgs(sid string) []stored {
+	h.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	cons, err := h.env.JS.OrderedConsumer(ctx, omni.SessionsStream, jetstream.OrderedConsumerConfig{
+		FilterSubjects: []string{omni.SessionWildcard(sid)}})
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	info, err := cons.Info(ctx)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	var out []stored
+	for left := info.NumPending; left > 0; {
+		batch, err := cons.Fetch(int(min(left, 256)), jetstream.FetchMaxWait(5*time.Second))
+		if err != nil {
+			h.t.Fatal(err)
+		}
+		for msg := range batch.Messages() {
+			md, _ := msg.Metadata()
+			s := stored{seq: md.Sequence.Stream, msgID: msg.Headers().Get(jetstream.MsgIDHeader)}
+			s.m, _ = omni.Decode(msg.Data())
+			out = append(out, s)
+			left--
+		}
+		if batch.Error() != nil {
+			h.t.Fatal(batch.Error())
+		}
+	}
+	return out
+}
+
+// checkBrackets fails unless request_begin and request_end alternate,
+// every model message of the engine's own stream is inside a request, and
+// no segment is left open.
+func checkBrackets(t *testing.T, msgs []omni.Message) {
+	t.Helper()
+	open := false
+	segs := map[string]bool{}
+	for i, m := range msgs {
+		p := &m.Payload
+		switch {
+		case p.Type == omni.TypeRequestBegin:
+			if open {
+				t.Fatalf("request_begin@%d inside an open request%s", i, dump(msgs))
+			}
+			open = true
+		case p.Type == omni.TypeRequestEnd:
+			if !open {
+				t.Fatalf("request_end@%d without its request_begin%s", i, dump(msgs))
+			}
+			open = false
+		case m.IsPartial() && omni.CompleteType(p.Type) != omni.TypeToolCallOutput:
+			if !open {
+				t.Fatalf("%s@%d outside a request%s", p.Type, i, dump(msgs))
+			}
+			key := p.Type + p.ToolCallID
+			switch p.EventType {
+			case omni.EventStart:
+				segs[key] = true
+			case omni.EventStop:
+				delete(segs, key)
+			}
+		}
+	}
+	if open || len(segs) > 0 {
+		t.Fatalf("left open: request %v, segments %v%s", open, segs, dump(msgs))
+	}
+}
+
+// logBuf is a zerolog sink tests can read while the Runner writes.
+type logBuf struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *logBuf) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *logBuf) has(s string) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return bytes.Contains(l.b.Bytes(), []byte(s))
+}
+
+// While the stream refuses the retry's request_begin (the publisher
+// retries it), nothing of the attempt goes out and the model is not
+// called; once the stream takes it again, the begin is stored once, with
+// the attempt's Msg-Id (Task, lease, first sequence, attempt), and the
+// attempt follows it. A begin that went out in the attempt's batch would
+// be lost with it and its request_end stored without it.
+func TestRequestBeginIsStoredFirstWhileTheStreamRefusesIt(t *testing.T) {
+	h := newHarness(t, `{"requests": [
+	  {"steps": [{"error": {"status": "failed", "message": "bad gateway"}}]},
+	  {"steps": [{"text": "Done."}]}
+	]}`, func(s *Settings) { s.RetryBase, s.RetryCap, s.RetryMax = time.Minute, time.Minute, 1 })
+	sid := "begin1"
+	h.session(sid, omni.ApproveAllowAll)
+	done := h.run(sid, "t1", "hi")
+	bustest.Eventually(t, 10*time.Second, "the first request_end", func() bool {
+		return len(requestEnds(h.messages(sid))) == 1
+	})
+	restore := h.refuse(omni.SessionsStream)
+	if rep, err := h.control(sid, omni.CtlRetryNow, omni.Control{}); err != nil || !rep.Skipped {
+		t.Fatalf("retry_now: %+v %v", rep, err)
+	}
+	time.Sleep(300 * time.Millisecond)
+	if n := h.prov.Calls(sid); n != 1 {
+		t.Fatalf("the model was called %d times while the retry's request_begin was not stored, want 1", n)
+	}
+	restore()
+	if st := h.wait(done); st != Completed {
+		t.Fatalf("status %q%s", st, dump(h.messages(sid)))
+	}
+	msgs := h.messages(sid)
+	checkBrackets(t, msgs)
+	if got := requestEnds(msgs); len(got) != 2 || got[0] != (endWant{omni.StatusFailed, 1, 60000}) || got[1] != (endWant{omni.StatusCompleted, 2, 0}) {
+		t.Fatalf("request_ends %v%s", got, dump(msgs))
+	}
+	lease := h.record(sid).Lease
+	var begins []stored
+	for _, s := range h.storedMsgs(sid) {
+		if s.m.Payload.Type == omni.TypeRequestBegin {
+			begins = append(begins, s)
+		}
+	}
+	if len(begins) != 2 {
+		t.Fatalf("%d request_begin stored, want 2%s", len(begins), dump(msgs))
+	}
+	for i, b := range begins {
+		// The stem's sequence is the first one the attempt can have.
+		want := fmt.Sprintf("t1/%s/a%d-%d/begin", lease, b.seq, i+1)
+		if b.msgID != want {
+			t.Fatalf("begin %d Msg-Id %q, want %q", i+1, b.msgID, want)
+		}
+	}
+}
+
+// The broker stores an attempt's request_begin but its ack is lost: the
+// publisher sends it again with its Msg-Id, the stream drops the
+// duplicate, and the Runner still folds the begin it published, so the
+// turn (its tool call) is in the next request's context with its output.
+func TestALostAckOfRequestBeginStoresItOnceAndKeepsTheTurn(t *testing.T) {
+	h := newHarness(t, `{"requests": [
+	  {"steps": [{"tool_call": {"name": "exec_command", "id": "call_1", "arguments": {"cmd": "make"}}}]},
+	  {"expect_tool_outputs": ["call_1"], "steps": [{"text": "Done."}]}
+	]}`, nil)
+	sid := "begin2"
+	al := &ackLoss{JetStream: h.env.JS, lose: loseFirst(omni.SessionSubject(sid, ""), `^t1/[0-9a-f]+/a[0-9]+-1/begin$`)}
+	h.deps.PubJS = al
+	rec := &recorder{Provider: h.prov}
+	h.deps.Resolve = func(string) (model.Provider, model.Info, error) { return rec, h.prov.Info(), nil }
+	h.session(sid, omni.ApproveAllowAll)
+	fr := h.runner(sid, echo)
+	h.complete(sid, "t1", "go")
+	reqs := rec.requests()
+	if len(reqs) != 2 {
+		t.Fatalf("%d model requests, want 2", len(reqs))
+	}
+	var shape []string
+	for _, m := range reqs[1] {
+		shape = append(shape, m.Payload.Type+"/"+m.Payload.Role+"/"+m.Payload.ToolCallID)
+	}
+	if want := "text/user/ tool_call/assistant/call_1 tool_call_output/user/call_1"; strings.Join(shape, " ") != want {
+		t.Fatalf("second request's context %q, want %q", strings.Join(shape, " "), want)
+	}
+	if al.lost.Load() != 1 {
+		t.Fatalf("%d acks lost, want 1", al.lost.Load())
+	}
+	msgs := h.messages(sid)
+	checkBrackets(t, msgs)
+	if n := count(msgs, isType(omni.TypeRequestBegin, "")); n != 2 {
+		t.Fatalf("%d request_begin, want 2%s", n, dump(msgs))
+	}
+	if got := fr.ran(); len(got) != 1 {
+		t.Fatalf("runs %v, want call_1 once", got)
+	}
+}
