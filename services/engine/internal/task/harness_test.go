@@ -261,6 +261,7 @@ type fakeRunner struct {
 
 	mu      sync.Mutex
 	jobs    []string
+	jobIDs  []string // each job's Nats-Msg-Id
 	running map[string]chan struct{}
 }
 
@@ -335,6 +336,7 @@ func (h *harness) runner(sid string, behave func(omni.ToolJob) *omni.Message) *f
 		_ = msg.Ack()
 		f.mu.Lock()
 		f.jobs = append(f.jobs, job.ToolCallID)
+		f.jobIDs = append(f.jobIDs, msg.Headers().Get(jetstream.MsgIDHeader))
 		f.mu.Unlock()
 		f.beat(nc, job.SessionID, job.ToolCallID)
 		out := f.behave(job)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -85,6 +86,20 @@ func TestTakeoverStopsTheFirstRunnerWithErrLeaseLost(t *testing.T) {
 	}
 	if n := count(msgs, isType(omni.TypeRequestBegin, "")); n != 2 {
 		t.Fatalf("%d request_begin, want 2%s", n, dump(msgs))
+	}
+	// Both Runners' first attempts start after the input (the second one's
+	// input is a duplicate, acked with the first one's sequence): only the
+	// lease in the attempt's Msg-Id keeps the second begin from being
+	// dropped as the first's.
+	var ids []string
+	for _, s := range h.storedMsgs(sid) {
+		if s.m.Payload.Type == omni.TypeRequestBegin {
+			ids = append(ids, s.msgID)
+		}
+	}
+	lease2 := h.record(sid).Lease
+	if len(ids) != 2 || strings.Replace(ids[0], r1.lease, lease2, 1) != ids[1] || !strings.Contains(ids[1], "/"+lease2+"/") {
+		t.Fatalf("request_begin Msg-Ids %q, want the same stem with lease %s then %s", ids, r1.lease, lease2)
 	}
 	if n := count(msgs, func(m *omni.Message) bool {
 		return m.Payload.Type == omni.TypeText && m.Payload.Role == omni.RoleAssistant

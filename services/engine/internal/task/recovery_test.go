@@ -13,6 +13,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/rs/zerolog"
 
 	"floe.dev/pkg/bus/bustest"
 	"floe.dev/pkg/omni"
@@ -252,10 +253,7 @@ func TestRequestBeginIsStoredFirstWhileTheStreamRefusesIt(t *testing.T) {
 // duplicate, and the Runner still folds the begin it published, so the
 // turn (its tool call) is in the next request's context with its output.
 func TestALostAckOfRequestBeginStoresItOnceAndKeepsTheTurn(t *testing.T) {
-	h := newHarness(t, `{"requests": [
-	  {"steps": [{"tool_call": {"name": "exec_command", "id": "call_1", "arguments": {"cmd": "make"}}}]},
-	  {"expect_tool_outputs": ["call_1"], "steps": [{"text": "Done."}]}
-	]}`, nil)
+	h := newHarness(t, twoTurns, nil)
 	sid := "begin2"
 	al := &ackLoss{JetStream: h.env.JS, lose: loseFirst(omni.SessionSubject(sid, ""), `^t1/[0-9a-f]+/a[0-9]+-1/begin$`)}
 	h.deps.PubJS = al
@@ -285,5 +283,67 @@ func TestALostAckOfRequestBeginStoresItOnceAndKeepsTheTurn(t *testing.T) {
 	}
 	if got := fr.ran(); len(got) != 1 {
 		t.Fatalf("runs %v, want call_1 once", got)
+	}
+}
+
+// twoTurns is a script with one tool call, then an answer that expects its
+// output.
+const twoTurns = `{"requests": [
+  {"steps": [{"tool_call": {"name": "exec_command", "id": "call_1", "arguments": {"cmd": "make"}}}]},
+  {"expect_tool_outputs": ["call_1"], "steps": [{"text": "Done."}]}
+]}`
+
+// A tool job the stream refuses for a while (a leader election, here a
+// stream at its limit) is published again until it is stored, instead of
+// pairing the call at once with "tool not dispatched": the call runs once
+// and its real output reaches the model.
+func TestAToolJobTheStreamRefusesIsPublishedAgain(t *testing.T) {
+	h := newHarness(t, twoTurns, nil)
+	var lb logBuf
+	h.deps.Log = zerolog.New(&lb)
+	sid := "job1"
+	h.session(sid, omni.ApproveAllowAll)
+	fr := h.runner(sid, echo)
+	restore := h.refuse(omni.ToolsStream)
+	done := h.run(sid, "t1", "go")
+	bustest.Eventually(t, 10*time.Second, "the job refused and retried, or the call paired", func() bool {
+		return lb.has("tool job not acknowledged; retrying") || index(h.messages(sid), isType(omni.TypeToolCallOutput, "call_1")) >= 0
+	})
+	restore()
+	if st := h.wait(done); st != Completed {
+		t.Fatalf("status %q%s", st, dump(h.messages(sid)))
+	}
+	msgs := h.messages(sid)
+	out := msgs[index(msgs, isType(omni.TypeToolCallOutput, "call_1"))]
+	if out.Payload.Output != "ran call_1" || out.Payload.Stop() != omni.StatusCompleted {
+		t.Fatalf("call_1's output %q %q, want the runner's", out.Payload.Output, out.Payload.Stop())
+	}
+	if got := fr.ran(); len(got) != 1 {
+		t.Fatalf("runs %v, want call_1 once", got)
+	}
+	if errs := h.prov.Mismatches(); len(errs) > 0 {
+		t.Fatalf("model saw: %v", errs)
+	}
+}
+
+// The stream stores a tool job but its ack is lost: the job is published
+// again with the same Msg-Id, the stream drops the duplicate, and the call
+// runs exactly once.
+func TestAToolJobWhoseAckIsLostRunsOnce(t *testing.T) {
+	h := newHarness(t, twoTurns, nil)
+	sid := "job2"
+	al := &ackLoss{JetStream: h.env.JS, lose: loseFirst(omni.ToolSubject(omni.DefaultPool, sid), "")}
+	h.deps.JS = al
+	h.session(sid, omni.ApproveAllowAll)
+	fr := h.runner(sid, echo)
+	h.complete(sid, "t1", "go")
+	if al.lost.Load() != 1 {
+		t.Fatalf("%d acks lost, want 1", al.lost.Load())
+	}
+	fr.mu.Lock()
+	ids := append([]string(nil), fr.jobIDs...)
+	fr.mu.Unlock()
+	if want := sid + "/call_1/job"; len(ids) != 1 || ids[0] != want {
+		t.Fatalf("jobs taken with Msg-Ids %q, want one %q", ids, want)
 	}
 }
