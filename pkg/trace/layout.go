@@ -14,7 +14,12 @@ func Dir(home string, created time.Time) string {
 
 // File returns the path of a Session's Trace file number index (1-based).
 func File(home string, created time.Time, sessionID string, index int) string {
-	return filepath.Join(Dir(home, created), fmt.Sprintf("%s_%03d.jsonl", sessionID, index))
+	return filepath.Join(Dir(home, created), fileName(sessionID, index))
+}
+
+// fileName is the name of a Session's Trace file number index.
+func fileName(sessionID string, index int) string {
+	return fmt.Sprintf("%s_%03d.jsonl", sessionID, index)
 }
 
 // IndexOf parses the index of a Trace file name <sid>_<nnn>.jsonl.

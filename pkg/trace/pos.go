@@ -202,52 +202,69 @@ func withPosTable(home string, fn func(*PosTable) error) error {
 
 // Files returns every Trace file of a Session in index order, as paths
 // under home; none (and no error) when the Session has no Trace. A Session
-// whose id encodes its creation (SessionCreated) is looked up in that UTC
-// date's directory only, and only when its file 001 exists there (so a new
-// Session costs one stat, whatever the directory holds); any other id in
-// every date directory. It lists
-// what is on disk: files past the Session's Pos may be unrecorded
-// writes of a crashed tracer.
+// whose id encodes its creation (SessionCreated) has all its files in one
+// date directory: the id's own, or, for an imported Trace, the one its
+// import mark names (MarkImported). Its files are looked up by name, 001,
+// 002, … up to the first missing one, so a Session costs a stat per file
+// plus one, and a new Session two, whatever the date directories hold;
+// nothing is listed. (In a home whose imports are not indexed yet,
+// IndexImports, a Session found in neither place is looked for in every
+// date directory.) Any other id is looked for in every date directory.
+// It lists what is on disk: files past the Session's Pos may be
+// unrecorded writes of a crashed tracer.
 func Files(home, sessionID string) ([]string, error) {
 	if err := traceName(sessionID); err != nil {
 		return nil, err
 	}
-	var dirs []string
-	if created, ok := omni.SessionCreated(sessionID); ok {
-		// A new Session has no file 001: answer that without listing the
-		// day's directory, which holds every Session created that day
-		// (listing it for each new Session slowed tracing down with the
-		// day's Session count).
-		if _, err := os.Lstat(File(home, created, sessionID, 1)); errors.Is(err, fs.ErrNotExist) {
-			// An imported Trace lands in the date directory of its
-			// first record, which need not be the id's date (the
-			// original's ids use local time): one stat per date
-			// directory, no listing.
-			dir, err := importedDir(home, sessionID)
-			if dir == "" || err != nil {
-				return nil, err
-			}
-			dirs = []string{dir}
-		} else {
-			dirs = []string{Dir(home, created)}
+	created, ok := omni.SessionCreated(sessionID)
+	if !ok {
+		return listFiles(home, sessionID)
+	}
+	dir := Dir(home, created)
+	files, err := probeFiles(dir, sessionID)
+	if len(files) > 0 || err != nil {
+		return files, err
+	}
+	if dir, ok, err = importedDir(home, sessionID, created); !ok || err != nil {
+		return nil, err
+	}
+	return probeFiles(dir, sessionID)
+}
+
+// probeFiles returns the Trace files of a Session in dir: 001, 002, … up
+// to the first missing one.
+func probeFiles(dir, sessionID string) ([]string, error) {
+	var files []string
+	for idx := 1; ; idx++ {
+		p := filepath.Join(dir, fileName(sessionID, idx))
+		_, err := os.Lstat(p)
+		if errors.Is(err, fs.ErrNotExist) {
+			return files, nil
 		}
-	} else {
-		entries, err := os.ReadDir(filepath.Join(home, "traces"))
-		if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		if err != nil {
 			return nil, fmt.Errorf("trace: list traces of %s: %w", sessionID, err)
 		}
-		for _, e := range entries {
-			if e.IsDir() {
-				dirs = append(dirs, filepath.Join(home, "traces", e.Name()))
-			}
-		}
+		files = append(files, p)
+	}
+}
+
+// listFiles returns the Trace files of a Session whose id encodes no date,
+// from every date directory.
+func listFiles(home, sessionID string) ([]string, error) {
+	entries, err := os.ReadDir(filepath.Join(home, "traces"))
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return nil, fmt.Errorf("trace: list traces of %s: %w", sessionID, err)
 	}
 	type file struct {
 		index int
 		path  string
 	}
 	var files []file
-	for _, dir := range dirs {
+	for _, e := range entries {
+		if !e.IsDir() {
+			continue
+		}
+		dir := filepath.Join(home, "traces", e.Name())
 		names, err := readDirNames(dir)
 		if err != nil {
 			return nil, fmt.Errorf("trace: list traces of %s: %w", sessionID, err)
@@ -269,24 +286,6 @@ func Files(home, sessionID string) ([]string, error) {
 		paths[i] = f.path
 	}
 	return paths, nil
-}
-
-// importedDir returns the date directory holding file 001 of sessionID,
-// or "" when there is none.
-func importedDir(home, sessionID string) (string, error) {
-	root := filepath.Join(home, "traces")
-	names, err := readDirNames(root)
-	if err != nil {
-		return "", fmt.Errorf("trace: list traces of %s: %w", sessionID, err)
-	}
-	sort.Strings(names)
-	name := fmt.Sprintf("%s_%03d.jsonl", sessionID, 1)
-	for _, d := range names {
-		if _, err := os.Lstat(filepath.Join(root, d, name)); err == nil {
-			return filepath.Join(root, d), nil
-		}
-	}
-	return "", nil
 }
 
 // readDirNames lists a directory without sorting or stat'ing its entries

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"floe.dev/pkg/omni"
+	"floe.dev/pkg/trace"
 	"floe.dev/services/gateway"
 	"floe.dev/services/gateway/client"
 )
@@ -188,6 +189,41 @@ func TestImportModelMapping(t *testing.T) {
 		if err != nil || s.Model != tc.want {
 			t.Errorf("provider %q (override %q) = %q, %v; want %q", tc.provider, tc.override, s.Model, err, tc.want)
 		}
+	}
+}
+
+// An id in the original's local time names another day than its first
+// record's UTC timestamp: the Trace lands in the record's date directory
+// and readers find it through its import mark, in a home where Files looks
+// nowhere else (indexed, as the tracer leaves every home).
+func TestImportIntoAnotherDateDirectoryIsFound(t *testing.T) {
+	t.Parallel()
+	g, ws := importEnv(t, nil)
+	ctx := ctxT(t)
+	if _, err := trace.IndexImports(g.Home); err != nil {
+		t.Fatal(err)
+	}
+	const sid = "session-2026-07-19-01-10-22-3f8a1c2d" // 2026-07-18T17:10:22Z in UTC
+	data := strings.Replace(metaLine(sid, "openai", ws), "2026-07-18T03:10:22.531Z", "2026-07-18T17:10:22.531Z", 1) + "\n" + userLine + "\n"
+	imp, err := g.Alice.ImportTrace(ctx, client.ImportTrace{DataBase64: b64(data)})
+	if err != nil || imp.Date != "2026-07-18" {
+		t.Fatalf("import = %+v, %v", imp, err)
+	}
+	if b, err := os.ReadFile(filepath.Join(g.Home, "traces", "2026-07-19", sid+".import")); err != nil || string(b) != "2026-07-18\n" {
+		t.Fatalf("import mark = %q, %v", b, err)
+	}
+	files, err := trace.Files(g.Home, sid)
+	if err != nil || len(files) != 1 || files[0] != filepath.Join(g.Home, "traces", "2026-07-18", sid+"_001.jsonl") {
+		t.Fatalf("trace files = %v, %v", files, err)
+	}
+	if msgs, err := g.Alice.Messages(ctx, sid); err != nil || len(msgs.Messages) != 2 {
+		t.Fatalf("messages = %v, %v", msgs, err)
+	}
+	if raw, err := g.Alice.Trace(ctx, sid, 1); err != nil || string(raw) != data {
+		t.Fatalf("GET trace 1 = %q, %v", raw, err)
+	}
+	if _, err := g.Alice.ImportTrace(ctx, client.ImportTrace{DataBase64: b64(data)}); !client.IsCode(err, omni.CodeTraceExists) {
+		t.Fatalf("second import = %v, want 409 trace_session_exists", err)
 	}
 }
 

@@ -95,15 +95,22 @@ func (s *Server) handleImport(w http.ResponseWriter, r *http.Request) *apiError 
 	if rec.CommandPolicy == nil {
 		rec.CommandPolicy = cmdpolicy.Factory()
 	}
+	// The mark first: a Trace in another date directory than its id's is
+	// found through it (trace.Files).
+	if err := trace.MarkImported(s.opts.Home, sid, imp.first); err != nil {
+		return internalError("write trace file", err)
+	}
 	path := trace.File(s.opts.Home, imp.first, sid, 1)
 	if err := writeNew(path, imp.content); err != nil {
 		if errors.Is(err, fs.ErrExist) {
 			return traceExists(sid)
 		}
+		trace.UnmarkImported(s.opts.Home, sid)
 		return internalError("write trace file", err)
 	}
 	if err := s.sessions.Create(ctx, rec); err != nil {
 		os.Remove(path)
+		trace.UnmarkImported(s.opts.Home, sid)
 		if errors.Is(err, bus.ErrSessionExists) {
 			return traceExists(sid)
 		}

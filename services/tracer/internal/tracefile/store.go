@@ -128,6 +128,15 @@ func Open(home string, maxOpen int, log zerolog.Logger) (*Store, error) {
 		unlockFile(lock)
 		return nil, fmt.Errorf("tracefile: %w", err)
 	}
+	// Once per home: marks for Traces imported before imports left one,
+	// so that a new Session is never looked for in every date directory.
+	if n, err := trace.IndexImports(home); err != nil {
+		pos.Close()
+		unlockFile(lock)
+		return nil, fmt.Errorf("tracefile: %w", err)
+	} else if n > 0 {
+		log.Info().Int("marks", n).Msg("indexed imported traces")
+	}
 	return &Store{home: home, maxOpen: maxOpen, log: log, lock: lock, pos: pos, sessions: make(map[string]*session), deleted: make(map[string]uint64)}, nil
 }
 
@@ -223,12 +232,18 @@ func (s *Store) Delete(sessionID string, purgedThrough uint64) (int, error) {
 	if err != nil {
 		return 0, fmt.Errorf("tracefile: delete %s: %w", sessionID, err)
 	}
+	// Last file first, and the import mark after them: what a failure
+	// leaves is still found (trace.Files looks from file 001 up to the
+	// first missing one).
 	n := 0
-	for _, f := range files {
-		if err := os.Remove(f); err != nil && !errors.Is(err, fs.ErrNotExist) {
+	for i := len(files) - 1; i >= 0; i-- {
+		if err := os.Remove(files[i]); err != nil && !errors.Is(err, fs.ErrNotExist) {
 			return n, fmt.Errorf("tracefile: delete %s: %w", sessionID, err)
 		}
 		n++
+	}
+	if err := trace.UnmarkImported(s.home, sessionID); err != nil {
+		return n, fmt.Errorf("tracefile: delete %s: %w", sessionID, err)
 	}
 	if err := s.pos.Delete(sessionID); err != nil {
 		return n, fmt.Errorf("tracefile: delete position of %s: %w", sessionID, err)

@@ -366,8 +366,11 @@ func TestTraceFilesAreInIndexOrder(t *testing.T) {
 		}
 		return p
 	}
-	want := []string{touch("2026-11-29/" + sid + "_001.jsonl"), touch("2026-11-29/" + sid + "_002.jsonl"), touch("2026-11-29/" + sid + "_010.jsonl")}
-	touch("2026-11-29/" + sid + "_003.jsonl.tmp")
+	want := []string{touch("2026-11-29/" + sid + "_001.jsonl"), touch("2026-11-29/" + sid + "_002.jsonl"), touch("2026-11-29/" + sid + "_003.jsonl")}
+	// The tracer numbers files without gaps (and removes unrecorded ones
+	// from the end): a file after a gap is not one of them.
+	touch("2026-11-29/" + sid + "_005.jsonl")
+	touch("2026-11-29/" + sid + "_004.jsonl.tmp")
 	touch("2026-11-29/session-2026-11-29-20-10-22-00000002_001.jsonl")
 	touch("2026-11-30/" + sid + "_004.jsonl") // not its creation date
 	got, err := trace.Files(home, sid)
@@ -466,5 +469,45 @@ func TestDeleteRemovesTraceAndDropsPurgedRecordsInFlight(t *testing.T) {
 	s.Committed(8)
 	if n, err := s.Delete(sid, 0); err != nil || n != 0 {
 		t.Errorf("second Delete = %d, %v; want 0, nil", n, err)
+	}
+}
+
+// A home with a Trace imported into another date directory than its id's
+// before imports left marks: opening the Store marks it (once), the
+// Session's records are appended to it, and Delete removes it with its mark.
+func TestImportedTraceOfAnOldHomeIsIndexedAppendedAndDeleted(t *testing.T) {
+	home := t.TempDir()
+	const imported = "session-2026-07-19-01-10-22-3f8a1c2d" // imported into the 18th
+	path := filepath.Join(home, "traces", "2026-07-18", imported+"_001.jsonl")
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, []byte(lines(1)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	s := open(t, home, 0)
+	mark := filepath.Join(home, "traces", "2026-07-19", imported+".import")
+	if b, err := os.ReadFile(mark); err != nil || string(b) != "2026-07-18\n" {
+		t.Fatalf("import mark = %q, %v", b, err)
+	}
+	appendAll(t, s, imported, true, rec(7, false))
+	flush(t, s)
+	if got, err := os.ReadFile(path); err != nil || string(got) != lines(1, 7) {
+		t.Fatalf("imported trace = %q, %v; want the record appended", got, err)
+	}
+	// A new Session of the same day gets its own file in its id's directory.
+	const fresh = "session-2026-07-19-01-10-22-00000001"
+	appendAll(t, s, fresh, true, rec(8, true))
+	flush(t, s)
+	if got := readAll(t, home, fresh); got != lines(8) {
+		t.Fatalf("new session's trace = %q", got)
+	}
+	if n, err := s.Delete(imported, 8); err != nil || n != 1 {
+		t.Fatalf("Delete = %d, %v; want 1 file", n, err)
+	}
+	for _, p := range []string{path, mark} {
+		if _, err := os.Lstat(p); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("%s left after Delete: %v", p, err)
+		}
 	}
 }
