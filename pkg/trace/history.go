@@ -15,12 +15,11 @@ import (
 	"floe.dev/pkg/omni"
 )
 
-// Record is one record of a Session's history, as its original bytes and
-// decoded.
+// Record is one record of a Session's history, as its original bytes (it
+// decoded as a valid OmniMessage: malformed lines and bodies are skipped).
 type Record struct {
 	Seq  uint64 // stream sequence; 0 for a record read from a Trace file
 	Data []byte // single-line JSON, exactly as stored
-	Msg  omni.Message
 }
 
 // Options tune Load.
@@ -64,15 +63,6 @@ type History struct {
 	FromStream bool
 }
 
-// Messages returns the decoded records.
-func (h *History) Messages() []omni.Message {
-	out := make([]omni.Message, len(h.Records))
-	for i := range h.Records {
-		out[i] = h.Records[i].Msg
-	}
-	return out
-}
-
 // Load reads a Session's history: its Trace files up to the tracer's
 // position (Pos: whole files below the position's index, that file up to
 // its recorded size; bytes and files past it are a crashed tracer's
@@ -96,8 +86,8 @@ func Load(ctx context.Context, js jetstream.JetStream, home, sessionID string, o
 }
 
 // A sink takes the records of a history as they are read: it collects
-// them (records) or hands each to fn, whose message is only valid during
-// the call. restart drops what it took so far.
+// their bytes (records) or hands each decoded to fn, whose message is only
+// valid during the call. restart drops what it took so far.
 type sink struct {
 	records *[]Record
 	fn      func(m *omni.Message)
@@ -110,7 +100,7 @@ func (s *sink) stable() bool { return s.records != nil }
 
 func (s *sink) take(seq uint64, data []byte, m *omni.Message) {
 	if s.records != nil {
-		*s.records = append(*s.records, Record{Seq: seq, Data: data, Msg: *m})
+		*s.records = append(*s.records, Record{Seq: seq, Data: data})
 		return
 	}
 	s.fn(m)
@@ -171,11 +161,15 @@ func (h *History) load(ctx context.Context, js jetstream.JetStream, home, sessio
 		// A damaged Trace, or one without a position: prefer the stream
 		// when it still holds the Session from its head.
 		whole := &History{}
-		if err := whole.stream(ctx, js, sessionID, 1, opt, &sink{records: &whole.Records}); err == nil && len(whole.Records) > 0 && whole.Records[0].Msg.Type == omni.KindSessionMeta {
+		var m omni.Message
+		if err := whole.stream(ctx, js, sessionID, 1, opt, &sink{records: &whole.Records}); err == nil && len(whole.Records) > 0 &&
+			decode(whole.Records[0].Data, &m) == nil && m.Type == omni.KindSessionMeta {
 			out.restart()
-			for i := range whole.Records {
-				r := &whole.Records[i]
-				out.take(r.Seq, r.Data, &r.Msg)
+			for _, r := range whole.Records {
+				if !out.stable() {
+					decode(r.Data, &m) // it decoded once already: cannot fail
+				}
+				out.take(r.Seq, r.Data, &m)
 			}
 			h.StreamFrom, h.LastSeq, h.Bad, h.FromStream = whole.StreamFrom, whole.LastSeq, whole.Bad, true
 			return nil
@@ -246,20 +240,12 @@ func isTraceClass(class string) bool {
 	return false
 }
 
-// LoadHistory is Load for resuming a Session: the last two Trace files
-// and the stream after them, as decoded messages, with the sequence of the
-// last message read and the count of malformed lines and bodies skipped.
-func LoadHistory(ctx context.Context, js jetstream.JetStream, home, sessionID string) (msgs []omni.Message, lastSeq uint64, bad int, err error) {
-	h, err := Load(ctx, js, home, sessionID, Options{LastFiles: 2})
-	if err != nil {
-		return nil, 0, 0, err
-	}
-	return h.Messages(), h.LastSeq, h.Skipped + h.Bad, nil
-}
-
-// Replay is LoadHistory for a reader that folds the history as it is
-// read, so that it is never held in memory: it calls fn with each record
-// in order. The message is decoded into one value reused for every
+// Replay reads a Session's history for resuming it (what Load reads with
+// LastFiles 2: the last two Trace files up to the position and the stream
+// after them) and folds it as it is read, so that it is never held in
+// memory: it calls fn with each record, decoded, in order. It returns the
+// sequence of the last message read and the count of malformed lines and
+// bodies skipped. The message is decoded into one value reused for every
 // record, but each decoding has its own strings and slices: fn may keep a
 // shallow copy of it, never the pointer. When Replay drops what it handed
 // over (a damaged Trace that the stream replaces), it calls reset (when

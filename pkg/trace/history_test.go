@@ -81,9 +81,10 @@ func (f *fixture) want(h *History, idx ...int) {
 	}
 }
 
-// checkReplay checks that Replay hands over what LoadHistory returns (the
-// same records in order, last sequence and bad count), that shallow copies
-// of what it hands over stay intact, and that it reset as often as want.
+// checkReplay checks that Replay hands over what Load reads for resuming
+// (LastFiles 2: the same records in order, last sequence and bad count),
+// that shallow copies of what it hands over stay intact, and that it reset
+// as often as want.
 func (f *fixture) checkReplay(wantResets int) {
 	f.t.Helper()
 	ctx := context.Background()
@@ -96,15 +97,14 @@ func (f *fixture) checkReplay(wantResets int) {
 		kept = append(kept, *m)
 		now = append(now, omni.MustMarshal(m))
 	}, func() { kept, now = nil, nil; resets++ })
-	msgs, wantLast, wantBad, wantErr := LoadHistory(ctx, f.env.JS, f.home, sid)
-	if err != nil || wantErr != nil || last != wantLast || bad != wantBad || len(kept) != len(msgs) || resets != wantResets {
-		f.t.Fatalf("Replay = %d records, last %d, bad %d, %d resets, %v; LoadHistory = %d, %d, %d, %v; want %d resets",
-			len(kept), last, bad, resets, err, len(msgs), wantLast, wantBad, wantErr, wantResets)
+	h, wantErr := Load(ctx, f.env.JS, f.home, sid, Options{LastFiles: 2})
+	if err != nil || wantErr != nil || last != h.LastSeq || bad != h.Skipped+h.Bad || len(kept) != len(h.Records) || resets != wantResets {
+		f.t.Fatalf("Replay = %d records, last %d, bad %d, %d resets, %v; Load = %d, %d, %d, %v; want %d resets",
+			len(kept), last, bad, resets, err, len(h.Records), h.LastSeq, h.Skipped+h.Bad, wantErr, wantResets)
 	}
-	for i := range msgs {
-		want := omni.MustMarshal(&msgs[i])
-		if got := omni.MustMarshal(&kept[i]); string(got) != string(want) || string(now[i]) != string(want) {
-			f.t.Errorf("Replay record %d = %s (%s when handed over), want %s", i, got, now[i], want)
+	for i, r := range h.Records {
+		if got := omni.MustMarshal(&kept[i]); string(got) != string(r.Data) || string(now[i]) != string(r.Data) {
+			f.t.Errorf("Replay record %d = %s (%s when handed over), want %s", i, got, now[i], r.Data)
 		}
 	}
 }
@@ -162,11 +162,6 @@ func TestLoadJoinsTraceUpToPositionWithStream(t *testing.T) {
 		t.Errorf("live classes %v, want partial, model, model", classes)
 	}
 
-	// Resume reads the last two files only.
-	msgs, last, bad, err := LoadHistory(context.Background(), f.env.JS, f.home, sid)
-	if err != nil || len(msgs) != 4 || last != f.seqs[4] || bad != 0 {
-		t.Errorf("LoadHistory = %d msgs, last %d, bad %d, %v", len(msgs), last, bad, err)
-	}
 	f.checkReplay(0)
 }
 
