@@ -228,3 +228,32 @@ func metricsText(t *testing.T, g *testGateway) string {
 }
 
 var _ = json.Marshal
+
+// GET /messages answers every record as the bytes the Trace holds (SPEC
+// §2): not compacted, and <, > and & not escaped, as encoding/json would.
+func TestMessagesPassRecordsThroughAsStored(t *testing.T) {
+	t.Parallel()
+	g, ws := importEnv(t, nil)
+	ctx := ctxT(t)
+	lines := []string{
+		metaLine(importSID, "openai", ws),
+		`{"timestamp": "2026-07-18T03:10:23.000Z", "type": "model_msg", "payload": {"type": "text", "role": "user", "text": "keep <main> & <b>green</b> \u2028", "stop_reason": "completed"}}`,
+	}
+	if _, err := g.Alice.ImportTrace(ctx, client.ImportTrace{DataBase64: b64(strings.Join(lines, "\n") + "\n")}); err != nil {
+		t.Fatal(err)
+	}
+	req, _ := http.NewRequest(http.MethodGet, g.URL+"/api/sessions/"+importSID+"/messages", nil)
+	req.Header.Set("Authorization", "Bearer "+aliceToken)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if want := `{"messages":[` + strings.Join(lines, ",") + "]}\n"; err != nil || string(body) != want {
+		t.Fatalf("messages = %s (%v), want %s", body, err, want)
+	}
+	if resp.ContentLength != int64(len(body)) || resp.Header.Get("Content-Type") != "application/json" {
+		t.Errorf("Content-Length %d for %d bytes, type %q", resp.ContentLength, len(body), resp.Header.Get("Content-Type"))
+	}
+}
