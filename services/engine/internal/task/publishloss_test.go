@@ -11,16 +11,14 @@ import (
 	"floe.dev/services/engine/internal/model"
 )
 
-// lossyFirst plays a hand-made first request that loses part of its
-// stream: "Hello " is stored, then FLOE_SESSIONS refuses every message
-// (its max message size is cut to a few bytes) until the Task's stream has
-// lost one, then takes them again; the rest of the answer streams into
-// the failed producer. Later requests are the script's.
+// lossyFirst plays a hand-made first request (play, helloLost when nil)
+// that loses part of its stream; later requests are the script's.
 type lossyFirst struct {
 	model.Provider
 	h     *harness
 	r     atomic.Pointer[Runner]
 	calls atomic.Int32
+	play  func(ctx context.Context, l *lossyFirst, r *Runner, emit func(model.Delta) error) (model.Result, error)
 }
 
 func (l *lossyFirst) Stream(ctx context.Context, req *model.Request, emit func(model.Delta) error) (model.Result, error) {
@@ -31,6 +29,17 @@ func (l *lossyFirst) Stream(ctx context.Context, req *model.Request, emit func(m
 	for r = l.r.Load(); r == nil; r = l.r.Load() {
 		time.Sleep(time.Millisecond)
 	}
+	if l.play != nil {
+		return l.play(ctx, l, r, emit)
+	}
+	return l.helloLost(ctx, r, emit)
+}
+
+// helloLost: "Hello " is stored, then FLOE_SESSIONS refuses every message
+// (its max message size is cut to a few bytes) until the Task's stream has
+// lost one, then takes them again; the rest of the answer streams into
+// the failed producer.
+func (l *lossyFirst) helloLost(ctx context.Context, r *Runner, emit func(model.Delta) error) (model.Result, error) {
 	if err := emit(model.Delta{Type: omni.TypeText, Text: "Hello "}); err != nil {
 		return model.Result{}, err
 	}
@@ -75,44 +84,16 @@ func (h *harness) maxMsgSize(n int32) {
 // streams the whole answer again. Nothing published after the loss is on
 // the stream.
 func TestPublishLossFailsTheAttemptAndTheRetryRestores(t *testing.T) {
-	h := newHarness(t, `{"requests": [{"steps": [{"text": "Hello world."}]}]}`,
-		func(s *Settings) { s.PublishAckTimeout = time.Second })
-	lp := &lossyFirst{Provider: h.prov, h: h}
-	h.deps.Resolve = func(string) (model.Provider, model.Info, error) { return lp, h.prov.Info(), nil }
-	sid := "loss1"
-	h.session(sid, omni.ApproveAllowAll)
-	fr := h.runner(sid, echo)
-	r, done := h.start(sid, "t1", "hi")
-	lp.r.Store(r)
-	if st := h.wait(done); st != Completed {
-		t.Fatalf("status %q", st)
-	}
-	msgs := h.messages(sid)
-	if got := requestEnds(msgs); len(got) != 2 || got[0] != (endWant{omni.StatusTimeout, 1, 20}) || got[1] != (endWant{omni.StatusCompleted, 2, 0}) {
-		t.Fatalf("request_ends %v, want (timeout,1,20) (completed,2,0)%s", got, dump(msgs))
-	}
-	end1 := index(msgs, isType(omni.TypeRequestEnd, ""))
-	if !strings.Contains(msgs[end1].Payload.ErrorMessage, "did not store") {
-		t.Fatalf("first request_end error %q", msgs[end1].Payload.ErrorMessage)
-	}
-	first := msgs[:end1]
+	_, fr, lp, msgs := lossyRun(t, "loss1", nil, `{"requests": [{"steps": [{"text": "Hello world."}]}]}`)
 	// The failed attempt on the stream: begin, start "Hello ", the stop the
 	// recovery added, the complete text of what was stored, its usage.
-	var shape []string
-	for _, m := range first[index(first, isType(omni.TypeRequestBegin, "")):] {
-		p := m.Payload
-		shape = append(shape, p.Type+"/"+p.EventType+"/"+p.Content()+"/"+p.StopReason)
-	}
-	want := []string{
+	failedAttempt(t, msgs,
 		"request_begin///",
 		"partial_text/start/Hello /",
 		"partial_text/stop//",
 		"text//Hello /failed",
 		"token_usage///",
-	}
-	if strings.Join(shape, "\n") != strings.Join(want, "\n") {
-		t.Fatalf("failed attempt:\n%s\nwant\n%s%s", strings.Join(shape, "\n"), strings.Join(want, "\n"), dump(msgs))
-	}
+	)
 	if i := index(msgs, func(m *omni.Message) bool { return m.Payload.ToolCallID == "call_lost" }); i >= 0 {
 		t.Fatalf("the lost call is on the stream%s", dump(msgs))
 	}
@@ -125,5 +106,86 @@ func TestPublishLossFailsTheAttemptAndTheRetryRestores(t *testing.T) {
 	}
 	if n := lp.calls.Load(); n != 2 {
 		t.Fatalf("model called %d times, want 2", n)
+	}
+}
+
+// lossyRun runs a Task on a new harness whose first request plays play
+// (helloLost when nil) and the rest script, checks that the first attempt
+// failed for the loss and the retry completed, and returns the stream.
+func lossyRun(t *testing.T, sid string, play func(context.Context, *lossyFirst, *Runner, func(model.Delta) error) (model.Result, error), script string) (*harness, *fakeRunner, *lossyFirst, []omni.Message) {
+	t.Helper()
+	h := newHarness(t, script, func(s *Settings) { s.PublishAckTimeout = time.Second })
+	lp := &lossyFirst{Provider: h.prov, h: h, play: play}
+	h.deps.Resolve = func(string) (model.Provider, model.Info, error) { return lp, h.prov.Info(), nil }
+	h.session(sid, omni.ApproveAllowAll)
+	fr := h.runner(sid, echo)
+	r, done := h.start(sid, "t1", "hi")
+	lp.r.Store(r)
+	if st := h.wait(done); st != Completed {
+		t.Fatalf("status %q%s", st, dump(h.messages(sid)))
+	}
+	msgs := h.messages(sid)
+	if got := requestEnds(msgs); len(got) != 2 || got[0] != (endWant{omni.StatusTimeout, 1, 20}) || got[1] != (endWant{omni.StatusCompleted, 2, 0}) {
+		t.Fatalf("request_ends %v, want (timeout,1,20) (completed,2,0)%s", got, dump(msgs))
+	}
+	end1 := index(msgs, isType(omni.TypeRequestEnd, ""))
+	if !strings.Contains(msgs[end1].Payload.ErrorMessage, "did not store") {
+		t.Fatalf("first request_end error %q", msgs[end1].Payload.ErrorMessage)
+	}
+	return h, fr, lp, msgs
+}
+
+// failedAttempt checks the first attempt on the stream, from its
+// request_begin to its request_end, as type/event/content/stop_reason.
+func failedAttempt(t *testing.T, msgs []omni.Message, want ...string) {
+	t.Helper()
+	first := msgs[:index(msgs, isType(omni.TypeRequestEnd, ""))]
+	var shape []string
+	for _, m := range first[index(first, isType(omni.TypeRequestBegin, "")):] {
+		p := m.Payload
+		shape = append(shape, p.Type+"/"+p.EventType+"/"+p.Content()+"/"+p.StopReason)
+	}
+	if strings.Join(shape, "\n") != strings.Join(want, "\n") {
+		t.Fatalf("failed attempt:\n%s\nwant\n%s%s", strings.Join(shape, "\n"), strings.Join(want, "\n"), dump(msgs))
+	}
+}
+
+// A tool call whose start is stored but whose arguments the stream
+// refuses (the batch carrying them fails: the publisher reports the
+// attempt's messages lost from the begin on, the start with them): closing
+// the attempt reads the start back and ends its segment (stop, then the
+// tool_call with what was stored, failed), and the call, whose complete
+// message was never stored, gets no decision and never runs. The retry
+// answers.
+func TestAToolCallCutAfterItsStartIsClosedAndNeverRuns(t *testing.T) {
+	_, fr, _, msgs := lossyRun(t, "loss2", func(ctx context.Context, l *lossyFirst, r *Runner, emit func(model.Delta) error) (model.Result, error) {
+		l.h.maxMsgSize(1024)
+		call := model.Delta{Type: omni.TypeToolCall, Name: "exec_command", ToolCallID: "call_cut", Text: `{"cmd":"`}
+		if err := emit(call); err != nil {
+			return model.Result{}, err
+		}
+		call.Text = strings.Repeat("x", 4096)
+		_ = emit(call)
+		if _, err := r.pub.Settle(ctx); err == nil {
+			l.h.t.Error("the stream stored a message bigger than its max message size")
+		}
+		l.h.maxMsgSize(-1)
+		call.Text, call.End = `"}`, true
+		_ = emit(call)
+		return model.Result{StopReason: omni.StatusCompleted, Usage: omni.Usage{Output: 3, Total: 10}}, nil
+	}, `{"requests": [{"steps": [{"text": "Done."}]}]}`)
+	failedAttempt(t, msgs,
+		"request_begin///",
+		`partial_tool_call/start/{"cmd":"/`,
+		"partial_tool_call/stop//",
+		`tool_call//{"cmd":"/failed`,
+		"token_usage///",
+	)
+	checkBrackets(t, msgs)
+	if i := index(msgs, isType(omni.TypeApprovalDecision, "call_cut")); i >= 0 {
+		t.Fatalf("the cut call was decided%s", dump(msgs))
+	}
+	if len(fr.ran()) != 0 {
+		t.Fatalf("the cut call ran: %v", fr.ran())
 	}
 }
