@@ -347,3 +347,50 @@ func TestAToolJobWhoseAckIsLostRunsOnce(t *testing.T) {
 		t.Fatalf("jobs taken with Msg-Ids %q, want one %q", ids, want)
 	}
 }
+
+// The stream refuses a call's approval decision itself (the request has
+// ended, the call is stored): the Runner resumes its stream, reads the
+// call back and publishes the decision again until it is stored; the job
+// follows it, the call runs once and the decision is stored once, before
+// the output.
+func TestALostApprovalDecisionIsPublishedAgain(t *testing.T) {
+	h := newHarness(t, twoTurns, nil)
+	var lb logBuf
+	h.deps.Log = zerolog.New(&lb)
+	sid := "decide1"
+	h.session(sid, omni.ApproveAlwaysAsk)
+	fr := h.runner(sid, echo)
+	done := h.run(sid, "t1", "go")
+	bustest.Eventually(t, 10*time.Second, "call_1 pending after its request ended", func() bool {
+		p := h.pending(sid)
+		return len(p) == 1 && p[0] == "call_1" && len(requestEnds(h.messages(sid))) == 1
+	})
+	restore := h.refuse(omni.SessionsStream)
+	if rep, err := h.control(sid, omni.CtlApprove, omni.Control{ToolCallID: "call_1", Decision: omni.DecisionAllow}); err != nil || !rep.OK {
+		t.Fatalf("approve: %+v %v", rep, err)
+	}
+	bustest.Eventually(t, 10*time.Second, "the decision refused", func() bool {
+		return lb.has("approval decision not stored")
+	})
+	if got := fr.ran(); len(got) != 0 {
+		t.Fatalf("the call ran before its decision was stored: %v", got)
+	}
+	restore()
+	if st := h.wait(done); st != Completed {
+		t.Fatalf("status %q%s", st, dump(h.messages(sid)))
+	}
+	msgs := h.messages(sid)
+	if n := count(msgs, isType(omni.TypeApprovalDecision, "call_1")); n != 1 {
+		t.Fatalf("%d decisions for call_1, want 1%s", n, dump(msgs))
+	}
+	dec, out := index(msgs, isType(omni.TypeApprovalDecision, "call_1")), index(msgs, isType(omni.TypeToolCallOutput, "call_1"))
+	if msgs[dec].Payload.Decision != omni.DecisionAllow || out < dec || msgs[out].Payload.Output != "ran call_1" {
+		t.Fatalf("decision@%d %q, output@%d%s", dec, msgs[dec].Payload.Decision, out, dump(msgs))
+	}
+	if got := fr.ran(); len(got) != 1 {
+		t.Fatalf("runs %v, want call_1 once", got)
+	}
+	if errs := h.prov.Mismatches(); len(errs) > 0 {
+		t.Fatalf("model saw: %v", errs)
+	}
+}

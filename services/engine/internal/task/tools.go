@@ -137,6 +137,7 @@ func (r *Runner) publishDecision(ctx context.Context, ad *omni.Message, id strin
 		if errors.Is(err, publish.ErrFenced) || ctx.Err() != nil || time.Now().After(deadline) {
 			return err
 		}
+		r.log.Warn().Err(err).Str("tool_call_id", id).Msg("approval decision not stored; reading the call back")
 		for r.pub.Failed() && ctx.Err() == nil && time.Now().Before(deadline) {
 			if !r.inAttempt.Load() {
 				// No request is streaming: the loss is not one a
