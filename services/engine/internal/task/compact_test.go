@@ -228,3 +228,103 @@ func TestCompactionUnusableAnswerAndAbortDuringItsBackoff(t *testing.T) {
 		t.Fatalf("model called %d times, want 2", n)
 	}
 }
+
+// A context-length compaction inside a Task: the first request used
+// exactly the Session's max_context_length, so before the next request
+// the context (input, tool call and output) is summarized; that request
+// starts from the summary alone, and the Task ends without a second
+// compaction (the new context's last request is small).
+func TestContextLengthCompactsBeforeTheNextRequest(t *testing.T) {
+	h := newHarness(t, `{"requests": [
+	  {"usage": {"total": 100}, "steps": [{"tool_call": {"name": "exec_command", "id": "call_1", "arguments": {"cmd": "make"}}}]},
+	  {"usage": {"total": 50}, "steps": [{"text": "[summary]make ran[/summary]"}]},
+	  {"usage": {"total": 10}, "steps": [{"text": "Done."}]}
+	]}`, nil)
+	rec := &recorder{Provider: h.prov}
+	h.deps.Resolve = func(string) (model.Provider, model.Info, error) { return rec, h.prov.Info(), nil }
+	sid := "compact5"
+	h.sessionWith(sid, omni.ApproveAllowAll, func(r *omni.SessionRecord) {
+		r.Compaction = omni.CompactionConfig{MaxContextLength: 100, Mode: omni.ModeSummarize}
+	})
+	h.runner(sid, echo)
+	h.complete(sid, "t1", "build it")
+	msgs := h.messages(sid)
+	begin := index(msgs, isType(omni.TypeCompactionBegin, ""))
+	out := index(msgs, isType(omni.TypeToolCallOutput, "call_1"))
+	if begin < 0 || begin < out || count(msgs, isType(omni.TypeCompactionBegin, "")) != 1 {
+		t.Fatalf("compaction_begin@%d, want one after call_1's output@%d%s", begin, out, dump(msgs))
+	}
+	if p := msgs[begin].Payload; p.Reason != omni.CompactContext || p.Mode != omni.ModeSummarize {
+		t.Fatalf("compaction_begin reason %q mode %q", p.Reason, p.Mode)
+	}
+	if ends := compactionEnds(msgs); len(ends) != 1 || ends[0].Status != omni.StatusCompleted {
+		t.Fatalf("compaction_end %+v%s", ends, dump(msgs))
+	}
+	// The Task's last request comes after the new head.
+	end := index(msgs, isType(omni.TypeCompactionEnd, ""))
+	if tail := msgs[end+1:]; len(tail) < 3 || !tail[0].IsSessionMeta() || tail[1].Payload.Type != omni.TypeToolListReady ||
+		tail[len(tail)-1].Payload.Type != omni.TypeRequestEnd {
+		t.Fatalf("after compaction_end:%s", dump(tail))
+	}
+	reqs := rec.requests()
+	if len(reqs) != 3 {
+		t.Fatalf("%d model requests, want 3", len(reqs))
+	}
+	if c := shapes(reqs[1]); len(c) != 4 || !strings.Contains(c[0], `"build it"`) || !strings.Contains(c[2], "ran call_1") || !strings.Contains(c[3], "Summarize") {
+		t.Fatalf("compaction request context %q", c)
+	}
+	if c := shapes(reqs[2]); len(c) != 1 || !strings.Contains(c[0], omni.TagContextSummary) || !strings.Contains(c[0], "make ran") {
+		t.Fatalf("the request after the compaction: context %q, want the summary alone", c)
+	}
+}
+
+// Discard mode never compacts inside a Task (it would drop the Task's own
+// work): the turn-count trigger due after the first turn waits for the
+// Task boundary, where the context is dropped without a model request and
+// a new head starts; the next Task's context is its input alone.
+func TestDiscardCompactionWaitsForTheBoundaryAndDropsTheContext(t *testing.T) {
+	h := newHarness(t, `{"requests": [
+	  {"steps": [{"tool_call": {"name": "exec_command", "id": "call_1", "arguments": {"cmd": "make"}}}]},
+	  {"expect_tool_outputs": ["call_1"], "steps": [{"text": "Built."}]},
+	  {"expect_last_user": "next", "steps": [{"text": "Next."}]}
+	]}`, nil)
+	rec := &recorder{Provider: h.prov}
+	h.deps.Resolve = func(string) (model.Provider, model.Info, error) { return rec, h.prov.Info(), nil }
+	sid := "compact6"
+	h.sessionWith(sid, omni.ApproveAllowAll, func(r *omni.SessionRecord) {
+		r.Compaction = omni.CompactionConfig{MaxSessionTurns: 1, Mode: omni.ModeDiscard}
+	})
+	h.runner(sid, echo)
+	h.complete(sid, "t1", "build it")
+	msgs := h.messages(sid)
+	begin := index(msgs, isType(omni.TypeCompactionBegin, ""))
+	lastEnd := -1
+	for i := range msgs {
+		if msgs[i].Payload.Type == omni.TypeRequestEnd {
+			lastEnd = i
+		}
+	}
+	if begin < 0 || begin < lastEnd || count(msgs, isType(omni.TypeCompactionBegin, "")) != 1 {
+		t.Fatalf("compaction_begin@%d, want one after the Task's last request_end@%d%s", begin, lastEnd, dump(msgs))
+	}
+	if p := msgs[begin].Payload; p.Reason != omni.CompactTurns || p.Mode != omni.ModeDiscard {
+		t.Fatalf("compaction_begin reason %q mode %q", p.Reason, p.Mode)
+	}
+	// No request inside it; then the new head and nothing else.
+	if tail := msgs[begin+1:]; len(tail) != 3 || tail[0].Payload.Type != omni.TypeCompactionEnd || tail[0].Payload.Status != omni.StatusCompleted ||
+		!tail[1].IsSessionMeta() || tail[2].Payload.Type != omni.TypeToolListReady {
+		t.Fatalf("after compaction_begin:%s", dump(tail))
+	}
+	if c := shapes(rec.requests()[1]); len(c) != 3 {
+		t.Fatalf("the Task's second request: context %q, want the whole Task", c)
+	}
+	h.update(sid, func(r *omni.SessionRecord) { r.Compaction = omni.CompactionConfig{} })
+	h.complete(sid, "t2", "next")
+	reqs := rec.requests()
+	if len(reqs) != 3 {
+		t.Fatalf("%d model requests, want 3 (discard asks the model nothing)", len(reqs))
+	}
+	if c := shapes(reqs[2]); len(c) != 1 || c[0] != `text role=user call= name= content="next"` {
+		t.Fatalf("next Task's context %q, want its input alone", c)
+	}
+}
