@@ -9,7 +9,6 @@ import (
 	"floe.dev/pkg/bus"
 	"floe.dev/pkg/bus/bustest"
 	"floe.dev/pkg/omni"
-	"floe.dev/services/engine/internal/model"
 )
 
 // classMessages reads the Session's messages of the given classes in
@@ -46,8 +45,7 @@ func TestCompactionAtTheTaskBoundaryRetriesAndStartsANewContext(t *testing.T) {
 	  {"steps": [{"text": "[summary]the user greeted[/summary]"}]},
 	  {"expect_last_user": "next", "steps": [{"text": "Next."}]}
 	]}`, nil)
-	rec := &recorder{Provider: h.prov}
-	h.deps.Resolve = func(string) (model.Provider, model.Info, error) { return rec, h.prov.Info(), nil }
+	rec := h.recorded()
 	sid := "compact1"
 	h.session(sid, omni.ApproveAllowAll)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -143,8 +141,7 @@ func TestCompactionThatFailsToTheEndKeepsTheOldContext(t *testing.T) {
 	  {"steps": [{"error": {"status": "failed", "message": "still down"}}]},
 	  {"expect_last_user": "next", "steps": [{"text": "Next."}]}
 	]}`, func(s *Settings) { s.RetryMax = 2 })
-	rec := &recorder{Provider: h.prov}
-	h.deps.Resolve = func(string) (model.Provider, model.Info, error) { return rec, h.prov.Info(), nil }
+	rec := h.recorded()
 	sid := "compact2"
 	h.compactingSession(sid)
 	if st := h.wait(h.run(sid, "t1", "hi")); st != Completed {
@@ -229,6 +226,18 @@ func TestCompactionUnusableAnswerAndAbortDuringItsBackoff(t *testing.T) {
 	}
 }
 
+// compactingRun runs Task t1 ("build it") to completion on a new
+// allow-all Session compacting by cfg, with a runner answering every
+// call, and returns the model's requests and the stream.
+func (h *harness) compactingRun(sid string, cfg omni.CompactionConfig) (*recorder, []omni.Message) {
+	h.t.Helper()
+	rec := h.recorded()
+	h.sessionWith(sid, omni.ApproveAllowAll, func(r *omni.SessionRecord) { r.Compaction = cfg })
+	h.runner(sid, echo)
+	h.complete(sid, "t1", "build it")
+	return rec, h.messages(sid)
+}
+
 // A context-length compaction inside a Task: the first request used
 // exactly the Session's max_context_length, so before the next request
 // the context (input, tool call and output) is summarized; that request
@@ -240,15 +249,7 @@ func TestContextLengthCompactsBeforeTheNextRequest(t *testing.T) {
 	  {"usage": {"total": 50}, "steps": [{"text": "[summary]make ran[/summary]"}]},
 	  {"usage": {"total": 10}, "steps": [{"text": "Done."}]}
 	]}`, nil)
-	rec := &recorder{Provider: h.prov}
-	h.deps.Resolve = func(string) (model.Provider, model.Info, error) { return rec, h.prov.Info(), nil }
-	sid := "compact5"
-	h.sessionWith(sid, omni.ApproveAllowAll, func(r *omni.SessionRecord) {
-		r.Compaction = omni.CompactionConfig{MaxContextLength: 100, Mode: omni.ModeSummarize}
-	})
-	h.runner(sid, echo)
-	h.complete(sid, "t1", "build it")
-	msgs := h.messages(sid)
+	rec, msgs := h.compactingRun("compact5", omni.CompactionConfig{MaxContextLength: 100, Mode: omni.ModeSummarize})
 	begin := index(msgs, isType(omni.TypeCompactionBegin, ""))
 	out := index(msgs, isType(omni.TypeToolCallOutput, "call_1"))
 	if begin < 0 || begin < out || count(msgs, isType(omni.TypeCompactionBegin, "")) != 1 {
@@ -288,15 +289,8 @@ func TestDiscardCompactionWaitsForTheBoundaryAndDropsTheContext(t *testing.T) {
 	  {"expect_tool_outputs": ["call_1"], "steps": [{"text": "Built."}]},
 	  {"expect_last_user": "next", "steps": [{"text": "Next."}]}
 	]}`, nil)
-	rec := &recorder{Provider: h.prov}
-	h.deps.Resolve = func(string) (model.Provider, model.Info, error) { return rec, h.prov.Info(), nil }
 	sid := "compact6"
-	h.sessionWith(sid, omni.ApproveAllowAll, func(r *omni.SessionRecord) {
-		r.Compaction = omni.CompactionConfig{MaxSessionTurns: 1, Mode: omni.ModeDiscard}
-	})
-	h.runner(sid, echo)
-	h.complete(sid, "t1", "build it")
-	msgs := h.messages(sid)
+	rec, msgs := h.compactingRun(sid, omni.CompactionConfig{MaxSessionTurns: 1, Mode: omni.ModeDiscard})
 	begin := index(msgs, isType(omni.TypeCompactionBegin, ""))
 	lastEnd := -1
 	for i := range msgs {

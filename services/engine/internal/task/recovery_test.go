@@ -17,7 +17,6 @@ import (
 
 	"floe.dev/pkg/bus/bustest"
 	"floe.dev/pkg/omni"
-	"floe.dev/services/engine/internal/model"
 )
 
 // The recovery paths the failover loops found (request_begin stored first
@@ -189,6 +188,13 @@ func (l *logBuf) Write(p []byte) (int, error) {
 	return l.b.Write(p)
 }
 
+// logs makes the Runners log to a logBuf the test reads.
+func (h *harness) logs() *logBuf {
+	lb := &logBuf{}
+	h.deps.Log = zerolog.New(lb)
+	return lb
+}
+
 func (l *logBuf) has(s string) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -257,8 +263,7 @@ func TestALostAckOfRequestBeginStoresItOnceAndKeepsTheTurn(t *testing.T) {
 	sid := "begin2"
 	al := &ackLoss{JetStream: h.env.JS, lose: loseFirst(omni.SessionSubject(sid, ""), `^t1/[0-9a-f]+/a[0-9]+-1/begin$`)}
 	h.deps.PubJS = al
-	rec := &recorder{Provider: h.prov}
-	h.deps.Resolve = func(string) (model.Provider, model.Info, error) { return rec, h.prov.Info(), nil }
+	rec := h.recorded()
 	h.session(sid, omni.ApproveAllowAll)
 	fr := h.runner(sid, echo)
 	h.complete(sid, "t1", "go")
@@ -299,8 +304,7 @@ const twoTurns = `{"requests": [
 // and its real output reaches the model.
 func TestAToolJobTheStreamRefusesIsPublishedAgain(t *testing.T) {
 	h := newHarness(t, twoTurns, nil)
-	var lb logBuf
-	h.deps.Log = zerolog.New(&lb)
+	lb := h.logs()
 	sid := "job1"
 	h.session(sid, omni.ApproveAllowAll)
 	fr := h.runner(sid, echo)
@@ -355,8 +359,7 @@ func TestAToolJobWhoseAckIsLostRunsOnce(t *testing.T) {
 // the output.
 func TestALostApprovalDecisionIsPublishedAgain(t *testing.T) {
 	h := newHarness(t, twoTurns, nil)
-	var lb logBuf
-	h.deps.Log = zerolog.New(&lb)
+	lb := h.logs()
 	sid := "decide1"
 	h.session(sid, omni.ApproveAlwaysAsk)
 	fr := h.runner(sid, echo)

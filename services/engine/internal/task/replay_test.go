@@ -166,6 +166,13 @@ func (r *recorder) requests() [][]*omni.Message {
 	return append([][]*omni.Message(nil), r.reqs...)
 }
 
+// recorded makes the harness's model a recorder of the scripted one.
+func (h *harness) recorded() *recorder {
+	rec := &recorder{Provider: h.prov}
+	h.deps.Resolve = func(string) (model.Provider, model.Info, error) { return rec, h.prov.Info(), nil }
+	return rec
+}
+
 func (r *recorder) Stream(ctx context.Context, req *model.Request, emit func(model.Delta) error) (model.Result, error) {
 	r.mu.Lock()
 	r.reqs = append(r.reqs, append([]*omni.Message(nil), req.Messages...))
@@ -181,8 +188,7 @@ func TestResumeFromRecordedTraceFeedsTheFoldedContext(t *testing.T) {
 	// Only the last request of the script is played: the Trace covers the rest.
 	h := newHarness(t, `{"requests": [{"expect_last_user": "and again", "steps": [{"text": "Again."}]}]}`,
 		func(s *Settings) { s.Home = home })
-	rec := &recorder{Provider: h.prov}
-	h.deps.Resolve = func(string) (model.Provider, model.Info, error) { return rec, h.prov.Info(), nil }
+	rec := h.recorded()
 	path := trace.File(home, time.Now(), replaySID, 1)
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		t.Fatal(err)

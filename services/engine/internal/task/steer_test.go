@@ -7,7 +7,6 @@ import (
 
 	"floe.dev/pkg/bus/bustest"
 	"floe.dev/pkg/omni"
-	"floe.dev/services/engine/internal/model"
 )
 
 // Steering sent while a tool runs is published as a [user_steering] user
@@ -18,8 +17,7 @@ func TestSteeringReachesTheNextRequest(t *testing.T) {
 	  {"steps": [{"tool_call": {"name": "exec_command", "id": "call_1", "arguments": {"cmd": "make"}}}]},
 	  {"expect_last_user": "[user_steering]\nalso run the tests\n[/user_steering]", "steps": [{"text": "Built and tested."}]}
 	]}`, nil)
-	rec := &recorder{Provider: h.prov}
-	h.deps.Resolve = func(string) (model.Provider, model.Info, error) { return rec, h.prov.Info(), nil }
+	rec := h.recorded()
 	sid := "steer1"
 	h.session(sid, omni.ApproveAllowAll)
 	fr := h.runner(sid, func(omni.ToolJob) *omni.Message { return nil })
