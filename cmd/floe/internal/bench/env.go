@@ -29,10 +29,11 @@ import (
 // on a loopback listener. Each scenario gets its own env, so streams, caches
 // and memory figures of one scenario never leak into another.
 type env struct {
-	home string
-	st   *stack.Stack
-	nc   *nats.Conn          // the benchmark's own publisher connection
-	js   jetstream.JetStream // on nc, async publish window 4096 like the engine's
+	home    string
+	st      *stack.Stack
+	natsURL string              // "" when st embeds the server
+	nc      *nats.Conn          // the benchmark's own publisher connection
+	js      jetstream.JetStream // on nc, async publish window 4096 like the engine's
 
 	gwConn  *nats.Conn
 	release func()
@@ -45,11 +46,17 @@ type env struct {
 // startEnv starts an env under root/name; services adds engine, toolrunner,
 // tracer and gateway.
 func startEnv(ctx context.Context, root, name string, services bool, log zerolog.Logger) (*env, error) {
+	return startEnvOn(ctx, root, name, services, "", log)
+}
+
+// startEnvOn is startEnv on the nats-server at natsURL, over TCP (""
+// embeds one in this process).
+func startEnvOn(ctx context.Context, root, name string, services bool, natsURL string, log zerolog.Logger) (*env, error) {
 	home := filepath.Join(root, name)
 	if err := os.MkdirAll(home, 0o755); err != nil {
 		return nil, fmt.Errorf("bench: home: %w", err)
 	}
-	opts := stack.Options{Home: home, Listen: "off", Bus: bus.Config{}}
+	opts := stack.Options{Home: home, Listen: "off", NatsURL: natsURL, Bus: bus.Config{}}
 	if services {
 		eng := engine.Config{Home: home, RetryMax: 5}
 		eng.Defaults()
@@ -63,8 +70,8 @@ func startEnv(ctx context.Context, root, name string, services bool, log zerolog
 	if err != nil {
 		return nil, fmt.Errorf("bench: start stack: %w", err)
 	}
-	e := &env{home: home, st: st}
-	if e.nc, err = st.Server.Connect(nats.Name("floe-bench")); err != nil {
+	e := &env{home: home, st: st, natsURL: natsURL}
+	if e.nc, err = e.connect("floe-bench"); err != nil {
 		e.stop()
 		return nil, err
 	}
@@ -75,7 +82,7 @@ func startEnv(ctx context.Context, root, name string, services bool, log zerolog
 	if !services {
 		return e, nil
 	}
-	if e.gwConn, err = st.Server.Connect(nats.Name("floe-gateway")); err != nil {
+	if e.gwConn, err = e.connect("floe-gateway"); err != nil {
 		e.stop()
 		return nil, err
 	}
@@ -99,6 +106,15 @@ func startEnv(ctx context.Context, root, name string, services bool, log zerolog
 		Transport: &http.Transport{MaxIdleConnsPerHost: 64, IdleConnTimeout: 30 * time.Second},
 	}))
 	return e, nil
+}
+
+// connect opens a connection of the benchmark's own: in-process to an
+// embedded server, else over TCP.
+func (e *env) connect(name string) (*nats.Conn, error) {
+	if e.st.Server != nil {
+		return e.st.Server.Connect(nats.Name(name))
+	}
+	return nats.Connect(e.natsURL, nats.Name(name), nats.ReconnectBufSize(-1))
 }
 
 // stop shuts the env down (gateway streams, HTTP server, services,

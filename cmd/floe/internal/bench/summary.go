@@ -21,12 +21,19 @@ type Summary struct {
 	JSONDecode100kMs   *float64           `json:"json_decode_100k_ms,omitempty"`
 	Resume100kAllocMiB *float64           `json:"resume_100k_alloc_mib,omitempty"`
 	Trace100kMiB       *float64           `json:"trace_100k_mib,omitempty"`
-	IdleSessionRSSKiB  *float64           `json:"idle_session_rss_kib,omitempty"` // after real Tasks, past the block-cache expiry
-	// IdleSessionRSS10sKiB is the same 10 s after the last Task, with the
-	// streams' block caches of the last Tasks still held.
-	IdleSessionRSS10sKiB *float64 `json:"idle_session_rss_10s_kib,omitempty"`
-	ConsumersAfterIdle   *int     `json:"consumers_after_idle,omitempty"`
-	Errors               []string `json:"errors,omitempty"`
+	// IdleSessionRSSKiB is the RSS of both processes (Floe services,
+	// nats-server) per idle Session after real Tasks, past the block-cache
+	// expiry; IdleSessionFloeRSSKiB and IdleSessionNATSRSSKiB its two parts.
+	IdleSessionRSSKiB     *float64 `json:"idle_session_rss_kib,omitempty"`
+	IdleSessionFloeRSSKiB *float64 `json:"idle_session_floe_rss_kib,omitempty"`
+	IdleSessionNATSRSSKiB *float64 `json:"idle_session_nats_rss_kib,omitempty"`
+	// The same 10 s after the last Task, with the streams' block caches of
+	// the last Tasks still held.
+	IdleSessionRSS10sKiB     *float64 `json:"idle_session_rss_10s_kib,omitempty"`
+	IdleSessionFloeRSS10sKiB *float64 `json:"idle_session_floe_rss_10s_kib,omitempty"`
+	IdleSessionNATSRSS10sKiB *float64 `json:"idle_session_nats_rss_10s_kib,omitempty"`
+	ConsumersAfterIdle       *int     `json:"consumers_after_idle,omitempty"`
+	Errors                   []string `json:"errors,omitempty"`
 }
 
 // Summary digests the report.
@@ -64,8 +71,9 @@ func (r *Report) Summary() Summary {
 		}
 	}
 	if x := r.Tasks; x != nil {
-		s.IdleSessionRSSKiB = f(x.Mem.RSS / 1024)
-		s.IdleSessionRSS10sKiB = f(x.MemAtWait.RSS / 1024)
+		s.IdleSessionRSSKiB, s.IdleSessionRSS10sKiB = f(x.RSS()/1024), f(x.RSSAtWait()/1024)
+		s.IdleSessionFloeRSSKiB, s.IdleSessionNATSRSSKiB = f(x.Mem.RSS/1024), f(x.Broker.RSS/1024)
+		s.IdleSessionFloeRSS10sKiB, s.IdleSessionNATSRSS10sKiB = f(x.MemAtWait.RSS/1024), f(x.BrokerAtWait.RSS/1024)
 		s.ConsumersAfterIdle = &x.ConsumersAfter
 	}
 	s.Errors = r.Errors

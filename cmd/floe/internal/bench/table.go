@@ -13,7 +13,7 @@ import (
 func (r *Report) Markdown(w io.Writer, command string) {
 	c := r.Config
 	fmt.Fprintf(w, "`%s` — %s, %s, %s in total, load average %s at the start and %s at the end.\n\n", command, r.Started.UTC().Format("2006-01-02 15:04 UTC"), machine(), r.Elapsed.Round(time.Second), r.LoadBefore, r.LoadAfter)
-	fmt.Fprintf(w, "One process: embedded nats-server (file storage, in-process connections), engine, toolrunner, tracer, gateway (HTTP on 127.0.0.1) and the benchmark's own clients share the cores; each scenario has a fresh FLOE_HOME. Compare the ratios; the absolute figures move with the machine.\n\n")
+	fmt.Fprintf(w, "One process (except where a scenario says otherwise): embedded nats-server (file storage, in-process connections), engine, toolrunner, tracer, gateway (HTTP on 127.0.0.1) and the benchmark's own clients share the cores; each scenario has a fresh FLOE_HOME. Compare the ratios; the absolute figures move with the machine.\n\n")
 
 	if t := r.Throughput; t != nil {
 		fmt.Fprintf(w, "**Pipeline throughput**: %s text partials of %.0f B (%d blocks of %d deltas), one SSE client, median of %d run(s); rate from the first to the last arrival.\n\n",
@@ -83,12 +83,12 @@ func (r *Report) Markdown(w io.Writer, command string) {
 	}
 
 	if x := r.Tasks; x != nil {
-		d, w10 := x.Mem, x.MemAtWait
-		fmt.Fprintf(w, "**Idle Session after a real Task**: %s Sessions created through the API, each running one Task through the engine (a scripted model answering one text; 8 at a time; %s in all), traced, no client attached; process delta ÷ Sessions after GC, against a baseline taken after %s warm-up Sessions (so what the process holds whatever the Session count is in both), %v after the last Task and %v after it, when nats-server has dropped the block caches of the streams the last Tasks wrote (up to a block, 8 MiB for FLOE_SESSIONS, per stream, whatever the Session count):\n\n", num(x.Sessions), dur(x.Run), num(x.Warmup), x.Wait, settledWait)
+		d, w10, b, b10 := x.Mem, x.MemAtWait, x.Broker, x.BrokerAtWait
+		fmt.Fprintf(w, "**Idle Session after a real Task**: %s Sessions created through the API, each running one Task through the engine (a scripted model answering one text; 8 at a time; %s in all), traced, no client attached. Two processes, as in a deployment: the Floe services (engine, toolrunner, tracer, gateway, and the benchmark's HTTP client) in one, nats-server in another, connected over loopback TCP. Each process's delta ÷ Sessions after GC, against a baseline taken after %s warm-up Sessions (so what a process holds whatever the Session count is in both), %v after the last Task and %v after it, when nats-server has dropped the block caches of the streams the last Tasks wrote (up to a block, 8 MiB for FLOE_SESSIONS, per stream, whatever the Session count):\n\n", num(x.Sessions), dur(x.Run), num(x.Warmup), x.Wait, settledWait)
 		fmt.Fprintf(w, "| per idle Session | %v after | %v after |\n|---|---:|---:|\n", x.Wait, settledWait)
-		fmt.Fprintf(w, "| process RSS | %s | %s |\n| Go heap (live) | %s | %s |\n| … nats-server | %s | %s |\n| … nats.go | %s | %s |\n| … Floe services | %s | %s |\n| goroutines | %+.4f | %+.4f |\n\n",
-			kib(w10.RSS), kib(d.RSS), kib(w10.Heap), kib(d.Heap), kib(w10.ByOwner[ownerServer]), kib(d.ByOwner[ownerServer]),
-			kib(w10.ByOwner[ownerClient]), kib(d.ByOwner[ownerClient]), kib(w10.ByOwner[ownerFloe]), kib(d.ByOwner[ownerFloe]), w10.Goroutines, d.Goroutines)
+		fmt.Fprintf(w, "| RSS, both processes | %s | %s |\n| Floe services' process RSS | %s | %s |\n| … Go heap (live) | %s | %s |\n| … … Floe services | %s | %s |\n| … … nats.go | %s | %s |\n| … goroutines | %+.4f | %+.4f |\n| nats-server's process RSS | %s | %s |\n| … Go heap (live) | %s | %s |\n\n",
+			kib(x.RSSAtWait()), kib(x.RSS()), kib(w10.RSS), kib(d.RSS), kib(w10.Heap), kib(d.Heap), kib(w10.ByOwner[ownerFloe]), kib(d.ByOwner[ownerFloe]),
+			kib(w10.ByOwner[ownerClient]), kib(d.ByOwner[ownerClient]), w10.Goroutines, d.Goroutines, kib(b10.RSS), kib(b.RSS), kib(b10.Heap), kib(b.Heap))
 		fmt.Fprintf(w, "Consumers on FLOE_SESSIONS: %d before, at most %d while the Tasks ran, %d %v after the last Task (the tracer's durable is one).\n\n", x.ConsumersBefore, x.ConsumersPeak, x.ConsumersAfter, x.Wait)
 	}
 

@@ -16,14 +16,20 @@ import (
 // TasksIdleResult is what an idle Session costs after a real Task: each
 // Session created through the API and given one short Task that the engine
 // runs (a scripted model answering with one text), traced, no client
-// attached; measured consumersAfter after the last Task ended.
+// attached. The nats-server runs in a process of its own (a broker child),
+// as in a deployment, so the Floe services' memory and the broker's are
+// measured apart; both at idleWait and settledWait after the last Task.
 type TasksIdleResult struct {
 	Sessions int
 	Run      time.Duration // creating the Sessions and running every Task
-	Mem      memDelta      // per Session, the whole process, settledWait after the last Task
-	// MemAtWait is the same idleWait after the last Task, while the
-	// stream's block caches of the last Tasks are still held.
-	MemAtWait memDelta
+	// Mem is per Session, the Floe process (engine, toolrunner, tracer,
+	// gateway and the benchmark's client), settledWait after the last
+	// Task; Broker the same of the nats-server process.
+	Mem, Broker memDelta
+	// MemAtWait and BrokerAtWait are the same idleWait after the last
+	// Task, while the broker still holds the block caches of the last
+	// Tasks.
+	MemAtWait, BrokerAtWait memDelta
 	// ConsumersAfter is the number of consumers on FLOE_SESSIONS left
 	// idleWait after the last Task (the tracer's durable is one of them);
 	// ConsumersDuring its peak while the Tasks ran.
@@ -33,6 +39,11 @@ type TasksIdleResult struct {
 	// snapshot (their memory is not counted).
 	Warmup int
 }
+
+// RSS is the whole deployment's RSS per idle Session (both processes) at
+// settledWait, and RSSAtWait at idleWait.
+func (r *TasksIdleResult) RSS() float64       { return r.Mem.RSS + r.Broker.RSS }
+func (r *TasksIdleResult) RSSAtWait() float64 { return r.MemAtWait.RSS + r.BrokerAtWait.RSS }
 
 // idleWait is how long after the last Task the first figures are taken
 // ("within 10 s"); settledWait the second: by then nats-server's file store
@@ -87,13 +98,18 @@ func streamConsumers(ctx context.Context, e *env) (int, error) {
 const tasksWarmup = 100
 
 func runTasksIdle(ctx context.Context, c *Config, p *progress) (*TasksIdleResult, error) {
-	e, err := startEnv(ctx, c.root, "tasks-idle", true, c.Log)
+	ctx, cancel := context.WithTimeout(ctx, 8*time.Minute)
+	defer cancel()
+	br, err := startBroker(ctx, filepath.Join(c.root, "tasks-idle-broker"))
+	if err != nil {
+		return nil, err
+	}
+	defer br.stop()
+	e, err := startEnvOn(ctx, c.root, "tasks-idle", true, br.url, c.Log)
 	if err != nil {
 		return nil, err
 	}
 	defer e.stop()
-	ctx, cancel := context.WithTimeout(ctx, 8*time.Minute)
-	defer cancel()
 	ref, err := writeAnswerScript(e.home)
 	if err != nil {
 		return nil, err
@@ -125,6 +141,10 @@ func runTasksIdle(ctx context.Context, c *Config, p *progress) (*TasksIdleResult
 	}
 	sleepUntil(warm.Add(settledWait))
 	before := snapshot()
+	brBefore, err := br.snapshot()
+	if err != nil {
+		return nil, err
+	}
 	writeHeap(".before")
 	p.logf("tasks-idle: %d Sessions, one Task each through the engine", n)
 	t0 := time.Now()
@@ -136,14 +156,22 @@ func runTasksIdle(ctx context.Context, c *Config, p *progress) (*TasksIdleResult
 	p.logf("tasks-idle: %d Tasks in %v; measuring %v and %v after the last", n, res.Run.Round(time.Millisecond), idleWait, settledWait)
 	sleepUntil(last.Add(idleWait))
 	at10 := snapshot()
+	brAt10, err := br.snapshot()
+	if err != nil {
+		return nil, err
+	}
 	if res.ConsumersAfter, err = streamConsumers(ctx, e); err != nil {
 		return nil, err
 	}
 	sleepUntil(last.Add(settledWait))
 	after := snapshot()
+	brAfter, err := br.snapshot()
+	if err != nil {
+		return nil, err
+	}
 	writeHeap("")
-	res.MemAtWait = deltaPer(before, at10, n)
-	res.Mem = deltaPer(before, after, n)
+	res.MemAtWait, res.BrokerAtWait = deltaPer(before, at10, n), deltaPer(brBefore, brAt10, n)
+	res.Mem, res.Broker = deltaPer(before, after, n), deltaPer(brBefore, brAfter, n)
 	return res, nil
 }
 

@@ -23,6 +23,9 @@ import (
 func main() {
 	// As early as possible: live heap is attributed from the heap profile.
 	runtime.MemProfileRate = bench.MemProfileRate
+	if store := os.Getenv(bench.BrokerEnv); store != "" {
+		os.Exit(bench.RunBroker(store))
+	}
 	os.Exit(run())
 }
 
