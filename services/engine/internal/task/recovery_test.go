@@ -254,40 +254,53 @@ func TestRequestBeginIsStoredFirstWhileTheStreamRefusesIt(t *testing.T) {
 	}
 }
 
-// The broker stores an attempt's request_begin but its ack is lost: the
-// publisher sends it again with its Msg-Id, the stream drops the
-// duplicate, and the Runner still folds the begin it published, so the
-// turn (its tool call) is in the next request's context with its output.
-func TestALostAckOfRequestBeginStoresItOnceAndKeepsTheTurn(t *testing.T) {
-	h := newHarness(t, twoTurns, nil)
-	sid := "begin2"
-	al := &ackLoss{JetStream: h.env.JS, lose: loseFirst(omni.SessionSubject(sid, ""), `^t1/[0-9a-f]+/a[0-9]+-1/begin$`)}
-	h.deps.PubJS = al
-	rec := h.recorded()
-	h.session(sid, omni.ApproveAllowAll)
-	fr := h.runner(sid, echo)
-	h.complete(sid, "t1", "go")
-	reqs := rec.requests()
-	if len(reqs) != 2 {
-		t.Fatalf("%d model requests, want 2", len(reqs))
-	}
-	var shape []string
-	for _, m := range reqs[1] {
-		shape = append(shape, m.Payload.Type+"/"+m.Payload.Role+"/"+m.Payload.ToolCallID)
-	}
-	if want := "text/user/ tool_call/assistant/call_1 tool_call_output/user/call_1"; strings.Join(shape, " ") != want {
-		t.Fatalf("second request's context %q, want %q", strings.Join(shape, " "), want)
-	}
-	if al.lost.Load() != 1 {
-		t.Fatalf("%d acks lost, want 1", al.lost.Load())
-	}
-	msgs := h.messages(sid)
-	checkBrackets(t, msgs)
-	if n := count(msgs, isType(omni.TypeRequestBegin, "")); n != 2 {
-		t.Fatalf("%d request_begin, want 2%s", n, dump(msgs))
-	}
-	if got := fr.ran(); len(got) != 1 {
-		t.Fatalf("runs %v, want call_1 once", got)
+// The broker stores a message the Runner published with a Msg-Id but its
+// ack is lost: the publisher sends it again, the stream drops the
+// duplicate, and the Runner still folds what it published (the duplicate
+// was stored after it read the history), so the model context is whole:
+// for a lost request_begin the turn (its tool call) is in the next
+// request's context with its output, for the lost input the Task's input
+// is there. Each is stored once.
+func TestALostAckStoresOnceAndKeepsTheContext(t *testing.T) {
+	for _, c := range []struct{ name, msgID string }{
+		{"request_begin", `^t1/[0-9a-f]+/a[0-9]+-1/begin$`},
+		{"input", `^t1/in/0$`},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			h := newHarness(t, twoTurns, nil)
+			sid := "ackloss"
+			al := &ackLoss{JetStream: h.env.JS, lose: loseFirst(omni.SessionSubject(sid, ""), c.msgID)}
+			h.deps.PubJS = al
+			rec := h.recorded()
+			h.session(sid, omni.ApproveAllowAll)
+			fr := h.runner(sid, echo)
+			h.complete(sid, "t1", "go")
+			if al.lost.Load() != 1 {
+				t.Fatalf("%d acks lost, want 1", al.lost.Load())
+			}
+			reqs := rec.requests()
+			if len(reqs) != 2 {
+				t.Fatalf("%d model requests, want 2", len(reqs))
+			}
+			var shape []string
+			for _, m := range reqs[1] {
+				shape = append(shape, m.Payload.Type+"/"+m.Payload.Role+"/"+m.Payload.ToolCallID)
+			}
+			if want := "text/user/ tool_call/assistant/call_1 tool_call_output/user/call_1"; strings.Join(shape, " ") != want {
+				t.Fatalf("second request's context %q, want %q", strings.Join(shape, " "), want)
+			}
+			msgs := h.messages(sid)
+			checkBrackets(t, msgs)
+			if n := count(msgs, isType(omni.TypeRequestBegin, "")); n != 2 {
+				t.Fatalf("%d request_begin, want 2%s", n, dump(msgs))
+			}
+			if n := count(msgs, func(m *omni.Message) bool { return m.Payload.Type == omni.TypeText && m.Payload.Role == omni.RoleUser }); n != 1 {
+				t.Fatalf("%d user inputs, want 1%s", n, dump(msgs))
+			}
+			if got := fr.ran(); len(got) != 1 {
+				t.Fatalf("runs %v, want call_1 once", got)
+			}
+		})
 	}
 }
 
