@@ -47,7 +47,7 @@ func (r *Runner) openPublishers() {
 
 // publishOptions are the options of every producer of the Task.
 func (r *Runner) publishOptions() publish.Options {
-	return publish.Options{Fence: r.leaseValid, AckTimeout: r.d.Settings.PublishAckTimeout}
+	return publish.Options{Fence: r.leaseValid, AckTimeout: r.d.Settings.PublishAckTimeout, SyncDeadline: r.d.Settings.PublishSyncDeadline}
 }
 
 // closePublishers commits what is queued and stops the producers.

@@ -176,6 +176,16 @@ func checkBrackets(t *testing.T, msgs []omni.Message) {
 	}
 }
 
+// retryNow skips the reconnect wait of the Task running on sid, once one
+// is running.
+func (h *harness) retryNow(sid string) {
+	h.t.Helper()
+	bustest.Eventually(h.t, 10*time.Second, "a reconnect wait to skip", func() bool {
+		rep, err := h.control(sid, omni.CtlRetryNow, omni.Control{})
+		return err == nil && rep.Skipped
+	})
+}
+
 // logBuf is a zerolog sink tests can read while the Runner writes.
 type logBuf struct {
 	mu sync.Mutex
@@ -219,9 +229,7 @@ func TestRequestBeginIsStoredFirstWhileTheStreamRefusesIt(t *testing.T) {
 		return len(requestEnds(h.messages(sid))) == 1
 	})
 	restore := h.refuse(omni.SessionsStream)
-	if rep, err := h.control(sid, omni.CtlRetryNow, omni.Control{}); err != nil || !rep.Skipped {
-		t.Fatalf("retry_now: %+v %v", rep, err)
-	}
+	h.retryNow(sid)
 	time.Sleep(300 * time.Millisecond)
 	if n := h.prov.Calls(sid); n != 1 {
 		t.Fatalf("the model was called %d times while the retry's request_begin was not stored, want 1", n)
@@ -251,6 +259,45 @@ func TestRequestBeginIsStoredFirstWhileTheStreamRefusesIt(t *testing.T) {
 		if b.msgID != want {
 			t.Fatalf("begin %d Msg-Id %q, want %q", i+1, b.msgID, want)
 		}
+	}
+}
+
+// The stream refuses a retry's request_begin for longer than the
+// publisher retries a message (its sync deadline): the Runner does not
+// stream the attempt without it (its request_end would end a request the
+// stream never began). The attempt fails unseen, nothing of it on the
+// stream and the model not called, and the ladder's next attempt begins
+// once the stream takes messages again.
+func TestRequestBeginRefusedPastTheDeadlineFailsTheAttemptUnseen(t *testing.T) {
+	h := newHarness(t, `{"requests": [
+	  {"steps": [{"error": {"status": "failed", "message": "bad gateway"}}]},
+	  {"steps": [{"text": "Done."}]}
+	]}`, func(s *Settings) {
+		s.RetryBase, s.RetryCap, s.RetryMax = time.Minute, time.Minute, 2
+		s.PublishSyncDeadline = 200 * time.Millisecond
+	})
+	lb := h.logs()
+	sid := "begin3"
+	h.session(sid, omni.ApproveAllowAll)
+	done := h.run(sid, "t1", "hi")
+	bustest.Eventually(t, 10*time.Second, "the first request_end", func() bool {
+		return len(requestEnds(h.messages(sid))) == 1
+	})
+	restore := h.refuse(omni.SessionsStream)
+	h.retryNow(sid)
+	bustest.Eventually(t, 10*time.Second, "the second attempt's begin given up", func() bool { return lb.has("request_begin not stored") })
+	if n := h.prov.Calls(sid); n != 1 {
+		t.Fatalf("the model was called %d times without the attempt's request_begin stored, want 1", n)
+	}
+	restore()
+	h.retryNow(sid)
+	if st := h.wait(done); st != Completed {
+		t.Fatalf("status %q%s", st, dump(h.messages(sid)))
+	}
+	msgs := h.messages(sid)
+	checkBrackets(t, msgs)
+	if got := requestEnds(msgs); len(got) != 2 || got[0] != (endWant{omni.StatusFailed, 1, 60000}) || got[1] != (endWant{omni.StatusCompleted, 3, 0}) {
+		t.Fatalf("request_ends %v, want (failed,1,60000) (completed,3,0)%s", got, dump(msgs))
 	}
 }
 

@@ -53,11 +53,18 @@ func (r *Runner) attempt(ctx, actx context.Context, attempt int, retried string)
 	r.inAttempt.Store(true)
 	// The begin is stored before anything of the attempt goes out (with a
 	// Msg-Id, retried until stored): a request_end can then never end a
-	// request whose begin the stream lost.
+	// request whose begin the stream lost. A begin the stream does not
+	// take fails the attempt unseen (nothing of it on the stream, the
+	// model not called), and the ladder retries it.
 	begin := omni.RequestBegin()
 	if _, err := r.publishOnce(ctx, &begin, r.attemptMsgID(from+1, attempt)+"/begin"); err != nil {
-		r.log.Warn().Err(err).Msg("request_begin not confirmed; streaming the attempt anyway")
 		r.pub.Resume()
+		r.inAttempt.Store(false)
+		if ctx.Err() != nil || errors.Is(err, publish.ErrFenced) {
+			return statusShutdown, nil, "", true
+		}
+		r.log.Warn().Err(err).Int("attempt", attempt).Msg("request_begin not stored; the attempt is retried")
+		return omni.StatusTimeout, nil, retried, false
 	}
 
 	queue := make(chan omni.Message, 256)

@@ -90,6 +90,9 @@ type Settings struct {
 	// stream (0: pkg/bus/publish's default, 5 s); past it a message counts
 	// as lost.
 	PublishAckTimeout time.Duration
+	// PublishSyncDeadline bounds the retries of a message with a Msg-Id
+	// the stream does not take (0: pkg/bus/publish's default, 1 min).
+	PublishSyncDeadline time.Duration
 }
 
 // Deps are the connections a Task uses.
