@@ -301,6 +301,49 @@ func TestRequestBeginRefusedPastTheDeadlineFailsTheAttemptUnseen(t *testing.T) {
 	}
 }
 
+// As above, but the stream stored the begin while the publisher gave it
+// up (every ack of it lost: a slow leader): the next attempt sends the
+// same begin again, the stream answers with the stored one, and the
+// attempt goes on under it; no second begin opens inside the first.
+func TestARequestBeginStoredUnconfirmedIsTheNextAttempts(t *testing.T) {
+	h := newHarness(t, `{"requests": [
+	  {"steps": [{"error": {"status": "failed", "message": "bad gateway"}}]},
+	  {"steps": [{"text": "Done."}]}
+	]}`, func(s *Settings) {
+		s.RetryBase, s.RetryCap, s.RetryMax = time.Minute, time.Minute, 2
+		s.PublishSyncDeadline = 200 * time.Millisecond
+	})
+	lb := h.logs()
+	sid := "begin4"
+	var slow atomic.Bool
+	slow.Store(true)
+	begin2 := regexp.MustCompile(`-2/begin$`)
+	al := &ackLoss{JetStream: h.env.JS, lose: func(m *nats.Msg) bool {
+		return slow.Load() && begin2.MatchString(m.Header.Get(jetstream.MsgIDHeader))
+	}}
+	h.deps.PubJS = al
+	h.session(sid, omni.ApproveAllowAll)
+	done := h.run(sid, "t1", "hi")
+	bustest.Eventually(t, 10*time.Second, "the first request_end", func() bool {
+		return len(requestEnds(h.messages(sid))) == 1
+	})
+	h.retryNow(sid)
+	bustest.Eventually(t, 10*time.Second, "the second attempt's begin given up", func() bool { return lb.has("request_begin not stored") })
+	slow.Store(false)
+	if n := h.prov.Calls(sid); n != 1 || al.lost.Load() < 2 {
+		t.Fatalf("model called %d times, %d acks lost; want 1 call and every try of the begin unacknowledged", n, al.lost.Load())
+	}
+	h.retryNow(sid)
+	if st := h.wait(done); st != Completed {
+		t.Fatalf("status %q%s", st, dump(h.messages(sid)))
+	}
+	msgs := h.messages(sid)
+	checkBrackets(t, msgs)
+	if got := requestEnds(msgs); len(got) != 2 || got[1] != (endWant{omni.StatusCompleted, 3, 0}) {
+		t.Fatalf("request_ends %v, want the third attempt completed%s", got, dump(msgs))
+	}
+}
+
 // The broker stores a message the Runner published with a Msg-Id but its
 // ack is lost: the publisher sends it again, the stream drops the
 // duplicate, and the Runner still folds what it published (the duplicate

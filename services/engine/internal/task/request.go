@@ -54,10 +54,16 @@ func (r *Runner) attempt(ctx, actx context.Context, attempt int, retried string)
 	// The begin is stored before anything of the attempt goes out (with a
 	// Msg-Id, retried until stored): a request_end can then never end a
 	// request whose begin the stream lost. A begin the stream does not
-	// take fails the attempt unseen (nothing of it on the stream, the
-	// model not called), and the ladder retries it.
+	// confirm fails the attempt unseen (nothing more of it goes out, the
+	// model is not called), and the ladder retries it; the next attempt
+	// sends the same begin (Msg-Id) again, so a begin stored although it
+	// was never confirmed (a slow leader) becomes that attempt's, never a
+	// second one.
 	begin := omni.RequestBegin()
-	if _, err := r.publishOnce(ctx, &begin, r.attemptMsgID(from+1, attempt)+"/begin"); err != nil {
+	if r.beginID == "" {
+		r.beginID = r.attemptMsgID(from+1, attempt) + "/begin"
+	}
+	if _, err := r.publishOnce(ctx, &begin, r.beginID); err != nil {
 		r.pub.Resume()
 		r.inAttempt.Store(false)
 		if ctx.Err() != nil || errors.Is(err, publish.ErrFenced) {
@@ -66,6 +72,7 @@ func (r *Runner) attempt(ctx, actx context.Context, attempt int, retried string)
 		r.log.Warn().Err(err).Int("attempt", attempt).Msg("request_begin not stored; the attempt is retried")
 		return omni.StatusTimeout, nil, retried, false
 	}
+	r.beginID = ""
 
 	queue := make(chan omni.Message, 256)
 	approvalsDone := make(chan struct{})

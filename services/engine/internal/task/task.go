@@ -45,8 +45,8 @@
 // start are not guarded: rec, lease, abort, loseLease and the producers
 // (before the subscription servers start), replayed (before the outputs
 // consumer starts), prov, info, tools and toolPerms
-// (set by run before the first approval loop). rec.CarryOver, retryNext
-// and usage belong to the goroutine running Run (the agent loop).
+// (set by run before the first approval loop). rec.CarryOver, retryNext,
+// beginID and usage belong to the goroutine running Run (the agent loop).
 package task
 
 import (
@@ -190,6 +190,9 @@ type Runner struct {
 	retryNext  bool
 	// replayed is the last stream sequence of the history Run folded.
 	replayed uint64
+	// beginID is the Msg-Id of a request_begin the stream never
+	// confirmed: the next attempt sends it again (see attempt).
+	beginID string
 
 	children       map[string]string        // running child Session → its Task
 	childApprovals map[string]childApproval // a child's pending calls
