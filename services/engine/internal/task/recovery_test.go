@@ -211,6 +211,36 @@ func (l *logBuf) has(s string) bool {
 	return bytes.Contains(l.b.Bytes(), []byte(s))
 }
 
+// failThenDone is a script whose first request fails and whose second
+// answers.
+const failThenDone = `{"requests": [
+  {"steps": [{"error": {"status": "failed", "message": "bad gateway"}}]},
+  {"steps": [{"text": "Done."}]}
+]}`
+
+// slowLadder waits a minute before each reconnect (retry_now skips it), at
+// most retries times, and bounds the producers' Msg-Id retries by
+// deadline (0: the default).
+func slowLadder(retries int, deadline time.Duration) func(*Settings) {
+	return func(s *Settings) {
+		s.RetryBase, s.RetryCap, s.RetryMax = time.Minute, time.Minute, retries
+		s.PublishSyncDeadline = deadline
+	}
+}
+
+// runFailedOnce starts Task t1 on a new allow-all Session sid and waits
+// for its first request_end (the script's failure): the Runner then waits
+// to reconnect.
+func (h *harness) runFailedOnce(sid string) <-chan result {
+	h.t.Helper()
+	h.session(sid, omni.ApproveAllowAll)
+	done := h.run(sid, "t1", "hi")
+	bustest.Eventually(h.t, 10*time.Second, "the first request_end", func() bool {
+		return len(requestEnds(h.messages(sid))) == 1
+	})
+	return done
+}
+
 // While the stream refuses the retry's request_begin (the publisher
 // retries it), nothing of the attempt goes out and the model is not
 // called; once the stream takes it again, the begin is stored once, with
@@ -218,16 +248,9 @@ func (l *logBuf) has(s string) bool {
 // attempt follows it. A begin that went out in the attempt's batch would
 // be lost with it and its request_end stored without it.
 func TestRequestBeginIsStoredFirstWhileTheStreamRefusesIt(t *testing.T) {
-	h := newHarness(t, `{"requests": [
-	  {"steps": [{"error": {"status": "failed", "message": "bad gateway"}}]},
-	  {"steps": [{"text": "Done."}]}
-	]}`, func(s *Settings) { s.RetryBase, s.RetryCap, s.RetryMax = time.Minute, time.Minute, 1 })
+	h := newHarness(t, failThenDone, slowLadder(1, 0))
 	sid := "begin1"
-	h.session(sid, omni.ApproveAllowAll)
-	done := h.run(sid, "t1", "hi")
-	bustest.Eventually(t, 10*time.Second, "the first request_end", func() bool {
-		return len(requestEnds(h.messages(sid))) == 1
-	})
+	done := h.runFailedOnce(sid)
 	restore := h.refuse(omni.SessionsStream)
 	h.retryNow(sid)
 	time.Sleep(300 * time.Millisecond)
@@ -269,20 +292,10 @@ func TestRequestBeginIsStoredFirstWhileTheStreamRefusesIt(t *testing.T) {
 // stream and the model not called, and the ladder's next attempt begins
 // once the stream takes messages again.
 func TestRequestBeginRefusedPastTheDeadlineFailsTheAttemptUnseen(t *testing.T) {
-	h := newHarness(t, `{"requests": [
-	  {"steps": [{"error": {"status": "failed", "message": "bad gateway"}}]},
-	  {"steps": [{"text": "Done."}]}
-	]}`, func(s *Settings) {
-		s.RetryBase, s.RetryCap, s.RetryMax = time.Minute, time.Minute, 2
-		s.PublishSyncDeadline = 200 * time.Millisecond
-	})
+	h := newHarness(t, failThenDone, slowLadder(2, 200*time.Millisecond))
 	lb := h.logs()
 	sid := "begin3"
-	h.session(sid, omni.ApproveAllowAll)
-	done := h.run(sid, "t1", "hi")
-	bustest.Eventually(t, 10*time.Second, "the first request_end", func() bool {
-		return len(requestEnds(h.messages(sid))) == 1
-	})
+	done := h.runFailedOnce(sid)
 	restore := h.refuse(omni.SessionsStream)
 	h.retryNow(sid)
 	bustest.Eventually(t, 10*time.Second, "the second attempt's begin given up", func() bool { return lb.has("request_begin not stored") })
@@ -306,13 +319,7 @@ func TestRequestBeginRefusedPastTheDeadlineFailsTheAttemptUnseen(t *testing.T) {
 // same begin again, the stream answers with the stored one, and the
 // attempt goes on under it; no second begin opens inside the first.
 func TestARequestBeginStoredUnconfirmedIsTheNextAttempts(t *testing.T) {
-	h := newHarness(t, `{"requests": [
-	  {"steps": [{"error": {"status": "failed", "message": "bad gateway"}}]},
-	  {"steps": [{"text": "Done."}]}
-	]}`, func(s *Settings) {
-		s.RetryBase, s.RetryCap, s.RetryMax = time.Minute, time.Minute, 2
-		s.PublishSyncDeadline = 200 * time.Millisecond
-	})
+	h := newHarness(t, failThenDone, slowLadder(2, 200*time.Millisecond))
 	lb := h.logs()
 	sid := "begin4"
 	var slow atomic.Bool
@@ -322,11 +329,7 @@ func TestARequestBeginStoredUnconfirmedIsTheNextAttempts(t *testing.T) {
 		return slow.Load() && begin2.MatchString(m.Header.Get(jetstream.MsgIDHeader))
 	}}
 	h.deps.PubJS = al
-	h.session(sid, omni.ApproveAllowAll)
-	done := h.run(sid, "t1", "hi")
-	bustest.Eventually(t, 10*time.Second, "the first request_end", func() bool {
-		return len(requestEnds(h.messages(sid))) == 1
-	})
+	done := h.runFailedOnce(sid)
 	h.retryNow(sid)
 	bustest.Eventually(t, 10*time.Second, "the second attempt's begin given up", func() bool { return lb.has("request_begin not stored") })
 	slow.Store(false)
