@@ -358,7 +358,10 @@ func (p *Publisher) answer(it item, a Ack) {
 	}
 	var err error
 	if p.failed != nil {
-		err = p.failed
+		// A copy: the goroutine goes on counting what it drops in
+		// p.failed while the caller reads the error.
+		f := *p.failed
+		err = &f
 		a = Ack{}
 	}
 	it.reply <- result{a, err}

@@ -401,3 +401,29 @@ func TestPublishJSHasNoReconnectBuffer(t *testing.T) {
 	}
 	closeSame()
 }
+
+// The failure Settle reports is the caller's to read while the Publisher
+// goes on dropping (and counting) later messages: it holds the count at
+// the time it was reported. (The Publisher once handed out its own
+// FailedError and kept incrementing Dropped in it: a data race with the
+// caller formatting the error, which -race caught in an engine test.)
+func TestAReportedFailureIsTheCallersCopy(t *testing.T) {
+	t.Parallel()
+	env := bustest.Start(t, bus.Config{})
+	pub := publish.New(env.JS, publish.Options{Fence: func() bool { return false }})
+	defer pub.Close()
+	ctx := ctxT(t)
+	pub.Publish(ctx, msg(sid, omni.ClassPartial, 0, 0)) // fenced: the failure
+	pub.Publish(ctx, msg(sid, omni.ClassPartial, 0, 1)) // dropped after it
+	_, err := pub.Settle(ctx)
+	var fe *publish.FailedError
+	if !errors.As(err, &fe) || fe.Dropped != 1 {
+		t.Fatalf("settle = %v, want a FailedError with 1 dropped", err)
+	}
+	pub.Publish(ctx, msg(sid, omni.ClassPartial, 0, 2)) // dropped while the caller reads err
+	text := err.Error()
+	_, later := pub.Settle(ctx)
+	if fe.Dropped != 1 || !errors.As(later, &fe) || fe.Dropped != 2 {
+		t.Fatalf("first report %q, the next %v: want 1 then 2 dropped", text, later)
+	}
+}
