@@ -359,7 +359,7 @@ func (r *Runner) recordOutput(m *omni.Message) {
 // lost. The output's Msg-Id collapses it with the runner's own when that
 // got there first: the stream then answers with the stored one's sequence,
 // which is read and recorded, so the call ends even when the outputs
-// consumer missed it (an ordered consumer left silent by a node loss).
+// consumer missed it (one lost with its server, not yet replaced).
 func (r *Runner) publishLostOutput(actx context.Context, out *omni.Message) {
 	id := out.Payload.ToolCallID
 	nm, err := bus.SessionMsg(r.sid, out, bus.OutputMsgID(r.sid, id))
@@ -419,30 +419,31 @@ func (r *Runner) enqueueJob(actx context.Context, nm *nats.Msg) (*jetstream.PubA
 }
 
 func (r *Runner) followOutputs(ctx context.Context, startSeq uint64) (stop func(), err error) {
-	cfg := jetstream.OrderedConsumerConfig{
-		FilterSubjects: []string{omni.SessionSubject(r.sid, omni.ClassModel)},
-		DeliverPolicy:  jetstream.DeliverByStartSequencePolicy,
-		OptStartSeq:    startSeq,
-	}
-	cons, err := r.d.JS.OrderedConsumer(ctx, omni.SessionsStream, cfg)
+	// A Tail, not nats.go's ordered consumer: that one could stay silent
+	// for the rest of the Task when the server its consumer lived on was
+	// killed, and every later call waited out the heartbeat timeout
+	// (bus.Tail says why).
+	tail, err := bus.StartTail(ctx, r.d.JS, omni.SessionsStream, []string{omni.SessionSubject(r.sid, omni.ClassModel)}, startSeq,
+		bus.TailOptions{OnError: func(err error, replacing bool) {
+			if !r.aborted() {
+				r.log.Warn().Err(err).Bool("replacing", replacing).Msg("outputs consumer")
+			}
+		}},
+		func(msg jetstream.Msg) {
+			m, err := omni.Decode(msg.Data())
+			if err != nil {
+				r.log.Warn().Err(err).Str("subject", msg.Subject()).Msg("undecodable message on model subject skipped")
+				return
+			}
+			if m.Payload.Type != omni.TypeToolCallOutput {
+				return
+			}
+			r.recordOutput(&m)
+		})
 	if err != nil {
 		return nil, fmt.Errorf("follow outputs: %w", err)
 	}
-	cc, err := cons.Consume(func(msg jetstream.Msg) {
-		m, err := omni.Decode(msg.Data())
-		if err != nil {
-			r.log.Warn().Err(err).Str("subject", msg.Subject()).Msg("undecodable message on model subject skipped")
-			return
-		}
-		if m.Payload.Type != omni.TypeToolCallOutput {
-			return
-		}
-		r.recordOutput(&m)
-	})
-	if err != nil {
-		return nil, fmt.Errorf("follow outputs: %w", err)
-	}
-	return func() { cc.Stop(); <-cc.Closed(); bus.DeleteConsumer(r.d.JS, cons) }, nil
+	return tail.Stop, nil
 }
 
 // onControl serves floe.ctl.<sid>.<verb> for the Task's lifetime.

@@ -1,0 +1,278 @@
+package bus
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// TailOptions tunes Tail. The zero value is the default.
+type TailOptions struct {
+	// Heartbeat is the idle heartbeat asked of the server for each pull;
+	// two missed ones replace the consumer (default 1 s).
+	Heartbeat time.Duration
+	// CreateTimeout bounds each consumer creation (default 2 s).
+	CreateTimeout time.Duration
+	// OnError, when set, is told of every error of the consumer or of a
+	// replacement, and whether the consumer is being replaced for it.
+	OnError func(err error, replacing bool)
+}
+
+// Tail reads a stream's messages on subjects from startSeq on, in stream
+// order, each once, handing them to fn until Stop. It is an ordered
+// consumer that survives the loss of the server its consumer lives on.
+//
+// Like nats.go's ordered consumer it uses an ephemeral, unacknowledged,
+// R1 memory consumer and replaces it, from the sequence after the last
+// message handed to fn, when it misses two heartbeats, is deleted, or
+// delivers out of order. Unlike it, it never retries a creation under the
+// same name. nats.go's reset retries the same name (its placement
+// already decided by the meta leader) with 10 s timeouts and a backoff
+// growing to 10 s, and reports nothing until it succeeds, while it holds
+// the consumer's lock. After a kill -9 the dead server is not known to be
+// offline for minutes, so a consumer placed on it stays silent for the
+// rest of a Task. Here each creation is a new consumer with a new name,
+// bounded by CreateTimeout, retried after at most 2 s, and the heartbeat
+// is 1 s instead of 5 s, so a lost consumer is replaced within seconds.
+//
+// fn runs on the consumer's delivery goroutine with Tail's lock held: it
+// must not call Stop, and a slow fn holds up the delivery.
+type Tail struct {
+	js       jetstream.JetStream
+	stream   string
+	subjects []string
+	o        TailOptions
+	fn       func(jetstream.Msg)
+
+	ctx    context.Context // ended by Stop: bounds creations
+	cancel context.CancelFunc
+	kick   chan int // a generation to replace
+	done   chan struct{}
+	exited chan struct{} // loop has returned
+
+	mu   sync.Mutex
+	gen  int    // the current consumer's generation; others' deliveries are dropped
+	next uint64 // the stream sequence after the last message handed to fn
+	dseq uint64 // the current consumer's last delivery sequence
+	cons jetstream.Consumer
+	cc   jetstream.ConsumeContext
+}
+
+// StartTail starts reading. The first consumer is created under ctx; an error
+// creating it is returned. Later ones are created by Tail itself.
+func StartTail(ctx context.Context, js jetstream.JetStream, stream string, subjects []string, startSeq uint64, o TailOptions, fn func(jetstream.Msg)) (*Tail, error) {
+	if o.Heartbeat <= 0 {
+		o.Heartbeat = time.Second
+	}
+	if o.CreateTimeout <= 0 {
+		o.CreateTimeout = 2 * time.Second
+	}
+	t := &Tail{js: js, stream: stream, subjects: subjects, o: o, fn: fn,
+		kick: make(chan int, 1), done: make(chan struct{}), exited: make(chan struct{}), next: max(startSeq, 1)}
+	t.ctx, t.cancel = context.WithCancel(context.Background())
+	if err := t.create(ctx, 0); err != nil {
+		t.cancel()
+		return nil, err
+	}
+	go t.loop()
+	return t, nil
+}
+
+// Consumer returns the name of the consumer in use ("" while none is).
+func (t *Tail) Consumer() string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.cons == nil {
+		return ""
+	}
+	return t.cons.CachedInfo().Name
+}
+
+// Stop ends the reading: fn is not called once Stop has returned, and the
+// consumer is deleted.
+func (t *Tail) Stop() {
+	t.cancel()
+	close(t.done)
+	<-t.exited
+	t.mu.Lock()
+	t.gen++
+	cons, cc := t.cons, t.cc
+	t.cons, t.cc = nil, nil
+	t.mu.Unlock()
+	if cc != nil {
+		cc.Stop()
+		<-cc.Closed()
+	}
+	if cons != nil {
+		DeleteConsumer(t.js, cons)
+	}
+}
+
+// loop replaces the consumer when asked to, until Stop.
+func (t *Tail) loop() {
+	defer close(t.exited)
+	for {
+		select {
+		case g := <-t.kick:
+			t.mu.Lock()
+			current := g == t.gen
+			t.mu.Unlock()
+			if current {
+				t.replace()
+			}
+		case <-t.done:
+			return
+		}
+	}
+}
+
+// replace drops the current consumer and creates another from the
+// sequence after the last message handed to fn, retrying until Stop.
+func (t *Tail) replace() {
+	t.mu.Lock()
+	t.gen++
+	g := t.gen
+	cons, cc := t.cons, t.cc
+	t.cons, t.cc = nil, nil
+	t.mu.Unlock()
+	if cc != nil {
+		cc.Stop()
+	}
+	if cons != nil {
+		go DeleteConsumer(t.js, cons) // its server may be gone: never wait on it
+	}
+	wait := 100 * time.Millisecond
+	for {
+		err := t.create(t.ctx, g)
+		if err == nil || t.ctx.Err() != nil {
+			return
+		}
+		t.report(err, true)
+		select {
+		case <-time.After(wait):
+		case <-t.done:
+			return
+		}
+		wait = min(2*wait, 2*time.Second)
+	}
+}
+
+// create makes generation g's consumer, starting at t.next, and consumes it.
+func (t *Tail) create(ctx context.Context, g int) error {
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	t.mu.Lock()
+	cfg := jetstream.ConsumerConfig{
+		Name:              "tail_" + hex.EncodeToString(b[:]),
+		DeliverPolicy:     jetstream.DeliverByStartSequencePolicy,
+		OptStartSeq:       t.next,
+		AckPolicy:         jetstream.AckNonePolicy,
+		Replicas:          1,
+		MemoryStorage:     true,
+		InactiveThreshold: 5 * time.Minute,
+	}
+	t.mu.Unlock()
+	if len(t.subjects) == 1 {
+		cfg.FilterSubject = t.subjects[0]
+	} else {
+		cfg.FilterSubjects = t.subjects
+	}
+	cctx, cancel := context.WithTimeout(ctx, t.o.CreateTimeout)
+	defer cancel()
+	cons, err := t.js.CreateConsumer(cctx, t.stream, cfg)
+	if err != nil {
+		// It may have been created on a server that did not answer:
+		// never used, it is dropped (or expires when that server is back).
+		go func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+			defer cancel()
+			_ = t.js.DeleteConsumer(ctx, t.stream, cfg.Name)
+		}()
+		return fmt.Errorf("bus: tail %s: create consumer: %w", t.stream, err)
+	}
+	cc, err := cons.Consume(t.deliver(g),
+		jetstream.PullHeartbeat(t.o.Heartbeat),
+		jetstream.PullExpiry(max(30*time.Second, 4*t.o.Heartbeat)),
+		jetstream.ConsumeErrHandler(func(_ jetstream.ConsumeContext, err error) { t.onError(g, err) }))
+	if err != nil {
+		go DeleteConsumer(t.js, cons)
+		return fmt.Errorf("bus: tail %s: consume: %w", t.stream, err)
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if g != t.gen { // stopped meanwhile
+		cc.Stop()
+		go DeleteConsumer(t.js, cons)
+		return nil
+	}
+	t.cons, t.cc, t.dseq = cons, cc, 0
+	return nil
+}
+
+var errTailGap = errors.New("bus: tail: a delivery is missing")
+
+// deliver hands generation g's messages to fn in order: a delivery
+// sequence that does not follow the last one replaces the consumer.
+func (t *Tail) deliver(g int) jetstream.MessageHandler {
+	return func(msg jetstream.Msg) {
+		md, err := msg.Metadata()
+		t.mu.Lock()
+		defer t.mu.Unlock()
+		if g != t.gen {
+			return
+		}
+		if err == nil && md.Sequence.Consumer != t.dseq+1 {
+			err = errTailGap
+		}
+		if err != nil {
+			t.report(err, true)
+			t.replaceLocked(g)
+			return
+		}
+		t.dseq = md.Sequence.Consumer
+		if md.Sequence.Stream < t.next {
+			return // handed over already (a new consumer starts at next, so never)
+		}
+		t.next = md.Sequence.Stream + 1
+		t.fn(msg)
+	}
+}
+
+// onError replaces generation g's consumer when err means it is lost.
+func (t *Tail) onError(g int, err error) {
+	lost := errors.Is(err, jetstream.ErrNoHeartbeat) ||
+		errors.Is(err, jetstream.ErrConsumerDeleted) ||
+		errors.Is(err, jetstream.ErrConsumerNotFound) ||
+		errors.Is(err, jetstream.ErrBadRequest) ||
+		errors.Is(err, nats.ErrNoResponders)
+	t.report(err, lost)
+	if lost {
+		t.mu.Lock()
+		t.replaceLocked(g)
+		t.mu.Unlock()
+	}
+}
+
+// replaceLocked asks the loop to replace generation g, once.
+func (t *Tail) replaceLocked(g int) {
+	if g != t.gen {
+		return
+	}
+	select {
+	case t.kick <- g:
+	default: // a replacement is pending already
+	}
+}
+
+func (t *Tail) report(err error, replacing bool) {
+	if t.o.OnError != nil {
+		t.o.OnError(err, replacing)
+	}
+}

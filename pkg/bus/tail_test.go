@@ -1,0 +1,262 @@
+package bus_test
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"floe.dev/pkg/bus"
+	"floe.dev/pkg/bus/bustest"
+	"floe.dev/pkg/omni"
+)
+
+// link forwards TCP connections from its listener to to, until cut: then
+// every connection it carries is closed and new ones are refused, as a
+// killed server's peers see it (no shutdown notice, just silence).
+type link struct {
+	ln net.Listener
+	to string
+	mu sync.Mutex
+	cs []net.Conn
+}
+
+func newLink(t *testing.T, to string) *link {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := &link{ln: ln, to: to}
+	t.Cleanup(l.cut)
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			d, err := net.Dial("tcp", l.to)
+			if err != nil {
+				c.Close()
+				continue
+			}
+			l.mu.Lock()
+			l.cs = append(l.cs, c, d)
+			l.mu.Unlock()
+			go func() { _, _ = io.Copy(d, c); d.Close() }()
+			go func() { _, _ = io.Copy(c, d); c.Close() }()
+		}
+	}()
+	return l
+}
+
+func (l *link) addr() string { return l.ln.Addr().String() }
+
+func (l *link) cut() {
+	l.ln.Close()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, c := range l.cs {
+		c.Close()
+	}
+	l.cs = nil
+}
+
+func freeAddr(t *testing.T) string {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+// cluster3 starts three JetStream servers whose routes each go through a
+// link of their own (links[i][j]: i's route to j), so that one server can
+// be cut off from the others as if killed with -9.
+func cluster3(t *testing.T) ([]*server.Server, [][]*link) {
+	var routeAddrs []string
+	for range 3 {
+		routeAddrs = append(routeAddrs, freeAddr(t))
+	}
+	links := make([][]*link, 3)
+	for i := range 3 {
+		links[i] = make([]*link, 3)
+		for j := range 3 {
+			if i != j {
+				links[i][j] = newLink(t, routeAddrs[j])
+			}
+		}
+	}
+	var srvs []*server.Server
+	for i := range 3 {
+		host, port, _ := net.SplitHostPort(routeAddrs[i])
+		p, _ := strconv.Atoi(port)
+		o := &server.Options{
+			ServerName: fmt.Sprintf("n%d", i+1), Host: "127.0.0.1", Port: -1,
+			JetStream: true, StoreDir: t.TempDir(), NoSigs: true, NoLog: true,
+			Cluster: server.ClusterOpts{Name: "tail", Host: host, Port: p},
+		}
+		for j := range 3 {
+			if i != j {
+				o.Routes = append(o.Routes, server.RoutesFromStr("nats://"+links[i][j].addr())...)
+			}
+		}
+		s, err := server.NewServer(o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		go s.Start()
+		t.Cleanup(s.Shutdown)
+		srvs = append(srvs, s)
+	}
+	for _, s := range srvs {
+		if !s.ReadyForConnections(10 * time.Second) {
+			t.Fatal("server not ready")
+		}
+	}
+	return srvs, links
+}
+
+// isolate cuts server i off from the others.
+func isolate(links [][]*link, i int) {
+	for j := range links {
+		if j != i {
+			links[i][j].cut()
+			links[j][i].cut()
+		}
+	}
+}
+
+// The engine reads its Tasks' tool outputs with a Tail. When the server
+// its consumer lives on is killed (-9: the others get no shutdown notice
+// and do not mark it offline for minutes), every message stored after the
+// kill still reaches fn, in stream order, once each, well within the
+// engine's 10 s tool heartbeat timeout (after which it would declare the
+// calls' runners lost). nats.go's ordered consumer, which the engine used
+// before, noticed the loss after 10 s, and a reset placed right after the
+// kill on the dead server retried that same consumer for minutes.
+func TestTailSurvivesTheLossOfItsConsumersServer(t *testing.T) {
+	srvs, links := cluster3(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	conns := make([]*nats.Conn, 3)
+	for i, s := range srvs {
+		nc, err := nats.Connect(s.ClientURL(), nats.MaxReconnects(-1))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(nc.Close)
+		conns[i] = nc
+	}
+	js0, _ := jetstream.New(conns[0])
+	bustest.Eventually(t, 30*time.Second, "a meta leader", func() bool {
+		sctx, scancel := context.WithTimeout(ctx, 5*time.Second)
+		defer scancel()
+		_, err := bus.Setup(sctx, js0, bus.Config{Replicas: 3, Memory: true})
+		return err == nil
+	})
+	const sid = "session-2026-12-02-10-00-00-0123abcd"
+	subject := omni.SessionSubject(sid, omni.ClassModel)
+
+	type got struct {
+		seq  uint64
+		data string
+	}
+	var mu sync.Mutex
+	var seen []got
+	delivered := func() []got {
+		mu.Lock()
+		defer mu.Unlock()
+		return append([]got(nil), seen...)
+	}
+	// The Tail reads on a connection to a server that stays up; its
+	// consumer must live on another one (placement is random: try again).
+	var tail *bus.Tail
+	var reader, host int
+	for attempt := 0; tail == nil; attempt++ {
+		if attempt == 30 {
+			t.Fatal("no consumer placed away from its reader's server in 30 tries")
+		}
+		reader = attempt % 3
+		js, _ := jetstream.New(conns[reader])
+		tl, err := bus.StartTail(ctx, js, omni.SessionsStream, []string{subject}, 1, bus.TailOptions{
+			OnError: func(err error, replacing bool) { t.Logf("tail: %v (replacing: %v)", err, replacing) },
+		}, func(m jetstream.Msg) {
+			md, _ := m.Metadata()
+			mu.Lock()
+			seen = append(seen, got{md.Sequence.Stream, string(m.Data())})
+			mu.Unlock()
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		st, _ := js.Stream(ctx, omni.SessionsStream)
+		ci, err := st.Consumer(ctx, tl.Consumer())
+		if err != nil {
+			t.Fatal(err)
+		}
+		host = -1
+		for i, s := range srvs {
+			if ci.CachedInfo().Cluster != nil && ci.CachedInfo().Cluster.Leader == s.Name() {
+				host = i
+			}
+		}
+		if host >= 0 && host != reader {
+			tail = tl
+		} else {
+			tl.Stop()
+		}
+	}
+	defer tail.Stop()
+	t.Logf("reader on %s, consumer on %s", srvs[reader].Name(), srvs[host].Name())
+
+	// Publishes through a server that stays up, retrying (with the
+	// message's id) while the stream elects a leader; returns when stored.
+	survivor := 3 - reader - host
+	jsPub, _ := jetstream.New(conns[survivor])
+	publish := func(i int) {
+		t.Helper()
+		for {
+			pctx, pcancel := context.WithTimeout(ctx, 2*time.Second)
+			_, err := jsPub.PublishMsg(pctx, &nats.Msg{Subject: subject, Data: []byte(strconv.Itoa(i))}, jetstream.WithMsgID(strconv.Itoa(i)))
+			pcancel()
+			if err == nil {
+				return
+			}
+			if ctx.Err() != nil {
+				t.Fatalf("message %d never stored: %v", i, err)
+			}
+		}
+	}
+	for i := range 5 {
+		publish(i)
+	}
+	bustest.Eventually(t, 20*time.Second, "the first 5 messages", func() bool { return len(delivered()) == 5 })
+
+	isolate(links, host)
+	for i := 5; i < 10; i++ {
+		publish(i)
+	}
+	storedAt := time.Now()
+	// Within the engine's tool heartbeat timeout (10 s) of being stored.
+	bustest.Eventually(t, 10*time.Second, "the messages stored after the kill", func() bool { return len(delivered()) >= 10 })
+	t.Logf("delivered %v after the last one was stored", time.Since(storedAt).Round(10*time.Millisecond))
+	time.Sleep(500 * time.Millisecond) // nothing more may come
+	ds := delivered()
+	if len(ds) != 10 {
+		t.Fatalf("%d messages delivered, want 10: %v", len(ds), ds)
+	}
+	for i, d := range ds {
+		if d.data != strconv.Itoa(i) || (i > 0 && d.seq <= ds[i-1].seq) {
+			t.Fatalf("delivery %d is %v; want message %d, after sequence %d: %v", i, d, i, ds[max(i-1, 0)].seq, ds)
+		}
+	}
+}
