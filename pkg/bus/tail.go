@@ -32,15 +32,17 @@ type TailOptions struct {
 // Like nats.go's ordered consumer it uses an ephemeral, unacknowledged,
 // R1 memory consumer and replaces it, from the sequence after the last
 // message handed to fn, when it misses two heartbeats, is deleted, or
-// delivers out of order. Unlike it, it never retries a creation under the
-// same name. nats.go's reset retries the same name (its placement
-// already decided by the meta leader) with 10 s timeouts and a backoff
-// growing to 10 s, and reports nothing until it succeeds, while it holds
-// the consumer's lock. After a kill -9 the dead server is not known to be
-// offline for minutes, so a consumer placed on it stays silent for the
-// rest of a Task. Here each creation is a new consumer with a new name,
-// bounded by CreateTimeout, retried after at most 2 s, and the heartbeat
-// is 1 s instead of 5 s, so a lost consumer is replaced within seconds.
+// delivers out of order. Unlike it, it never waits long on one creation.
+// nats.go's reset retries the creation of one consumer, under one name,
+// with 10 s timeouts and a backoff growing to 10 s, holding the consumer's
+// lock and reporting nothing until it succeeds. Right after a kill -9 the
+// dead server still looks alive to the meta leader (for about 3 s; it is
+// marked offline only minutes later), so a consumer can be placed on it,
+// and a reset then went unanswered for minutes
+// (TestTailSurvivesTheLossOfItsConsumersServer, with nats.go's ordered
+// consumer: one run in three silent for more than 90 s). Here each
+// creation is a new consumer with a new name, bounded by CreateTimeout and
+// retried after at most 2 s, and the heartbeat is 1 s instead of 5 s.
 //
 // fn runs on the consumer's delivery goroutine with Tail's lock held: it
 // must not call Stop, and a slow fn holds up the delivery.
