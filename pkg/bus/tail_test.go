@@ -286,3 +286,89 @@ func tailThroughLoss(t *testing.T, readerOnHost bool) {
 		}
 	}
 }
+
+// On one server: a Tail starts at its start sequence, and when its
+// consumer is deleted under it, it goes on with a new one from the message
+// after the last it handed over: every message once, in order. After Stop
+// nothing more is handed over and its consumer is gone.
+func TestTailReplacesADeletedConsumerWithoutGapOrRepeat(t *testing.T) {
+	t.Parallel()
+	env := bustest.Start(t, bus.Config{Memory: true})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	const sid = "session-2026-12-02-10-00-00-0456abcd"
+	subject := omni.SessionSubject(sid, omni.ClassModel)
+	other := omni.SessionSubject(sid, omni.ClassPartial)
+	var seqs []uint64
+	for i := range 4 {
+		for _, subj := range []string{subject, other} {
+			ack, err := env.JS.Publish(ctx, subj, []byte(strconv.Itoa(i)))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if subj == subject {
+				seqs = append(seqs, ack.Sequence)
+			}
+		}
+	}
+	var mu sync.Mutex
+	var got []uint64
+	delivered := func() []uint64 {
+		mu.Lock()
+		defer mu.Unlock()
+		return append([]uint64(nil), got...)
+	}
+	replaced := make(chan error, 10)
+	tail, err := bus.StartTail(ctx, env.JS, omni.SessionsStream, []string{subject}, seqs[1], bus.TailOptions{
+		OnError: func(err error, replacing bool) {
+			if replacing {
+				replaced <- err
+			}
+		},
+	}, func(m jetstream.Msg) {
+		md, _ := m.Metadata()
+		mu.Lock()
+		got = append(got, md.Sequence.Stream)
+		mu.Unlock()
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	bustest.Eventually(t, 10*time.Second, "the messages from the start sequence", func() bool { return len(delivered()) == 3 })
+	first := tail.Consumer()
+	if err := env.JS.DeleteConsumer(ctx, omni.SessionsStream, first); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-replaced:
+		t.Logf("replaced: %v", err)
+	case <-ctx.Done():
+		t.Fatal("the deleted consumer was never replaced")
+	}
+	bustest.Eventually(t, 10*time.Second, "a new consumer", func() bool { c := tail.Consumer(); return c != "" && c != first })
+	for i := 4; i < 6; i++ {
+		ack, err := env.JS.Publish(ctx, subject, []byte(strconv.Itoa(i)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		seqs = append(seqs, ack.Sequence)
+	}
+	want := seqs[1:]
+	bustest.Eventually(t, 10*time.Second, "the messages after the replacement", func() bool { return len(delivered()) >= len(want) })
+	last := tail.Consumer()
+	tail.Stop()
+	if _, err := env.JS.Publish(ctx, subject, []byte("after stop")); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(300 * time.Millisecond)
+	if g := delivered(); fmt.Sprint(g) != fmt.Sprint(want) {
+		t.Fatalf("delivered %v, want %v", g, want)
+	}
+	st, err := env.JS.Stream(ctx, omni.SessionsStream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.Consumer(ctx, last); err == nil {
+		t.Errorf("consumer %s is still there after Stop", last)
+	}
+}
