@@ -84,7 +84,7 @@ func (h *harness) maxMsgSize(n int32) {
 // streams the whole answer again. Nothing published after the loss is on
 // the stream.
 func TestPublishLossFailsTheAttemptAndTheRetryRestores(t *testing.T) {
-	_, fr, lp, msgs := lossyRun(t, "loss1", nil, `{"requests": [{"steps": [{"text": "Hello world."}]}]}`)
+	_, fr, lp, msgs := lossyRun(t, "loss1", omni.ApproveAllowAll, nil, `{"requests": [{"steps": [{"text": "Hello world."}]}]}`)
 	// The failed attempt on the stream: begin, start "Hello ", the stop the
 	// recovery added, the complete text of what was stored, its usage.
 	failedAttempt(t, msgs,
@@ -112,12 +112,12 @@ func TestPublishLossFailsTheAttemptAndTheRetryRestores(t *testing.T) {
 // lossyRun runs a Task on a new harness whose first request plays play
 // (helloLost when nil) and the rest script, checks that the first attempt
 // failed for the loss and the retry completed, and returns the stream.
-func lossyRun(t *testing.T, sid string, play func(context.Context, *lossyFirst, *Runner, func(model.Delta) error) (model.Result, error), script string) (*harness, *fakeRunner, *lossyFirst, []omni.Message) {
+func lossyRun(t *testing.T, sid, mode string, play func(context.Context, *lossyFirst, *Runner, func(model.Delta) error) (model.Result, error), script string) (*harness, *fakeRunner, *lossyFirst, []omni.Message) {
 	t.Helper()
 	h := newHarness(t, script, func(s *Settings) { s.PublishAckTimeout = time.Second })
 	lp := &lossyFirst{Provider: h.prov, h: h, play: play}
 	h.deps.Resolve = func(string) (model.Provider, model.Info, error) { return lp, h.prov.Info(), nil }
-	h.session(sid, omni.ApproveAllowAll)
+	h.session(sid, mode)
 	fr := h.runner(sid, echo)
 	r, done := h.start(sid, "t1", "hi")
 	lp.r.Store(r)
@@ -156,36 +156,50 @@ func failedAttempt(t *testing.T, msgs []omni.Message, want ...string) {
 // the attempt reads the start back and ends its segment (stop, then the
 // tool_call with what was stored, failed), and the call, whose complete
 // message was never stored, gets no decision and never runs. The retry
-// answers.
+// answers. Under always-ask nobody has to answer for the lost call: its
+// approval is withdrawn when the attempt finds it lost.
 func TestAToolCallCutAfterItsStartIsClosedAndNeverRuns(t *testing.T) {
-	_, fr, _, msgs := lossyRun(t, "loss2", func(ctx context.Context, l *lossyFirst, r *Runner, emit func(model.Delta) error) (model.Result, error) {
-		l.h.maxMsgSize(1024)
-		call := model.Delta{Type: omni.TypeToolCall, Name: "exec_command", ToolCallID: "call_cut", Text: `{"cmd":"`}
-		if err := emit(call); err != nil {
-			return model.Result{}, err
-		}
-		call.Text = strings.Repeat("x", 4096)
-		_ = emit(call)
-		if _, err := r.pub.Settle(ctx); err == nil {
-			l.h.t.Error("the stream stored a message bigger than its max message size")
-		}
-		l.h.maxMsgSize(-1)
-		call.Text, call.End = `"}`, true
-		_ = emit(call)
-		return model.Result{StopReason: omni.StatusCompleted, Usage: omni.Usage{Output: 3, Total: 10}}, nil
-	}, `{"requests": [{"steps": [{"text": "Done."}]}]}`)
-	failedAttempt(t, msgs,
-		"request_begin///",
-		`partial_tool_call/start/{"cmd":"/`,
-		"partial_tool_call/stop//",
-		`tool_call//{"cmd":"/failed`,
-		"token_usage///",
-	)
-	checkBrackets(t, msgs)
-	if i := index(msgs, isType(omni.TypeApprovalDecision, "call_cut")); i >= 0 {
-		t.Fatalf("the cut call was decided%s", dump(msgs))
+	for _, mode := range []string{omni.ApproveAllowAll, omni.ApproveAlwaysAsk} {
+		t.Run(mode, func(t *testing.T) {
+			h, fr, _, msgs := lossyRun(t, "loss2", mode, cutCall, `{"requests": [{"steps": [{"text": "Done."}]}]}`)
+			failedAttempt(t, msgs,
+				"request_begin///",
+				`partial_tool_call/start/{"cmd":"/`,
+				"partial_tool_call/stop//",
+				`tool_call//{"cmd":"/failed`,
+				"token_usage///",
+			)
+			checkBrackets(t, msgs)
+			if i := index(msgs, isType(omni.TypeApprovalDecision, "call_cut")); i >= 0 {
+				t.Fatalf("the cut call was decided%s", dump(msgs))
+			}
+			if len(fr.ran()) != 0 {
+				t.Fatalf("the cut call ran: %v", fr.ran())
+			}
+			for _, ev := range h.serverEvents("loss2") {
+				if ev.Type == omni.ServerApprovalRequest {
+					t.Fatalf("asked about the lost call: %s", ev.ToolCall)
+				}
+			}
+		})
 	}
-	if len(fr.ran()) != 0 {
-		t.Fatalf("the cut call ran: %v", fr.ran())
+}
+
+// cutCall streams a tool call whose start is stored and whose arguments
+// are bigger than the stream takes for a moment.
+func cutCall(ctx context.Context, l *lossyFirst, r *Runner, emit func(model.Delta) error) (model.Result, error) {
+	l.h.maxMsgSize(1024)
+	call := model.Delta{Type: omni.TypeToolCall, Name: "exec_command", ToolCallID: "call_cut", Text: `{"cmd":"`}
+	if err := emit(call); err != nil {
+		return model.Result{}, err
 	}
+	call.Text = strings.Repeat("x", 4096)
+	_ = emit(call)
+	if _, err := r.pub.Settle(ctx); err == nil {
+		l.h.t.Error("the stream stored a message bigger than its max message size")
+	}
+	l.h.maxMsgSize(-1)
+	call.Text, call.End = `"}`, true
+	_ = emit(call)
+	return model.Result{StopReason: omni.StatusCompleted, Usage: omni.Usage{Output: 3, Total: 10}}, nil
 }

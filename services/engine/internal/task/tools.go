@@ -36,6 +36,9 @@ func (r *Runner) approveLoop(ctx, actx context.Context, queue <-chan omni.Messag
 func (r *Runner) approveOne(ctx, actx context.Context, tc omni.Message) error {
 	id := tc.Payload.ToolCallID
 	decision, err := r.decide(actx, tc)
+	if errors.Is(err, errCallLost) {
+		return nil // gone with its failed attempt: nothing to ask
+	}
 	if err != nil {
 		return err
 	}
@@ -256,18 +259,33 @@ func (r *Runner) ask(actx context.Context, tc omni.Message) (string, error) {
 	b, _ := json.Marshal(ev)
 	a := &approval{event: b, decision: make(chan string, 1)}
 	id := tc.Payload.ToolCallID
+	// Server events are another producer: the call's own message is
+	// stored first, so the request never precedes the call it asks about.
+	// After a loss the attempt's recovery reads back whether the call is
+	// on the stream; one that is not is never asked about (nobody could
+	// answer for it, and the attempt waits for its approvals).
+	if _, err := r.pub.Settle(actx); err != nil {
+		for r.inAttempt.Load() && actx.Err() == nil {
+			select {
+			case <-time.After(50 * time.Millisecond):
+			case <-actx.Done():
+			}
+		}
+	}
 	r.mu.Lock()
-	r.pending[id] = a
+	lost := r.calls[id] == nil
+	if !lost {
+		r.pending[id] = a
+	}
 	r.mu.Unlock()
+	if lost {
+		return "", errCallLost
+	}
 	defer func() {
 		r.mu.Lock()
 		delete(r.pending, id)
 		r.mu.Unlock()
 	}()
-	// Server events are another producer: the call's own message is
-	// stored first, so the request never precedes the call it asks about
-	// (a loss there is handled when the decision is published).
-	_, _ = r.pub.Settle(actx)
 	if _, err := r.server(actx, ev, ""); err != nil {
 		return "", err
 	}
