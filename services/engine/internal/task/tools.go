@@ -261,10 +261,17 @@ func (r *Runner) ask(actx context.Context, tc omni.Message) (string, error) {
 	id := tc.Payload.ToolCallID
 	// Server events are another producer: the call's own message is
 	// stored first, so the request never precedes the call it asks about.
-	// After a loss the attempt's recovery reads back whether the call is
-	// on the stream; one that is not is never asked about (nobody could
-	// answer for it, and the attempt waits for its approvals).
-	if _, err := r.pub.Settle(actx); err != nil {
+	// After a loss since the call was queued, the attempt's recovery reads
+	// back whether the call is on the stream (and drops it from calls when
+	// not); one that is not is never asked about (nobody could answer for
+	// it, and the attempt waits for its approvals).
+	r.mu.Lock()
+	var gen uint64
+	if cs := r.calls[id]; cs != nil {
+		gen = cs.gen
+	}
+	r.mu.Unlock()
+	if _, err := r.pub.Settle(actx); err != nil || r.pub.Token() != gen {
 		for r.inAttempt.Load() && actx.Err() == nil {
 			select {
 			case <-time.After(50 * time.Millisecond):
