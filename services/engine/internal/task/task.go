@@ -178,7 +178,9 @@ type Runner struct {
 	attemptFrom atomic.Uint64
 	// inAttempt is true from a request attempt's begin until its messages
 	// are settled (or its loss recovered): only then may a loss be resumed
-	// by anyone but the request loop (publishDecision).
+	// by anyone but the request loop (publishDecision), and only then does
+	// calls say which of the attempt's calls the stream holds (ask waits
+	// for it after a loss).
 	inAttempt atomic.Bool
 
 	// lease fencing (see watchLease, leaseValid): loseLease ends Run's
