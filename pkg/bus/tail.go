@@ -53,11 +53,9 @@ type Tail struct {
 	o        TailOptions
 	fn       func(jetstream.Msg)
 
-	ctx    context.Context // ended by Stop: bounds creations
-	cancel context.CancelFunc
-	kick   chan int // a generation to replace
-	done   chan struct{}
-	exited chan struct{} // loop has returned
+	cancel context.CancelFunc // ends the Stop scope handed to loop
+	kick   chan int           // a generation to replace
+	exited chan struct{}      // loop has returned
 
 	mu   sync.Mutex
 	gen  int    // the current consumer's generation; others' deliveries are dropped
@@ -77,13 +75,14 @@ func StartTail(ctx context.Context, js jetstream.JetStream, stream string, subje
 		o.CreateTimeout = 2 * time.Second
 	}
 	t := &Tail{js: js, stream: stream, subjects: subjects, o: o, fn: fn,
-		kick: make(chan int, 1), done: make(chan struct{}), exited: make(chan struct{}), next: max(startSeq, 1)}
-	t.ctx, t.cancel = context.WithCancel(context.Background())
+		kick: make(chan int, 1), exited: make(chan struct{}), next: max(startSeq, 1)}
 	if err := t.create(ctx, 0); err != nil {
-		t.cancel()
 		return nil, err
 	}
-	go t.loop()
+	// The Stop scope: it bounds the replacements' creations and ends loop.
+	stopped, cancel := context.WithCancel(context.Background())
+	t.cancel = cancel
+	go t.loop(stopped)
 	return t, nil
 }
 
@@ -101,7 +100,6 @@ func (t *Tail) Consumer() string {
 // consumer is deleted.
 func (t *Tail) Stop() {
 	t.cancel()
-	close(t.done)
 	<-t.exited
 	t.mu.Lock()
 	t.gen++
@@ -117,8 +115,8 @@ func (t *Tail) Stop() {
 	}
 }
 
-// loop replaces the consumer when asked to, until Stop.
-func (t *Tail) loop() {
+// loop replaces the consumer when asked to, until Stop ends stopped.
+func (t *Tail) loop(stopped context.Context) {
 	defer close(t.exited)
 	for {
 		select {
@@ -127,17 +125,18 @@ func (t *Tail) loop() {
 			current := g == t.gen
 			t.mu.Unlock()
 			if current {
-				t.replace()
+				t.replace(stopped)
 			}
-		case <-t.done:
+		case <-stopped.Done():
 			return
 		}
 	}
 }
 
 // replace drops the current consumer and creates another from the
-// sequence after the last message handed to fn, retrying until Stop.
-func (t *Tail) replace() {
+// sequence after the last message handed to fn, retrying until Stop
+// ends stopped.
+func (t *Tail) replace(stopped context.Context) {
 	t.mu.Lock()
 	t.gen++
 	g := t.gen
@@ -152,14 +151,14 @@ func (t *Tail) replace() {
 	}
 	wait := 100 * time.Millisecond
 	for {
-		err := t.create(t.ctx, g)
-		if err == nil || t.ctx.Err() != nil {
+		err := t.create(stopped, g)
+		if err == nil || stopped.Err() != nil {
 			return
 		}
 		t.report(err, true)
 		select {
 		case <-time.After(wait):
-		case <-t.done:
+		case <-stopped.Done():
 			return
 		}
 		wait = min(2*wait, 2*time.Second)

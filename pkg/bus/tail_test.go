@@ -3,15 +3,11 @@ package bus_test
 import (
 	"context"
 	"fmt"
-	"io"
-	"net"
 	"strconv"
-	"strings"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -19,125 +15,6 @@ import (
 	"floe.dev/pkg/bus/bustest"
 	"floe.dev/pkg/omni"
 )
-
-// link forwards TCP connections from its listener to to, until cut: then
-// every connection it carries is closed and new ones are refused, as a
-// killed server's peers see it (no shutdown notice, just silence).
-type link struct {
-	ln net.Listener
-	to string
-	mu sync.Mutex
-	cs []net.Conn
-}
-
-func newLink(t *testing.T, to string) *link {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	l := &link{ln: ln, to: to}
-	t.Cleanup(l.cut)
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			d, err := net.Dial("tcp", l.to)
-			if err != nil {
-				c.Close()
-				continue
-			}
-			l.mu.Lock()
-			l.cs = append(l.cs, c, d)
-			l.mu.Unlock()
-			go func() { _, _ = io.Copy(d, c); d.Close() }()
-			go func() { _, _ = io.Copy(c, d); c.Close() }()
-		}
-	}()
-	return l
-}
-
-func (l *link) addr() string { return l.ln.Addr().String() }
-
-func (l *link) cut() {
-	l.ln.Close()
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	for _, c := range l.cs {
-		c.Close()
-	}
-	l.cs = nil
-}
-
-func freeAddr(t *testing.T) string {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().String()
-}
-
-// cluster3 starts three JetStream servers whose routes each go through a
-// link of their own (links[i][j]: i's route to j), so that one server can
-// be cut off from the others as if killed with -9.
-func cluster3(t *testing.T) ([]*server.Server, [][]*link) {
-	t.Helper()
-	var routeAddrs []string
-	for range 3 {
-		routeAddrs = append(routeAddrs, freeAddr(t))
-	}
-	links := make([][]*link, 3)
-	for i := range 3 {
-		links[i] = make([]*link, 3)
-		for j := range 3 {
-			if i != j {
-				links[i][j] = newLink(t, routeAddrs[j])
-			}
-		}
-	}
-	var srvs []*server.Server
-	for i := range 3 {
-		host, port, _ := net.SplitHostPort(routeAddrs[i])
-		p, _ := strconv.Atoi(port)
-		o := &server.Options{
-			ServerName: fmt.Sprintf("n%d", i+1), Host: "127.0.0.1", Port: -1,
-			JetStream: true, StoreDir: t.TempDir(), NoSigs: true, NoLog: true,
-			Cluster: server.ClusterOpts{Name: "tail", Host: host, Port: p},
-		}
-		for j := range 3 {
-			if i != j {
-				o.Routes = append(o.Routes, server.RoutesFromStr("nats://"+links[i][j].addr())...)
-			}
-		}
-		s, err := server.NewServer(o)
-		if err != nil {
-			t.Fatal(err)
-		}
-		go s.Start()
-		t.Cleanup(s.Shutdown)
-		srvs = append(srvs, s)
-	}
-	for _, s := range srvs {
-		if !s.ReadyForConnections(10 * time.Second) {
-			t.Fatal("server not ready")
-		}
-	}
-	return srvs, links
-}
-
-// isolate cuts server i off from the others and from the clients that
-// reach it through client.
-func isolate(links [][]*link, client *link, i int) {
-	for j := range links {
-		if j != i {
-			links[i][j].cut()
-			links[j][i].cut()
-		}
-	}
-	client.cut()
-}
 
 // The engine reads its Tasks' tool outputs with a Tail. When the server
 // its consumer lives on is killed (-9: the others get no shutdown notice
@@ -158,28 +35,14 @@ func TestTailSurvivesTheLossOfItsConsumersServer(t *testing.T) {
 }
 
 func tailThroughLoss(t *testing.T, readerOnHost bool) {
-	srvs, links := cluster3(t)
+	cl := bustest.Start3(t)
+	srvs := cl.Servers
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	// Connection i reaches server i through clients[i], then the others
-	// directly: cutting clients[i] moves it to another server.
-	clients := make([]*link, 3)
+	// Connection i is on server i until it is isolated.
 	conns := make([]*nats.Conn, 3)
-	for i, s := range srvs {
-		clients[i] = newLink(t, strings.TrimPrefix(s.ClientURL(), "nats://"))
-		urls := []string{"nats://" + clients[i].addr()}
-		for j, o := range srvs {
-			if j != i {
-				urls = append(urls, o.ClientURL())
-			}
-		}
-		nc, err := nats.Connect(strings.Join(urls, ","), nats.DontRandomize(), nats.IgnoreDiscoveredServers(),
-			nats.MaxReconnects(-1), nats.ReconnectWait(100*time.Millisecond))
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(nc.Close)
-		conns[i] = nc
+	for i := range srvs {
+		conns[i] = cl.Connect(i)
 	}
 	js0, _ := jetstream.New(conns[0])
 	bustest.Eventually(t, 30*time.Second, "a meta leader", func() bool {
@@ -229,10 +92,8 @@ func tailThroughLoss(t *testing.T, readerOnHost bool) {
 			t.Fatal(err)
 		}
 		host = -1
-		for i, s := range srvs {
-			if ci.CachedInfo().Cluster != nil && ci.CachedInfo().Cluster.Leader == s.Name() {
-				host = i
-			}
+		if ci.CachedInfo().Cluster != nil {
+			host = cl.Index(ci.CachedInfo().Cluster.Leader)
 		}
 		if host >= 0 && (host == reader) == readerOnHost {
 			tail = tl
@@ -267,7 +128,7 @@ func tailThroughLoss(t *testing.T, readerOnHost bool) {
 	bustest.Eventually(t, 20*time.Second, "the first 5 messages", func() bool { return len(delivered()) == 5 })
 
 	killedAt := time.Now()
-	isolate(links, clients[host], host)
+	cl.Isolate(host)
 	for i := 5; i < 10; i++ {
 		publish(i)
 	}

@@ -1,0 +1,185 @@
+package bustest
+
+import (
+	"fmt"
+	"io"
+	"net"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+)
+
+// Link forwards TCP connections from its listener to to, until cut: then
+// every connection it carries is closed and new ones are refused, as a
+// killed server's peers see it (no shutdown notice, just silence).
+type Link struct {
+	ln net.Listener
+	to string
+	mu sync.Mutex
+	cs []net.Conn
+}
+
+// NewLink listens on a random 127.0.0.1 port and forwards to to; it is cut
+// at cleanup.
+func NewLink(t testing.TB, to string) *Link {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := &Link{ln: ln, to: to}
+	t.Cleanup(l.Cut)
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			d, err := net.Dial("tcp", l.to)
+			if err != nil {
+				c.Close()
+				continue
+			}
+			l.mu.Lock()
+			l.cs = append(l.cs, c, d)
+			l.mu.Unlock()
+			go func() { _, _ = io.Copy(d, c); d.Close() }()
+			go func() { _, _ = io.Copy(c, d); c.Close() }()
+		}
+	}()
+	return l
+}
+
+// Addr is the address to dial.
+func (l *Link) Addr() string { return l.ln.Addr().String() }
+
+// Cut closes every connection and refuses new ones.
+func (l *Link) Cut() {
+	l.ln.Close()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, c := range l.cs {
+		c.Close()
+	}
+	l.cs = nil
+}
+
+func freeAddr(t testing.TB) string {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+// Cluster is three JetStream servers whose routes each go through a Link
+// of their own, so that one server can be cut off from the others as if
+// killed with -9, and whose clients reach them through a Link each.
+type Cluster struct {
+	Servers []*server.Server
+	routes  [][]*Link // routes[i][j]: i's route to j
+	clients []*Link   // clients[i]: the clients' way to server i
+	t       testing.TB
+}
+
+// Start3 starts a Cluster (servers n1, n2, n3), shut down at cleanup.
+func Start3(t testing.TB) *Cluster {
+	t.Helper()
+	var routeAddrs []string
+	for range 3 {
+		routeAddrs = append(routeAddrs, freeAddr(t))
+	}
+	c := &Cluster{routes: make([][]*Link, 3), t: t}
+	for i := range 3 {
+		c.routes[i] = make([]*Link, 3)
+		for j := range 3 {
+			if i != j {
+				c.routes[i][j] = NewLink(t, routeAddrs[j])
+			}
+		}
+	}
+	for i := range 3 {
+		host, port, _ := net.SplitHostPort(routeAddrs[i])
+		p, _ := strconv.Atoi(port)
+		o := &server.Options{
+			ServerName: fmt.Sprintf("n%d", i+1), Host: "127.0.0.1", Port: -1,
+			JetStream: true, StoreDir: t.TempDir(), NoSigs: true, NoLog: true,
+			Cluster: server.ClusterOpts{Name: "tail", Host: host, Port: p},
+		}
+		for j := range 3 {
+			if i != j {
+				o.Routes = append(o.Routes, server.RoutesFromStr("nats://"+c.routes[i][j].Addr())...)
+			}
+		}
+		s, err := server.NewServer(o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		go s.Start()
+		t.Cleanup(s.Shutdown)
+		c.Servers = append(c.Servers, s)
+	}
+	for _, s := range c.Servers {
+		if !s.ReadyForConnections(10 * time.Second) {
+			t.Fatal("server not ready")
+		}
+	}
+	for _, s := range c.Servers {
+		c.clients = append(c.clients, NewLink(t, strings.TrimPrefix(s.ClientURL(), "nats://")))
+	}
+	return c
+}
+
+// URLs lists server i (through its client Link) first, then the others
+// directly: a connection made with them (and nats.DontRandomize) is on
+// server i until Isolate(i) moves it to another.
+func (c *Cluster) URLs(i int) string {
+	urls := []string{"nats://" + c.clients[i].Addr()}
+	for j, o := range c.Servers {
+		if j != i {
+			urls = append(urls, o.ClientURL())
+		}
+	}
+	return strings.Join(urls, ",")
+}
+
+// Connect opens a connection on server i (see URLs), reconnecting for
+// ever, closed at cleanup.
+func (c *Cluster) Connect(i int) *nats.Conn {
+	c.t.Helper()
+	nc, err := nats.Connect(c.URLs(i), nats.DontRandomize(), nats.IgnoreDiscoveredServers(),
+		nats.MaxReconnects(-1), nats.ReconnectWait(100*time.Millisecond))
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	c.t.Cleanup(nc.Close)
+	return nc
+}
+
+// Index is the index of the server named name, or -1.
+func (c *Cluster) Index(name string) int {
+	for i, s := range c.Servers {
+		if s.Name() == name {
+			return i
+		}
+	}
+	return -1
+}
+
+// Isolate cuts server i off from the others and from the clients that
+// reach it through its client Link, as a kill -9 looks to them.
+func (c *Cluster) Isolate(i int) {
+	for j := range c.routes {
+		if j != i {
+			c.routes[i][j].Cut()
+			c.routes[j][i].Cut()
+		}
+	}
+	c.clients[i].Cut()
+}
