@@ -21,7 +21,7 @@ import (
 //
 // Fan-out contract. One hub per Server, started by the first client and
 // running until Close: a watch of the floe_sessions KV bucket (record
-// changes) and one ordered consumer on floe.session.*.server and
+// changes) and one bus.Tail on floe.session.*.server and
 // floe.session.*.event from the moment it starts (approval requests and
 // decisions, so the list can say "waiting for approval"). The hub keeps
 // the latest view of every Session; each client gets, on connect, one
@@ -261,42 +261,31 @@ func (s *Server) runEvents(h *eventsHub, markReady func()) error {
 	defer cancel()
 	// The approvals consumer starts before the records are read, so no
 	// request or decision falls between the snapshot and the live part.
-	cons, err := s.js.OrderedConsumer(ctx, omni.SessionsStream, jetstream.OrderedConsumerConfig{
-		FilterSubjects:    []string{omni.SessionSubject("*", omni.ClassServer), omni.SessionSubject("*", omni.ClassEvent)},
-		DeliverPolicy:     jetstream.DeliverNewPolicy,
-		InactiveThreshold: consumerInactive,
-	})
+	// It is a bus.Tail: it survives the loss of its consumer's server.
+	info, err := s.stream.Info(ctx)
 	if err != nil {
 		markReady()
 		return err
 	}
-	it, err := cons.Messages(jetstream.PullMaxMessages(256))
-	if err != nil {
-		markReady()
-		return err
-	}
-	defer it.Stop()
 	msgs := make(chan jetstream.Msg)
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		defer close(msgs)
-		for {
-			m, err := it.Next()
-			if err != nil {
-				return
-			}
+	tl, err := bus.StartTail(ctx, s.js, omni.SessionsStream,
+		[]string{omni.SessionSubject("*", omni.ClassServer), omni.SessionSubject("*", omni.ClassEvent)},
+		info.State.LastSeq+1, bus.TailOptions{
+			OnError: func(err error, replacing bool) {
+				s.log.Warn().Err(err).Bool("replacing", replacing).Msg("events: the approvals consumer")
+			},
+		}, func(m jetstream.Msg) {
 			select {
 			case msgs <- m:
 			case <-ctx.Done():
-				return
 			}
-		}
-	}()
-	defer wg.Wait()
-	defer cancel()
-	defer it.Stop()
+		})
+	if err != nil {
+		markReady()
+		return err
+	}
+	defer tl.Stop()
+	defer cancel() // first: a delivery waiting on msgs returns, then Stop
 
 	changes, err := s.sessions.Watch(ctx)
 	if err != nil {
@@ -339,13 +328,7 @@ func (s *Server) runEvents(h *eventsHub, markReady func()) error {
 				h.applyRecord(s, c)
 				h.mu.Unlock()
 			}
-		case m, ok := <-msgs:
-			if !ok {
-				if ctx.Err() != nil {
-					return nil
-				}
-				return errors.New("approvals consumer ended")
-			}
+		case m := <-msgs:
 			sid, class, _ := omni.ParseSessionSubject(m.Subject())
 			h.mu.Lock()
 			h.applyMessage(s, sid, class, m.Data())

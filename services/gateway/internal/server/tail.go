@@ -14,10 +14,12 @@ import (
 )
 
 // tail is the gateway's one live subscription to FLOE_SESSIONS, shared by
-// every SSE client of every Session this gateway serves: one ordered
-// consumer on the whole stream (its filter is the stream's own subjects, so
+// every SSE client of every Session this gateway serves: one bus.Tail on
+// the whole stream (its filter is the stream's own subjects, so
 // nats-server delivers without matching), started with the first client
-// and stopped tailLinger after the last one left.
+// and stopped tailLinger after the last one left. bus.Tail, unlike
+// nats.go's ordered consumer, replaces its consumer within seconds when
+// the server it lives on is killed (TestSSEFanoutSurvivesTheLossOfItsConsumersServer).
 //
 // Fan-out contract: the tail's goroutine receives the stream in stream
 // order and, for a client class (partial, model, event, nested, server),
@@ -52,11 +54,9 @@ type tail struct {
 // that reconnects at once finds it running.
 const tailLinger = 10 * time.Second
 
-// tailRun is one started subscription; its goroutine closes done.
+// tailRun is one started subscription.
 type tailRun struct {
-	cons jetstream.Consumer
-	it   jetstream.MessagesContext
-	done chan struct{}
+	tl *bus.Tail
 }
 
 // sseClient is one SSE connection as the tail sees it.
@@ -133,41 +133,27 @@ func (t *tail) startLocked(ctx context.Context) error {
 		return fmt.Errorf("stream info: %w", err)
 	}
 	start := info.State.LastSeq + 1
-	cons, err := t.s.js.OrderedConsumer(ctx, omni.SessionsStream, jetstream.OrderedConsumerConfig{
-		FilterSubjects:    []string{omni.SessionSubjects},
-		DeliverPolicy:     jetstream.DeliverByStartSequencePolicy,
-		OptStartSeq:       start,
-		InactiveThreshold: consumerInactive,
+	// The first delivery can come before t.run is set (t.mu is held
+	// here): it waits on t.mu, then finds r current.
+	r := &tailRun{}
+	tl, err := bus.StartTail(ctx, t.s.js, omni.SessionsStream, []string{omni.SessionSubjects}, start, bus.TailOptions{
+		OnError: func(err error, replacing bool) {
+			t.s.log.Warn().Err(err).Bool("replacing", replacing).Msg("sse: the gateway's stream consumer")
+		},
+	}, func(m jetstream.Msg) {
+		md, err := m.Metadata()
+		if err != nil {
+			return
+		}
+		sid, class, ok := omni.ParseSessionSubject(m.Subject())
+		t.dispatch(r, sseItem{seq: md.Sequence.Stream, stored: md.Timestamp.UnixNano(), server: class == omni.ClassServer, data: m.Data()}, sid, class, ok)
 	})
 	if err != nil {
 		return fmt.Errorf("create the gateway's stream consumer: %w", err)
 	}
-	it, err := cons.Messages(jetstream.PullMaxMessages(1024))
-	if err != nil {
-		bus.DeleteConsumer(t.s.js, cons)
-		return fmt.Errorf("consume the stream: %w", err)
-	}
-	r := &tailRun{cons: cons, it: it, done: make(chan struct{})}
+	r.tl = tl
 	t.run, t.pos = r, start-1
-	go t.loop(r)
 	return nil
-}
-
-func (t *tail) loop(r *tailRun) {
-	defer close(r.done)
-	for {
-		m, err := r.it.Next()
-		if err != nil {
-			t.fail(r, err)
-			return
-		}
-		md, err := m.Metadata()
-		if err != nil {
-			continue
-		}
-		sid, class, ok := omni.ParseSessionSubject(m.Subject())
-		t.dispatch(r, sseItem{seq: md.Sequence.Stream, stored: md.Timestamp.UnixNano(), server: class == omni.ClassServer, data: m.Data()}, sid, class, ok)
-	}
 }
 
 func (t *tail) dispatch(r *tailRun, it sseItem, sid, class string, ok bool) {
@@ -197,31 +183,6 @@ func (t *tail) dispatch(r *tailRun, it sseItem, sid, class string, ok bool) {
 	}
 }
 
-// fail ends every client when the subscription breaks (the ordered
-// consumer recreates itself across server restarts and leader changes, so
-// this is a deleted stream or a closed connection): they reconnect with
-// Last-Event-ID and a new subscription starts.
-func (t *tail) fail(r *tailRun, err error) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if t.run != r {
-		return // stopped on purpose
-	}
-	if !t.closed {
-		t.s.log.Warn().Err(err).Msg("sse: the gateway's stream consumer failed; disconnecting its clients")
-	}
-	t.run = nil
-	for sid, list := range t.feeds {
-		for _, c := range list {
-			c.kick(false)
-		}
-		delete(t.feeds, sid)
-	}
-	t.clients = 0
-	t.s.metrics.sseSessions.Set(0)
-	go bus.DeleteConsumer(t.s.js, r.cons)
-}
-
 // stopIdle stops the subscription when no client came back.
 func (t *tail) stopIdle() {
 	t.mu.Lock()
@@ -235,10 +196,9 @@ func (t *tail) stopIdle() {
 	t.stop(r)
 }
 
+// stop ends r; t.mu must not be held (a delivery in progress waits on it).
 func (t *tail) stop(r *tailRun) {
-	r.it.Stop()
-	<-r.done
-	bus.DeleteConsumer(t.s.js, r.cons)
+	r.tl.Stop()
 }
 
 // close stops the subscription for good; the clients end with the
