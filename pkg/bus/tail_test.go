@@ -44,13 +44,7 @@ func tailThroughLoss(t *testing.T, readerOnHost bool) {
 	for i := range srvs {
 		conns[i] = cl.Connect(i)
 	}
-	js0, _ := jetstream.New(conns[0])
-	bustest.Eventually(t, 30*time.Second, "a meta leader", func() bool {
-		sctx, scancel := context.WithTimeout(ctx, 5*time.Second)
-		defer scancel()
-		_, err := bus.Setup(sctx, js0, bus.Config{Replicas: 3, Memory: true})
-		return err == nil
-	})
+	cl.Setup(bus.Config{Replicas: 3, Memory: true})
 	const sid = "session-2026-12-02-10-00-00-0123abcd"
 	subject := omni.SessionSubject(sid, omni.ClassModel)
 

@@ -1,6 +1,7 @@
 package bustest
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"net"
@@ -12,6 +13,9 @@ import (
 
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"floe.dev/pkg/bus"
 )
 
 // Link forwards TCP connections from its listener to to, until cut: then
@@ -182,4 +186,20 @@ func (c *Cluster) Isolate(i int) {
 		}
 	}
 	c.clients[i].Cut()
+}
+
+// Setup sets Floe's layout up with cfg through a connection on server 0,
+// retrying while the cluster elects its meta leader.
+func (c *Cluster) Setup(cfg bus.Config) {
+	c.t.Helper()
+	js, err := jetstream.New(c.Connect(0))
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	Eventually(c.t, 30*time.Second, "a meta leader", func() bool {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_, err := bus.Setup(ctx, js, cfg)
+		return err == nil
+	})
 }
