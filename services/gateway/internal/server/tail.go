@@ -63,8 +63,8 @@ type tailRun struct {
 type sseClient struct {
 	sid string
 	q   *queue
-	// kick ends the connection: the tail removed it (too slow, or the
-	// subscription failed).
+	// kick ends the connection: the tail removed it for being too slow
+	// (always true now: bus.Tail replaces a lost consumer, it never fails).
 	kick func(slow bool)
 }
 
