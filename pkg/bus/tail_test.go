@@ -132,6 +132,9 @@ func tailThroughLoss(t *testing.T, readerOnHost bool) {
 	// server costs its 2 s bound), so 15 s leaves slack for CI and still
 	// fails the silence of minutes this guards against.
 	bustest.Eventually(t, 15*time.Second, "the messages stored after the kill", func() bool { return len(delivered()) >= 10 })
+	if n := srvs[host].NumRoutes(); n != 0 {
+		t.Fatalf("the killed server has %d routes again: it was not isolated", n)
+	}
 	t.Logf("stored %v after the kill, delivered %v after that", storedAt.Sub(killedAt).Round(10*time.Millisecond), time.Since(storedAt).Round(10*time.Millisecond))
 	time.Sleep(500 * time.Millisecond) // nothing more may come
 	ds := delivered()

@@ -197,8 +197,14 @@ func fanoutThroughLoss(t *testing.T, gatewayOnHost bool) {
 			for k, col := range streams {
 				t.Logf("stream %d (%d connects): ids %v", k, col.s.Connects(), ids[k])
 			}
+			for _, s := range cl.Servers {
+				t.Logf("%s: %d routes", s.Name(), s.NumRoutes())
+			}
 			t.Fatalf("the messages stored after the kill (%v) did not reach every stream within 15 s", stored)
 		}
+	}
+	if n := cl.Servers[host].NumRoutes(); n != 0 {
+		t.Fatalf("the killed server has %d routes again: it was not isolated", n)
 	}
 	t.Logf("stored %v after the kill, on every stream %v after that", storedAt.Sub(killedAt).Round(10*time.Millisecond), time.Since(storedAt).Round(10*time.Millisecond))
 	time.Sleep(500 * time.Millisecond) // nothing more may come

@@ -114,7 +114,11 @@ func Start3(t testing.TB) *Cluster {
 		o := &server.Options{
 			ServerName: fmt.Sprintf("n%d", i+1), Host: "127.0.0.1", Port: -1,
 			JetStream: true, StoreDir: t.TempDir(), NoSigs: true, NoLog: true,
-			Cluster: server.ClusterOpts{Name: "tail", Host: host, Port: p},
+			// Advertised to the peers for implicit routes: a port nothing
+			// listens on, so a cut route cannot come back around the links
+			// (it did, through the real address: an isolated server
+			// rejoined within seconds).
+			Cluster: server.ClusterOpts{Name: "tail", Host: host, Port: p, Advertise: "127.0.0.1:1"},
 		}
 		for j := range 3 {
 			if i != j {
