@@ -1,14 +1,12 @@
 package gateway_test
 
 import (
-	"bytes"
 	"context"
 	"io"
 	"net"
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -152,7 +150,7 @@ func TestStalledRequestsAreCutOff(t *testing.T) {
 	addr := freePort(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	logs := &lockedBuffer{}
+	logs := &bustest.Buffer{}
 	go func() {
 		done <- gateway.Run(ctx, nc, gateway.Config{Addr: addr, Home: t.TempDir(), Tokens: map[string]string{aliceToken: "alice"},
 			ReadHeaderTimeout: 300 * time.Millisecond, ReadBodyTimeout: 300 * time.Millisecond}, zerolog.New(logs).Level(zerolog.DebugLevel))
@@ -205,24 +203,6 @@ func TestStalledRequestsAreCutOff(t *testing.T) {
 			t.Errorf("a client's disconnect logged above debug: %s", line)
 		}
 	}
-}
-
-// lockedBuffer is a bytes.Buffer safe for a logger and a test at once.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }
 
 func TestPromptOverTheBusLimitIs413BeforeQueueing(t *testing.T) {

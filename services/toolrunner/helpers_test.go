@@ -1,7 +1,6 @@
 package toolrunner_test
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -59,7 +58,7 @@ type runner struct {
 	id     string
 	cancel context.CancelFunc
 	done   chan error
-	logs   *syncBuffer
+	logs   *bustest.Buffer
 }
 
 // start runs a runner until the test ends (or stop is called).
@@ -73,7 +72,7 @@ func (h *harness) start(cfg toolrunner.Config) *runner {
 	}
 	nc := bustest.Connect(h.t, h.env.Server)
 	ctx, cancel := context.WithCancel(context.Background())
-	r := &runner{id: cfg.RunnerID, cancel: cancel, done: make(chan error, 1), logs: &syncBuffer{}}
+	r := &runner{id: cfg.RunnerID, cancel: cancel, done: make(chan error, 1), logs: &bustest.Buffer{}}
 	go func() { r.done <- toolrunner.Run(ctx, nc, cfg, zerolog.New(r.logs)) }()
 	h.t.Cleanup(func() {
 		if err := r.stop(); err != nil {
@@ -323,24 +322,6 @@ func (h *harness) cancel(sid string, ids ...string) omni.CancelReply {
 		h.t.Fatalf("cancel reply: %v", err)
 	}
 	return reply
-}
-
-// syncBuffer is a log sink safe for concurrent writes.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }
 
 // checkNoGoroutines fails if a goroutine of the toolrunner's code is still

@@ -66,24 +66,6 @@ func testLog(t testing.TB) zerolog.Logger {
 	return zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.InfoLevel)
 }
 
-// syncBuffer collects log output written from the tracer's goroutine.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 func TestTraceEqualsStreamByteForByte(t *testing.T) {
 	t.Parallel()
 	env := bustest.Start(t, bus.Config{})
@@ -232,7 +214,7 @@ func TestGarbageIsSkippedAndLogged(t *testing.T) {
 	t.Parallel()
 	env := bustest.Start(t, bus.Config{})
 	home := t.TempDir()
-	var logs syncBuffer
+	var logs bustest.Buffer
 	start(t, env, config(home), zerolog.New(&logs))
 
 	model := omni.SessionSubject(sid, omni.ClassModel)
@@ -326,7 +308,7 @@ func TestDeletedSessionFilesAreRecreated(t *testing.T) {
 	t.Parallel()
 	env := bustest.Start(t, bus.Config{})
 	home := t.TempDir()
-	var logs syncBuffer
+	var logs bustest.Buffer
 	start(t, env, config(home), zerolog.New(&logs))
 
 	tt.Publish(t, env.JS, tt.Msg(t, sid, tt.Meta(sid)), tt.Msg(t, sid, omni.UserText("one")))
@@ -409,7 +391,7 @@ func TestSecondTracerOnAHomeWaitsForTheLock(t *testing.T) {
 	first := start(t, env, config(home), testLog(t))
 	tt.Publish(t, env.JS, tt.Msg(t, sid, tt.Meta(sid)))
 	tt.WaitTrace(t, env.JS, home, sid) // the first one holds the lock
-	var logs syncBuffer
+	var logs bustest.Buffer
 	start(t, env, config(home), zerolog.New(&logs))
 	bustest.Eventually(t, 10*time.Second, "second tracer waiting", func() bool {
 		return strings.Contains(logs.String(), "waiting for its lock")
@@ -434,7 +416,7 @@ func TestTracerWaitsForTheStream(t *testing.T) {
 		t.Fatal(err)
 	}
 	home := t.TempDir()
-	var logs syncBuffer
+	var logs bustest.Buffer
 	start(t, env, config(home), zerolog.New(&logs))
 	bustest.Eventually(t, 10*time.Second, "a retry", func() bool {
 		return strings.Contains(logs.String(), "cannot set up the tracer consumer")
@@ -499,7 +481,7 @@ func TestContinuingSessionIsTracedAfterTheStreamIsRecreated(t *testing.T) {
 	t.Parallel()
 	env := bustest.Start(t, bus.Config{})
 	home := t.TempDir()
-	var logs syncBuffer
+	var logs bustest.Buffer
 	start(t, env, config(home), zerolog.New(&logs))
 	tt.Publish(t, env.JS, tt.Session(t, sid)...)
 	before := tt.WaitTrace(t, env.JS, home, sid)

@@ -4,15 +4,15 @@
 package proctest
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"net"
 	"os/exec"
 	"path/filepath"
-	"sync"
 	"testing"
 	"time"
+
+	"floe.dev/pkg/bus/bustest"
 )
 
 // BuildFloe builds the floe binary into dir (bounded to five minutes) and
@@ -28,6 +28,9 @@ func BuildFloe(dir string) (string, error) {
 	return bin, nil
 }
 
+// Buffer collects a process's output; safe for concurrent use.
+type Buffer = bustest.Buffer
+
 // FreeAddr returns a 127.0.0.1 address with a port free right now.
 func FreeAddr(t testing.TB) string {
 	t.Helper()
@@ -37,22 +40,4 @@ func FreeAddr(t testing.TB) string {
 	}
 	defer ln.Close()
 	return ln.Addr().String()
-}
-
-// Buffer collects a process's output; safe for concurrent use.
-type Buffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *Buffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *Buffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }

@@ -1,7 +1,6 @@
 package task
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"regexp"
@@ -186,29 +185,11 @@ func (h *harness) retryNow(sid string) {
 	})
 }
 
-// logBuf is a zerolog sink tests can read while the Runner writes.
-type logBuf struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *logBuf) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-// logs makes the Runners log to a logBuf the test reads.
-func (h *harness) logs() *logBuf {
-	lb := &logBuf{}
+// logs makes the Runners log to a buffer the test reads.
+func (h *harness) logs() *bustest.Buffer {
+	lb := &bustest.Buffer{}
 	h.deps.Log = zerolog.New(lb)
 	return lb
-}
-
-func (l *logBuf) has(s string) bool {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return bytes.Contains(l.b.Bytes(), []byte(s))
 }
 
 // failThenDone is a script whose first request fails and whose second
@@ -298,7 +279,7 @@ func TestRequestBeginRefusedPastTheDeadlineFailsTheAttemptUnseen(t *testing.T) {
 	done := h.runFailedOnce(sid)
 	restore := h.refuse(omni.SessionsStream)
 	h.retryNow(sid)
-	bustest.Eventually(t, 10*time.Second, "the second attempt's begin given up", func() bool { return lb.has("request_begin not stored") })
+	bustest.Eventually(t, 10*time.Second, "the second attempt's begin given up", func() bool { return lb.Contains("request_begin not stored") })
 	if n := h.prov.Calls(sid); n != 1 {
 		t.Fatalf("the model was called %d times without the attempt's request_begin stored, want 1", n)
 	}
@@ -331,7 +312,7 @@ func TestARequestBeginStoredUnconfirmedIsTheNextAttempts(t *testing.T) {
 	h.deps.PubJS = al
 	done := h.runFailedOnce(sid)
 	h.retryNow(sid)
-	bustest.Eventually(t, 10*time.Second, "the second attempt's begin given up", func() bool { return lb.has("request_begin not stored") })
+	bustest.Eventually(t, 10*time.Second, "the second attempt's begin given up", func() bool { return lb.Contains("request_begin not stored") })
 	slow.Store(false)
 	if n := h.prov.Calls(sid); n != 1 || al.lost.Load() < 2 {
 		t.Fatalf("model called %d times, %d acks lost; want 1 call and every try of the begin unacknowledged", n, al.lost.Load())
@@ -417,7 +398,7 @@ func TestAToolJobTheStreamRefusesIsPublishedAgain(t *testing.T) {
 	restore := h.refuse(omni.ToolsStream)
 	done := h.run(sid, "t1", "go")
 	bustest.Eventually(t, 10*time.Second, "the job refused and retried, or the call paired", func() bool {
-		return lb.has("tool job not acknowledged; retrying") || index(h.messages(sid), isType(omni.TypeToolCallOutput, "call_1")) >= 0
+		return lb.Contains("tool job not acknowledged; retrying") || index(h.messages(sid), isType(omni.TypeToolCallOutput, "call_1")) >= 0
 	})
 	restore()
 	if st := h.wait(done); st != Completed {
@@ -479,7 +460,7 @@ func TestALostApprovalDecisionIsPublishedAgain(t *testing.T) {
 		t.Fatalf("approve: %+v %v", rep, err)
 	}
 	bustest.Eventually(t, 10*time.Second, "the decision refused", func() bool {
-		return lb.has("approval decision not stored")
+		return lb.Contains("approval decision not stored")
 	})
 	if got := fr.ran(); len(got) != 0 {
 		t.Fatalf("the call ran before its decision was stored: %v", got)

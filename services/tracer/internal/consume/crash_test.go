@@ -33,24 +33,6 @@ func options(home string) consume.Options {
 	}
 }
 
-// syncBuffer collects log output written from the tracer's goroutine.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // crash runs the loop until a hook kills it and checks that Run returned
 // the hook's error.
 func crash(t *testing.T, env *bustest.Env, o consume.Options) {
@@ -142,7 +124,7 @@ func TestUnrecordedLinesAndTornTailAreTruncated(t *testing.T) {
 	home := t.TempDir()
 	items := tt.Session(t, sid)
 	half := len(items) / 2
-	var logs syncBuffer
+	var logs bustest.Buffer
 
 	stop := run(t, env, options(home), zerolog.New(&logs))
 	tt.Publish(t, env.JS, items[:half]...)
