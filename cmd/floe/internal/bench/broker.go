@@ -44,8 +44,7 @@ func RunBroker(store string) int {
 			fmt.Fprintf(os.Stderr, "floebench broker: unknown request %q\n", sc.Text())
 			return 1
 		}
-		sn := snapshot()
-		if err := enc.Encode(sn); err != nil {
+		if err := enc.Encode(snapshot()); err != nil {
 			return 1
 		}
 		out.Flush()

@@ -140,8 +140,14 @@ func runTasksIdle(ctx context.Context, c *Config, p *progress) (*TasksIdleResult
 		return nil, err
 	}
 	sleepUntil(warm.Add(settledWait))
-	before := snapshot()
-	brBefore, err := br.snapshot()
+	// Each process's memory at one moment: this process's, then the
+	// broker child's.
+	snapshots := func() (memSnap, memSnap, error) {
+		own := snapshot()
+		child, err := br.snapshot()
+		return own, child, err
+	}
+	before, brBefore, err := snapshots()
 	if err != nil {
 		return nil, err
 	}
@@ -155,8 +161,7 @@ func runTasksIdle(ctx context.Context, c *Config, p *progress) (*TasksIdleResult
 	res.Run = last.Sub(t0)
 	p.logf("tasks-idle: %d Tasks in %v; measuring %v and %v after the last", n, res.Run.Round(time.Millisecond), idleWait, settledWait)
 	sleepUntil(last.Add(idleWait))
-	at10 := snapshot()
-	brAt10, err := br.snapshot()
+	at10, brAt10, err := snapshots()
 	if err != nil {
 		return nil, err
 	}
@@ -164,8 +169,7 @@ func runTasksIdle(ctx context.Context, c *Config, p *progress) (*TasksIdleResult
 		return nil, err
 	}
 	sleepUntil(last.Add(settledWait))
-	after := snapshot()
-	brAfter, err := br.snapshot()
+	after, brAfter, err := snapshots()
 	if err != nil {
 		return nil, err
 	}
