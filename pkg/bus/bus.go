@@ -157,8 +157,19 @@ func streamConfigs(c Config) []jetstream.StreamConfig {
 	}
 }
 
-// setupBucket creates the Session record bucket, or opens it as it is.
+// setupBucket creates the Session record bucket, or opens it as it is,
+// and the context snapshot bucket (what it holds can always be rebuilt:
+// one version per key, no replicas beyond the layout's).
 func setupBucket(ctx context.Context, js jetstream.JetStream, c Config) (*Sessions, error) {
+	if _, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
+		Bucket:      omni.SnapshotsBucket,
+		Description: "Floe context snapshots: a Session's folded model context and the stream sequence it covers",
+		History:     1,
+		Storage:     c.storage(),
+		Replicas:    c.replicas(),
+	}); err != nil {
+		return nil, fmt.Errorf("bus: create bucket %s: %w", omni.SnapshotsBucket, err)
+	}
 	kv, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
 		Bucket:      omni.SessionsBucket,
 		Description: "Floe Session records",

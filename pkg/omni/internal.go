@@ -20,6 +20,11 @@ const (
 	ToolsStream = "FLOE_TOOLS"
 	// SessionsBucket is the KV bucket of Session records, keyed by Session id.
 	SessionsBucket = "floe_sessions"
+	// SnapshotsBucket is the KV bucket of context snapshots, keyed by
+	// Session id: an engine's folded model context of the Session with the
+	// stream sequence it covers (msgpack, versioned; see the engine's
+	// snapshot package and docs/history-window.md).
+	SnapshotsBucket = "floe_snapshots"
 	// DefaultPool is the runner pool tool jobs go to unless routed elsewhere.
 	DefaultPool = "default"
 )
