@@ -2,8 +2,8 @@ package snapshot
 
 import (
 	"bytes"
-	"encoding/json"
 	"context"
+	"encoding/json"
 	"fmt"
 	"strings"
 	"testing"
@@ -301,4 +301,3 @@ func TestDeletedSessionsSnapshotIsNotUsed(t *testing.T) {
 		t.Fatalf("the full fold holds the deleted Session:\n%s", want)
 	}
 }
-
