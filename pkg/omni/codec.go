@@ -840,6 +840,7 @@ var interned = func() map[string]string {
 		TypeCompactionBegin, TypeCompactionEnd, TypeAbort, TypeSubagent,
 		RoleUser, RoleAssistant, EventStart, EventDelta, EventStop,
 		StatusCompleted, StatusFailed, StatusAborted, StatusTimeout, StatusMalformed, StatusAuth,
+		StatusRetryable, StatusFatal, TypeHook,
 		DecisionAllow, DecisionDeny, DecisionForbidden,
 		CompactContext, CompactTurns, CompactManual, ModeSummarize, ModeDiscard, "",
 	} {

@@ -62,7 +62,7 @@ const (
 	EventStop  = "stop"
 )
 
-// Stop reasons and request statuses.
+// Stop reasons and request statuses: the vocabulary Floe writes (SPEC §1).
 const (
 	StatusCompleted = "completed"
 	StatusFailed    = "failed"
@@ -70,6 +70,16 @@ const (
 	StatusTimeout   = "timeout"
 	StatusMalformed = "malformed"
 	StatusAuth      = "auth"
+)
+
+// The original harness's stop reasons since its 0.2.6 (SPEC §5): one
+// four-value vocabulary, completed, aborted, retryable (worth another
+// attempt) and fatal (no retry can fix it). Floe reads them in imported
+// Traces and never writes them; readers only ever compare with completed,
+// so both vocabularies fold the same way.
+const (
+	StatusRetryable = "retryable"
+	StatusFatal     = "fatal"
 )
 
 // Approval decisions.

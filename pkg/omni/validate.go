@@ -84,7 +84,8 @@ func checkEventType(p *Payload) error {
 
 func validStatus(s string) bool {
 	switch s {
-	case StatusCompleted, StatusFailed, StatusAborted, StatusTimeout, StatusMalformed, StatusAuth:
+	case StatusCompleted, StatusFailed, StatusAborted, StatusTimeout, StatusMalformed, StatusAuth,
+		StatusRetryable, StatusFatal:
 		return true
 	}
 	return false
