@@ -64,7 +64,7 @@ type chatOpts struct {
 	failed <-chan struct{}
 }
 
-func cmdChat(ctx context.Context, stopSignals context.CancelFunc, name string, args []string) (int, error) {
+func cmdChat(_ context.Context, stopSignals context.CancelFunc, name string, args []string) (int, error) {
 	fs := newFlags(name)
 	o := &chatOpts{c: newCommon("off")}
 	c := o.c

@@ -962,12 +962,9 @@ func skipWS(b []byte, i int) int {
 	return i
 }
 
-// scanObject walks the object starting at b[i] and calls fn with each raw
-// quoted key and raw value. It returns the index after the closing brace.
-func scanObject(b []byte, i int, fn func(key, val []byte) error) (int, error) {
-	return scanObjectDepth(b, i, 0, fn)
-}
-
+// scanObjectDepth walks the object starting at b[i], depth levels deep, and
+// calls fn with each raw quoted key and raw value. It returns the index
+// after the closing brace.
 func scanObjectDepth(b []byte, i, depth int, fn func(key, val []byte) error) (int, error) {
 	return scanMembers(b, i, depth, func(key []byte, at int) (int, error) {
 		end, err := skipValue(b, at, depth+1)

@@ -123,11 +123,9 @@ func TestLoadJoinsTraceUpToPositionWithStream(t *testing.T) {
 	// The tracer wrote records 0, 1, 3 (seq of 3) and then bytes it never
 	// recorded (a crash), and started a file it never recorded.
 	path := f.writeFile(1, 0, 2, "")
-	fi, _ := os.Stat(path)
-	size := fi.Size()
 	b, _ := os.ReadFile(path)
 	b = append(append(b, f.data[3]...), '\n')
-	size = int64(len(b))
+	size := int64(len(b))
 	b = append(append(b, f.data[4]...), '\n') // unrecorded
 	os.WriteFile(path, b, 0o644)
 	f.writeFile(2, 4, 5, "")

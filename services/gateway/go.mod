@@ -44,6 +44,9 @@ require floe.dev/pkg/trace v0.0.0
 
 replace floe.dev/pkg/trace => ../../pkg/trace
 
-require floe.dev/services/tracer v0.0.0
+require (
+	floe.dev/services/tracer v0.0.0
+	go.uber.org/goleak v1.3.0
+)
 
 replace floe.dev/services/tracer => ../tracer

@@ -289,7 +289,6 @@ type gate struct {
 	at      int
 	release chan struct{}
 	reached chan struct{}
-	once    bool
 }
 
 func newGate(at int) *gate {

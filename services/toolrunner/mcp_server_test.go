@@ -49,12 +49,6 @@ func (g *goServer) hangs() int {
 	return g.started
 }
 
-func (g *goServer) sessionCount() int {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	return len(g.sessions)
-}
-
 func text(s string) *sdk.CallToolResult {
 	return &sdk.CallToolResult{Content: []sdk.Content{&sdk.TextContent{Text: s}}}
 }

@@ -42,6 +42,7 @@ replace floe.dev/pkg/bus => ../../pkg/bus
 require (
 	floe.dev/pkg/trace v0.0.0
 	github.com/prometheus/client_golang v1.25.0
+	go.uber.org/goleak v1.3.0
 )
 
 replace floe.dev/pkg/trace => ../../pkg/trace

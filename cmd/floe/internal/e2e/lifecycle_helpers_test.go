@@ -250,9 +250,7 @@ func (e *env) lcTrace(sid string) []lcTraceFile {
 			e.t.Fatal(err)
 		}
 		tf := lcTraceFile{path: p}
-		for _, l := range bytes.Split(bytes.TrimSuffix(data, []byte("\n")), []byte("\n")) {
-			tf.lines = append(tf.lines, l)
-		}
+		tf.lines = append(tf.lines, bytes.Split(bytes.TrimSuffix(data, []byte("\n")), []byte("\n"))...)
 		msgs, skipped, err := trace.Read(bytes.NewReader(data))
 		if err != nil || len(skipped) > 0 {
 			e.t.Fatalf("trace %s: %v, skipped %v", p, err, skipped)

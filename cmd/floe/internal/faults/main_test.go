@@ -7,9 +7,10 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"testing"
 	"time"
 
-	"testing"
+	"floe.dev/cmd/floe/internal/proctest"
 )
 
 // bins are the binaries TestMain builds once for every test.
@@ -29,6 +30,7 @@ var repoRoot string
 var goEnv []string
 
 func TestMain(m *testing.M) {
+	proctest.ExitIfShort("faults")
 	code, err := run(m)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "faults:", err)

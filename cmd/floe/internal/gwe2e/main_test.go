@@ -12,6 +12,7 @@ import (
 var floeBin string
 
 func TestMain(m *testing.M) {
+	proctest.ExitIfShort("gwe2e")
 	os.Exit(run(m))
 }
 

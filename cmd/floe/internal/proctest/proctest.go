@@ -5,8 +5,10 @@ package proctest
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"net"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"testing"
@@ -14,6 +16,18 @@ import (
 
 	"floe.dev/pkg/bus/bustest"
 )
+
+// ExitIfShort ends a multi-process suite's TestMain before it builds
+// anything when the tests run with -short: those suites build and start
+// real floe processes and take minutes on two cores. CI runs them; -short
+// is for local loops.
+func ExitIfShort(suite string) {
+	flag.Parse()
+	if testing.Short() {
+		fmt.Printf("%s: skipped under -short (multi-process suite)\n", suite)
+		os.Exit(0)
+	}
+}
 
 // BuildFloe builds the floe binary into dir (bounded to five minutes) and
 // returns its path.

@@ -19,6 +19,7 @@ var (
 )
 
 func TestMain(m *testing.M) {
+	proctest.ExitIfShort("webe2e")
 	os.Exit(run(m))
 }
 

@@ -56,7 +56,6 @@ func BenchmarkEnginePathPartials(b *testing.B) {
 	// Bare: the same encoded bytes, pre-built.
 	sample := omni.Partial(omni.TypeText, omni.EventDelta, frag, "", "")
 	raw := omni.MustMarshal(&sample)
-	subject := omni.SessionSubject("bench-bare", omni.ClassPartial)
 
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
@@ -75,7 +74,7 @@ func BenchmarkEnginePathPartials(b *testing.B) {
 		engine := time.Since(start)
 
 		bareSid := "bench-bare-" + string(rune('a'+i%26))
-		subject = omni.SessionSubject(bareSid, omni.ClassPartial)
+		subject := omni.SessionSubject(bareSid, omni.ClassPartial)
 		done = consume(b, js, bareSid, benchPartials)
 		start = time.Now()
 		for k := 0; k < benchPartials; k++ {
