@@ -43,4 +43,6 @@ const (
 	CodeUnavailable      = "unavailable"
 	CodeRequestTimeout   = "request_timeout" // the request body did not arrive in time
 	CodeTraceExists      = "trace_session_exists"
+	CodeForbidden        = "forbidden"    // a Host, Origin or Sec-Fetch-Site the gateway refuses
+	CodeRateLimited      = "rate_limited" // too many attempts or requests at once: retry after Retry-After
 )

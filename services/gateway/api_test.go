@@ -97,13 +97,17 @@ func TestBadInputGetsDocumentedStatusAndCode(t *testing.T) {
 		{"patch unknown field", "PATCH", base, aliceToken, js, `{"model":"x:y"}`, nil, 400, omni.CodeBadRequest},
 		{"steer without text", "POST", base + "/steer", aliceToken, js, `{"text":""}`, nil, 400, omni.CodeBadRequest},
 		{"steer when idle", "POST", base + "/steer", aliceToken, js, `{"text":"go left"}`, nil, 409, omni.CodeNotRunning},
-		{"compact a new session", "POST", base + "/compact", aliceToken, "", "", nil, 409, omni.CodeNothingToCompact},
+		{"compact a new session", "POST", base + "/compact", aliceToken, js, "", nil, 409, omni.CodeNothingToCompact},
+		{"compact without content type", "POST", base + "/compact", aliceToken, "", "", nil, 415, omni.CodeUnsupportedMedia},
+		{"abort without content type", "POST", base + "/abort", aliceToken, "", "", nil, 415, omni.CodeUnsupportedMedia},
+		{"create without body or type", "POST", g.URL + "/api/sessions", aliceToken, "", "", nil, 415, omni.CodeUnsupportedMedia},
+		{"create as a form", "POST", g.URL + "/api/sessions", aliceToken, "text/plain", "", nil, 415, omni.CodeUnsupportedMedia},
 		{"missing trace", "GET", base + "/traces/1", aliceToken, "", "", nil, 404, omni.CodeNotFound},
 		{"bad trace index", "GET", base + "/traces/x", aliceToken, "", "", nil, 404, omni.CodeNotFound},
 		{"unknown route", "GET", g.URL + "/api/nope", aliceToken, "", "", nil, 404, omni.CodeNotFound},
 		{"wrong method", "PUT", base, aliceToken, js, `{}`, nil, 405, omni.CodeBadRequest},
-		{"retry-now when idle", "POST", base + "/retry-now", aliceToken, "", "", nil, 200, ""},
-		{"abort when idle", "POST", base + "/abort", aliceToken, "", "", nil, 204, ""},
+		{"retry-now when idle", "POST", base + "/retry-now", aliceToken, js, "", nil, 200, ""},
+		{"abort when idle", "POST", base + "/abort", aliceToken, js, "", nil, 204, ""},
 	}
 	for _, tt := range tests {
 		body := tt.rawBody

@@ -248,7 +248,7 @@ func BenchmarkIdleSSEConnectionMemory(b *testing.B) {
 			b.Fatal(err)
 		}
 		open = append(open, conn)
-		fmt.Fprintf(conn, "GET /api/sessions/%s/stream HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\n\r\n", s.ID, aliceToken)
+		fmt.Fprintf(conn, "GET /api/sessions/%s/stream HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer %s\r\n\r\n", s.ID, aliceToken)
 		br := bufio.NewReader(conn)
 		resp, err := http.ReadResponse(br, nil)
 		if err != nil || resp.StatusCode != 200 {

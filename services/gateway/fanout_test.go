@@ -106,7 +106,7 @@ func dialRaw(addr, sid, lastID string) (*rawSSE, error) {
 	if lastID != "" {
 		hdr = "Last-Event-ID: " + lastID + "\r\n"
 	}
-	fmt.Fprintf(conn, "GET /api/sessions/%s/stream HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer %s\r\n%s\r\n", sid, aliceToken, hdr)
+	fmt.Fprintf(conn, "GET /api/sessions/%s/stream HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer %s\r\n%s\r\n", sid, aliceToken, hdr)
 	conn.SetReadDeadline(time.Now().Add(waitLimit))
 	resp, err := http.ReadResponse(bufio.NewReaderSize(conn, 1024), nil)
 	if err != nil {

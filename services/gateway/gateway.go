@@ -27,6 +27,7 @@ import (
 	stdlog "log"
 	"net"
 	"net/http"
+	"net/url"
 	"path/filepath"
 	"strings"
 	"time"
@@ -44,6 +45,17 @@ import (
 type Config struct {
 	// Addr is the listen address (default 127.0.0.1:7364).
 	Addr string
+	// PublicURL (FLOE_PUBLIC_URL) is the gateway's URL as clients reach
+	// it, e.g. behind a TLS-terminating proxy: its host is one the gateway
+	// answers to, its origin may send writes, and an https URL makes the
+	// sign-in cookie Secure. Empty: none.
+	PublicURL string
+	// AllowedHosts (FLOE_ALLOWED_HOSTS, comma-separated) are more Host
+	// names the gateway answers to, besides loopback names, Addr's host and
+	// PublicURL's: "name", ".domain" for its subdomains, or "*" for any
+	// (only with Tokens). Any other Host gets 403: a page on a name that
+	// re-resolves to this machine (DNS rebinding) is refused.
+	AllowedHosts []string
 	// Tokens maps bearer tokens to principals. Empty disables
 	// authentication, which is refused on a non-loopback Addr. With
 	// authentication on, a caller sees only the Sessions it created.
@@ -209,6 +221,21 @@ func (c *Config) Validate() error {
 	if len(c.Tokens) == 0 && !isLoopback(host) {
 		return fmt.Errorf("%w: Addr %s", ErrOpenWithoutToken, c.Addr)
 	}
+	if c.PublicURL != "" {
+		u, err := url.Parse(c.PublicURL)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			return fmt.Errorf("gateway: PublicURL %q is not an http(s) URL with a host (FLOE_PUBLIC_URL)", c.PublicURL)
+		}
+	}
+	for _, h := range c.AllowedHosts {
+		h = strings.TrimSpace(h)
+		if h == "*" && len(c.Tokens) == 0 {
+			return errors.New(`gateway: FLOE_ALLOWED_HOSTS "*" needs an API token (any page could otherwise reach the API through DNS rebinding)`)
+		}
+		if h == "" || strings.ContainsAny(h, "/ \t@") {
+			return fmt.Errorf("gateway: allowed host %q is not a host name (FLOE_ALLOWED_HOSTS)", h)
+		}
+	}
 	return nil
 }
 
@@ -224,6 +251,7 @@ func isLoopback(host string) bool {
 
 func (c *Config) options() server.Options {
 	return server.Options{
+		Addr: c.Addr, PublicURL: c.PublicURL, AllowedHosts: c.AllowedHosts,
 		Tokens: c.Tokens, MaxBody: c.MaxBody, MaxImport: c.MaxImport, Home: c.Home, DefaultModel: c.DefaultModel,
 		WorkspaceRoots: c.WorkspaceRoots, ScriptsDir: c.ScriptsDir, ReadBodyTimeout: c.ReadBodyTimeout,
 		Heartbeat: c.Heartbeat, ControlTimeout: c.ControlTimeout, QueueWait: c.QueueWait,
@@ -310,9 +338,17 @@ func Run(ctx context.Context, nc *nats.Conn, cfg Config, log zerolog.Logger) err
 // FromEnv sets the fields configured by the environment, read through
 // getenv (os.Getenv): Tokens from FLOE_API_TOKEN, WorkspaceRoots from
 // FLOE_WORKSPACE_ROOTS (unset: the defaults) and ScriptsDir from
-// FLOE_SCRIPTS_DIR.
+// FLOE_SCRIPTS_DIR, PublicURL from FLOE_PUBLIC_URL and AllowedHosts from
+// FLOE_ALLOWED_HOSTS (comma-separated).
 func (c *Config) FromEnv(getenv func(string) string) {
 	c.Tokens = TokensFromList(getenv("FLOE_API_TOKEN"))
+	c.PublicURL = strings.TrimSpace(getenv("FLOE_PUBLIC_URL"))
+	c.AllowedHosts = nil
+	for _, h := range strings.Split(getenv("FLOE_ALLOWED_HOSTS"), ",") {
+		if h = strings.TrimSpace(h); h != "" {
+			c.AllowedHosts = append(c.AllowedHosts, h)
+		}
+	}
 	c.WorkspaceRoots = WorkspaceRootsFromList(getenv("FLOE_WORKSPACE_ROOTS"))
 	c.ScriptsDir = getenv("FLOE_SCRIPTS_DIR")
 }

@@ -177,10 +177,10 @@ func TestStalledRequestsAreCutOff(t *testing.T) {
 		}
 		return string(b)
 	}
-	if got := answer("POST /api/sessions HTTP/1.1\r\nHost: x\r\nContent-Type: app"); strings.Contains(got, " 201 ") {
+	if got := answer("POST /api/sessions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: app"); strings.Contains(got, " 201 ") {
 		t.Errorf("stalled headers answered %q", got)
 	}
-	got := answer("POST /api/sessions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " + aliceToken +
+	got := answer("POST /api/sessions HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer " + aliceToken +
 		"\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n{\"title\":\"")
 	if !strings.HasPrefix(got, "HTTP/1.1 408 ") || !strings.Contains(got, omni.CodeRequestTimeout) {
 		t.Errorf("stalled body answered %q, want 408 %s", got, omni.CodeRequestTimeout)
@@ -190,7 +190,7 @@ func TestStalledRequestsAreCutOff(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	io.WriteString(conn, "POST /api/sessions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer "+aliceToken+
+	io.WriteString(conn, "POST /api/sessions HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer "+aliceToken+
 		"\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n{\"title\":\"")
 	conn.Close()
 

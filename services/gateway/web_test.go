@@ -137,11 +137,11 @@ func TestCookieSignIn(t *testing.T) {
 	if r := postJSON(t, c, g.URL+"/api/sessions", `{}`, nil); r.StatusCode != http.StatusUnauthorized {
 		t.Fatalf("cookie write without Origin = %d, want 401", r.StatusCode)
 	}
-	if r := postJSON(t, c, g.URL+"/api/sessions", `{}`, map[string]string{"Origin": "http://evil.example"}); r.StatusCode != http.StatusUnauthorized {
-		t.Fatalf("cookie write from another origin = %d, want 401", r.StatusCode)
+	if r := postJSON(t, c, g.URL+"/api/sessions", `{}`, map[string]string{"Origin": "http://evil.example"}); r.StatusCode != http.StatusForbidden {
+		t.Fatalf("cookie write from another origin = %d, want 403", r.StatusCode)
 	}
-	if r := postJSON(t, c, g.URL+"/api/sessions", `{}`, map[string]string{"Sec-Fetch-Site": "cross-site", "Origin": g.URL}); r.StatusCode != http.StatusUnauthorized {
-		t.Fatalf("cookie write with Sec-Fetch-Site cross-site = %d, want 401", r.StatusCode)
+	if r := postJSON(t, c, g.URL+"/api/sessions", `{}`, map[string]string{"Sec-Fetch-Site": "cross-site", "Origin": g.URL}); r.StatusCode != http.StatusForbidden {
+		t.Fatalf("cookie write with Sec-Fetch-Site cross-site = %d, want 403", r.StatusCode)
 	}
 	if r := postJSON(t, c, g.URL+"/api/sessions", `{}`, map[string]string{"Origin": g.URL}); r.StatusCode != http.StatusCreated {
 		t.Fatalf("cookie write from the same origin = %d, want 201", r.StatusCode)

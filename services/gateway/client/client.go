@@ -76,7 +76,9 @@ func (c *Client) newRequest(ctx context.Context, method, path string, body any) 
 	if err != nil {
 		return nil, err
 	}
-	if body != nil {
+	if body != nil || method == http.MethodPost || method == http.MethodPut || method == http.MethodPatch {
+		// The gateway refuses a write without this type, body or not
+		// (a cross-site page can send a body-less POST, never this).
 		req.Header.Set("Content-Type", "application/json")
 	}
 	if c.token != "" {

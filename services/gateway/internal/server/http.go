@@ -272,6 +272,9 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		s.metrics.request(route, st)
 	}()
+	if !s.guard.check(rec, r, pattern) {
+		return
+	}
 	if pattern == "" {
 		s.unmatched(rec, r)
 		return

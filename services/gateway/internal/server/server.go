@@ -32,8 +32,13 @@ import (
 // Options are the server's settings; the gateway's Config fills them with
 // defaults applied.
 type Options struct {
-	Tokens  map[string]string
-	MaxBody int64
+	Tokens map[string]string
+	// Addr is the listen address, PublicURL the gateway's URL as clients
+	// reach it and AllowedHosts more Host names it answers to (origin.go).
+	Addr         string
+	PublicURL    string
+	AllowedHosts []string
+	MaxBody      int64
 	// MaxImport caps a Trace file imported by POST /api/traces/import
 	// (its request body is capped at the file's base64 size plus room
 	// for the other fields).
@@ -67,6 +72,7 @@ type Server struct {
 	opts     Options
 	log      zerolog.Logger
 	auth     *authenticator
+	guard    *hostGuard
 	mux      *http.ServeMux
 	metrics  *metrics
 	events   eventsHub // /api/events
@@ -110,7 +116,8 @@ func New(ctx context.Context, nc *nats.Conn, opts Options, log zerolog.Logger) (
 	s := &Server{
 		nc: nc, js: js, stream: stream, sessions: sessions,
 		opts: opts, log: log, auth: newAuthenticator(opts.Tokens),
-		mux: http.NewServeMux(), metrics: newMetrics(opts.Metrics),
+		guard: newHostGuard(opts.Addr, opts.PublicURL, opts.AllowedHosts),
+		mux:   http.NewServeMux(), metrics: newMetrics(opts.Metrics),
 		promh: promhttp.HandlerFor(opts.Gatherer, promhttp.HandlerOpts{}),
 		ctx:   sctx, cancel: cancel,
 	}

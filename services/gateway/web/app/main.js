@@ -21,8 +21,11 @@ class HTTPError extends Error {
 
 async function api(method, path, body) {
   const init = { method, credentials: 'same-origin', headers: {} };
-  if (body !== undefined) {
+  if (method !== 'GET' && method !== 'DELETE') {
+    // The gateway refuses a write without this type, body or not.
     init.headers['Content-Type'] = 'application/json';
+  }
+  if (body !== undefined) {
     init.body = JSON.stringify(body);
   }
   const res = await fetch(path, init);
