@@ -12,7 +12,6 @@ import (
 	"floe.dev/pkg/bus"
 	"floe.dev/pkg/bus/bustest"
 	"floe.dev/pkg/omni"
-	"floe.dev/services/engine/internal/fold"
 	"floe.dev/services/engine/internal/model"
 	"floe.dev/services/engine/internal/segment"
 )
@@ -47,10 +46,7 @@ func BenchmarkEnginePathPartials(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	r := New(&Deps{NC: env.Conn, JS: js, Sessions: env.Sessions, Log: zerolog.Nop()}, omni.Task{ID: "t", SessionID: "bench-engine"})
-	r.fc = fold.New()
-	r.openPublishers()
-	defer r.closePublishers()
+	deps := &Deps{NC: env.Conn, JS: js, Sessions: env.Sessions, Log: zerolog.Nop()}
 	frag := "some streamed words "
 
 	// Bare: the same encoded bytes, pre-built.
@@ -60,10 +56,11 @@ func BenchmarkEnginePathPartials(b *testing.B) {
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
 		sid := "bench-engine-" + string(rune('a'+i%26))
-		r.sid = sid
+		r := New(deps, omni.Task{ID: "t", SessionID: sid})
+		r.prod.open()
 		done := consume(b, js, sid, benchPartials+2)
 		start := time.Now()
-		seg := segment.New(func(m *omni.Message) error { r.publish(m, ""); return nil }, &r.ids)
+		seg := segment.New(func(m *omni.Message) error { r.prod.publish(m, ""); return nil }, &r.llm.ids)
 		for k := 0; k < benchPartials; k++ {
 			if err := seg.Add(model.Delta{Block: 0, Type: omni.TypeText, Text: frag}); err != nil {
 				b.Fatal(err)
@@ -72,6 +69,7 @@ func BenchmarkEnginePathPartials(b *testing.B) {
 		_ = seg.Finish("")
 		<-done
 		engine := time.Since(start)
+		r.prod.close()
 
 		bareSid := "bench-bare-" + string(rune('a'+i%26))
 		subject := omni.SessionSubject(bareSid, omni.ClassPartial)

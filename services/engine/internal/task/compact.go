@@ -4,6 +4,8 @@ import (
 	"context"
 	"strings"
 
+	"github.com/rs/zerolog"
+
 	"floe.dev/pkg/omni"
 	"floe.dev/services/engine/internal/fold"
 	"floe.dev/services/engine/internal/model"
@@ -12,13 +14,31 @@ import (
 // CompactionPrompt is appended to the old context to ask for a summary.
 const CompactionPrompt = "Summarize the conversation so far for your own later use: the user's goals, what was done (files, commands, results), decisions and open questions. Reply with the summary only, wrapped in [summary]...[/summary]."
 
-// compactionReason returns the trigger due before the next request, or "".
-func (r *Runner) compactionReason() string {
-	r.mu.Lock()
-	last, turns := r.fc.LastRequestTotal, r.fc.Turns
-	r.mu.Unlock()
-	cfg := r.rec.Compaction
-	threshold := r.info.ContextWindow - 2048
+// compactor runs the Task's compactions: when one is due (reason), the
+// compaction request on the reconnect ladder (summarize) and the new
+// context's head after a completed one.
+//
+// Concurrency: every method runs on the agent loop's goroutine (Run's
+// start and run); the compactor keeps no state of its own between calls:
+// what it reads is the history, the Session record and the model side.
+type compactor struct {
+	d      *Deps
+	log    zerolog.Logger
+	sid    string
+	rec    *omni.SessionRecord
+	llm    *llm
+	hist   *history
+	prod   *producers
+	ladder *ladder
+	abort  *abortScope
+}
+
+// reason returns the trigger due before the next request, or "".
+func (c *compactor) reason() string {
+	var last, turns int64
+	c.hist.read(func(fc *fold.Context) { last, turns = fc.LastRequestTotal, fc.Turns })
+	cfg := c.rec.Compaction
+	threshold := c.llm.info.ContextWindow - 2048
 	if cfg.MaxContextLength > 0 && (threshold <= 0 || cfg.MaxContextLength < threshold) {
 		threshold = cfg.MaxContextLength
 	}
@@ -41,24 +61,23 @@ func (r *Runner) compactionReason() string {
 // Trace file, then (summarize) the [context_summary] user text, also Trace
 // only. One that cannot complete ends failed whatever its last attempt's
 // status, keeps the old context and never rotates the Trace.
-func (r *Runner) compact(ctx, actx context.Context, reason string) string {
-	mode := r.rec.Compaction.Mode
+func (c *compactor) run(ctx, actx context.Context, reason string) string {
+	mode := c.rec.Compaction.Mode
 	if mode == "" {
 		mode = omni.ModeSummarize
 	}
-	r.mu.Lock()
-	empty := r.fc.Empty()
-	last, turns := r.fc.LastRequestTotal, r.fc.Turns
-	r.mu.Unlock()
+	var empty bool
+	var last, turns int64
+	c.hist.read(func(fc *fold.Context) { empty, last, turns = fc.Empty(), fc.LastRequestTotal, fc.Turns })
 	if empty {
 		return Completed
 	}
 	begin := omni.CompactionBegin(reason, mode, last, turns)
-	r.publish(&begin, "")
+	c.prod.publish(&begin, "")
 
 	res := compaction{status: omni.StatusCompleted, final: true}
 	if mode == omni.ModeSummarize {
-		res = r.summarize(ctx, actx)
+		res = c.summarize(ctx, actx)
 	}
 	if res.status != omni.StatusCompleted && res.status != omni.StatusAborted {
 		res.status = omni.StatusFailed
@@ -68,7 +87,7 @@ func (r *Runner) compact(ctx, actx context.Context, reason string) string {
 	if res.status != omni.StatusCompleted {
 		end.Payload.ErrorMessage = res.errMsg
 	}
-	r.publish(&end, "")
+	c.prod.publish(&end, "")
 	if res.status == omni.StatusAborted {
 		return Aborted
 	}
@@ -76,37 +95,36 @@ func (r *Runner) compact(ctx, actx context.Context, reason string) string {
 		return Failed
 	}
 	// The carry-over belonged to the old context.
-	if len(r.rec.CarryOver) > 0 {
-		r.rec.CarryOver = nil
-		_, _ = r.d.Sessions.Update(ctx, r.sid, func(rec *omni.SessionRecord) error {
+	if len(c.rec.CarryOver) > 0 {
+		c.rec.CarryOver = nil
+		_, _ = c.d.Sessions.Update(ctx, c.sid, func(rec *omni.SessionRecord) error {
 			rec.CarryOver = nil
 			return nil
 		})
 	}
-	r.publishHead()
+	c.publishHead()
 	return Completed
 }
 
 // publishHead starts a new context after a completed compaction: the next
 // Trace file's session_meta and tool_list_ready, then the summary as the
 // [context_summary] user text the original writes there (Trace only).
-func (r *Runner) publishHead() {
-	meta := r.sessionMeta()
-	r.publish(&meta, "")
-	tl := omni.ToolListReady(r.tools)
-	r.publish(&tl, "")
-	r.publishSummary()
+func (c *compactor) publishHead() {
+	meta := sessionMeta(c.sid, c.llm.info, c.rec, c.d.Settings.SystemPrompt)
+	c.prod.publish(&meta, "")
+	tl := omni.ToolListReady(c.llm.tools)
+	c.prod.publish(&tl, "")
+	c.publishSummary()
 }
 
 // publishSummary writes the context's summary (if any) as the
 // [context_summary] user text, Trace only.
-func (r *Runner) publishSummary() {
-	r.mu.Lock()
-	summary := r.fc.Summary
-	r.mu.Unlock()
+func (c *compactor) publishSummary() {
+	var summary string
+	c.hist.read(func(fc *fold.Context) { summary = fc.Summary })
 	if summary != "" {
 		m := omni.UserText(omni.Block(omni.TagContextSummary, summary))
-		r.publishClass(&m, omni.ClassTrace, "")
+		c.prod.publishClass(&m, omni.ClassTrace, "")
 	}
 }
 
@@ -122,12 +140,12 @@ type compaction struct {
 // (ladder.go), each attempt in its own request bracket on the trace
 // subject. Only a non-empty text answer counts: a tool call, an empty
 // summary or exhausted retries fail it.
-func (r *Runner) summarize(ctx, actx context.Context) compaction {
+func (c *compactor) summarize(ctx, actx context.Context) compaction {
 	prompt := omni.UserText(CompactionPrompt)
-	r.publishClass(&prompt, omni.ClassTrace, "")
+	c.prod.publishClass(&prompt, omni.ClassTrace, "")
 	var res compaction
-	status, n := r.climb(actx, 1, func(attempt int) (string, bool) {
-		res = r.summarizeOnce(ctx, actx, attempt)
+	status, n := c.ladder.climb(actx, 1, func(attempt int) (string, bool) {
+		res = c.summarizeOnce(ctx, actx, attempt)
 		return res.status, res.final
 	})
 	if status == omni.StatusAborted && res.status != omni.StatusAborted {
@@ -138,18 +156,18 @@ func (r *Runner) summarize(ctx, actx context.Context) compaction {
 }
 
 // summarizeOnce runs attempt n of the compaction request.
-func (r *Runner) summarizeOnce(ctx, actx context.Context, attempt int) compaction {
+func (c *compactor) summarizeOnce(ctx, actx context.Context, attempt int) compaction {
 	rb := omni.RequestBegin()
-	r.publishClass(&rb, omni.ClassTrace, "")
+	c.prod.publishClass(&rb, omni.ClassTrace, "")
 	var text, other strings.Builder
 	req := &model.Request{
-		SessionID:    r.sid,
-		Model:        r.info.ModelID,
-		SystemPrompt: r.systemPrompt(),
-		Messages:     r.contextMessages(CompactionPrompt),
-		IDs:          &r.ids,
+		SessionID:    c.sid,
+		Model:        c.llm.info.ModelID,
+		SystemPrompt: systemPrompt(c.rec, c.d.Settings.SystemPrompt),
+		Messages:     c.hist.modelContext(c.rec.CarryOver, CompactionPrompt),
+		IDs:          &c.llm.ids,
 	}
-	res, err := r.prov.Stream(actx, req, func(d model.Delta) error {
+	res, err := c.llm.prov.Stream(actx, req, func(d model.Delta) error {
 		switch d.Type {
 		case omni.TypeText:
 			text.WriteString(d.Text)
@@ -158,8 +176,8 @@ func (r *Runner) summarizeOnce(ctx, actx context.Context, attempt int) compactio
 		}
 		return nil
 	})
-	r.usage = r.usage.Add(res.Usage)
-	tu := omni.TokenUsage(r.usage, res.Usage)
+	c.llm.usage = c.llm.usage.Add(res.Usage)
+	tu := omni.TokenUsage(c.llm.usage, res.Usage)
 	out := text.String()
 	// status is the request's own; unusable is why a request that
 	// completed still cannot complete the compaction.
@@ -167,7 +185,7 @@ func (r *Runner) summarizeOnce(ctx, actx context.Context, attempt int) compactio
 	switch {
 	case err != nil:
 		status, msg = model.StatusOf(err), err.Error()
-		if r.aborted() {
+		if c.abort.aborted() {
 			status = omni.StatusAborted
 		}
 	case other.Len() > 0:
@@ -182,27 +200,27 @@ func (r *Runner) summarizeOnce(ctx, actx context.Context, attempt int) compactio
 		if err != nil {
 			m.Payload.StopReason = status
 		}
-		r.publishClass(&m, omni.ClassTrace, "")
+		c.prod.publishClass(&m, omni.ClassTrace, "")
 	}
-	r.publish(&tu, "")
-	wait, _ := r.retryIn(attempt, status)
+	c.prod.publish(&tu, "")
+	wait, _ := c.ladder.retryIn(attempt, status)
 	re := omni.RequestEnd(status, msg, int64(attempt), wait.Milliseconds())
-	r.publishClass(&re, omni.ClassTrace, "")
+	c.prod.publishClass(&re, omni.ClassTrace, "")
 	n := int64(attempt)
 	if unusable != "" {
-		r.log.Warn().Int64("attempt", n).Str("reason", unusable).Msg("compaction answer unusable")
+		c.log.Warn().Int64("attempt", n).Str("reason", unusable).Msg("compaction answer unusable")
 		return compaction{omni.StatusFailed, n, unusable, true}
 	}
 	if err == nil {
 		// The summary replaces the context only if the stream took
 		// all of the compaction request.
-		if perr := r.settleResume(ctx); perr != nil {
-			r.log.Error().Err(perr).Msg("could not publish compaction output")
+		if perr := c.prod.settleResume(ctx); perr != nil {
+			c.log.Error().Err(perr).Msg("could not publish compaction output")
 			return compaction{omni.StatusFailed, n, "could not record the compaction output: " + perr.Error(), true}
 		}
 		return compaction{omni.StatusCompleted, n, "", true}
 	}
-	r.log.Warn().Str("status", status).Str("error", msg).Int64("attempt", n).Msg("compaction request failed")
+	c.log.Warn().Str("status", status).Str("error", msg).Int64("attempt", n).Msg("compaction request failed")
 	return compaction{status, n, msg, false}
 }
 

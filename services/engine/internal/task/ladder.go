@@ -2,32 +2,48 @@ package task
 
 import (
 	"context"
+	"sync"
 	"time"
 
 	"floe.dev/pkg/omni"
 )
 
-// The reconnect ladder, one for every model request of a Task: the
-// agent loop's requests (request) and a compaction's (summarize). Attempt
-// n counts from 1 (2 when the Task takes over a request a dead engine left
-// open). An attempt that ends with a status that retries (anything but
-// completed, aborted and auth) while n <= RetryMax is retried after
-// base·2^(n-1), capped at RetryCap, a wait that retry-now cuts short; the
-// attempt's request_end reports that wait (retry_in_ms), and 0 when no
-// retry follows. A user abort, an engine stop or a lost lease during the
-// wait ends the ladder aborted.
+// ladder is the reconnect ladder, one for every model request of a Task:
+// the agent loop's requests (Runner.request) and a compaction's
+// (compactor.summarize). Attempt n counts from 1 (2 when the Task takes
+// over a request a dead engine left open). An attempt that ends with a
+// status that retries (anything but completed, aborted and auth) while
+// n <= max is retried after base·2^(n-1), capped at cap, a wait that
+// retry-now cuts short; the attempt's request_end reports that wait
+// (retry_in_ms), and 0 when no retry follows. A user abort, an engine stop
+// or a lost lease during the wait ends the ladder aborted.
+//
+// Concurrency: climb runs on the agent loop's goroutine; retryNow is
+// called by the control inbox's goroutine. mu guards skip, the channel of
+// the wait in progress (nil when none).
+type ladder struct {
+	base, cap time.Duration
+	max       int
+
+	mu   sync.Mutex
+	skip chan struct{}
+}
+
+func newLadder(s Settings) *ladder {
+	return &ladder{base: s.RetryBase, cap: s.RetryCap, max: s.RetryMax}
+}
 
 // retryIn reports whether attempt n, ended with status, is retried, and
 // the wait before the retry.
-func (r *Runner) retryIn(n int, status string) (time.Duration, bool) {
+func (l *ladder) retryIn(n int, status string) (time.Duration, bool) {
 	switch status {
 	case omni.StatusCompleted, omni.StatusAborted, omni.StatusAuth, statusShutdown:
 		return 0, false
 	}
-	if n > r.d.Settings.RetryMax {
+	if n > l.max {
 		return 0, false
 	}
-	return r.backoffFor(n), true
+	return l.backoffFor(n), true
 }
 
 // climb runs attempts first, first+1, … of one request until one is not
@@ -36,41 +52,41 @@ func (r *Runner) retryIn(n int, status string) (time.Duration, bool) {
 // used, an abort while it waited for its calls' outputs, an engine
 // stopping mid-stream). climb returns the last status and attempt number;
 // the status is aborted when the wait before a retry was (actx ended).
-func (r *Runner) climb(actx context.Context, first int, try func(n int) (status string, final bool)) (string, int) {
+func (l *ladder) climb(actx context.Context, first int, try func(n int) (status string, final bool)) (string, int) {
 	for n := first; ; n++ {
 		status, final := try(n)
-		wait, retry := r.retryIn(n, status)
+		wait, retry := l.retryIn(n, status)
 		if final || !retry {
 			return status, n
 		}
-		if !r.sleepBackoff(actx, wait) {
+		if !l.sleep(actx, wait) {
 			return omni.StatusAborted, n
 		}
 	}
 }
 
 // backoffFor is the wait after failed attempt n: base·2^(n-1), capped.
-func (r *Runner) backoffFor(n int) time.Duration {
-	d := r.d.Settings.RetryBase
-	for i := 1; i < n && d < r.d.Settings.RetryCap; i++ {
+func (l *ladder) backoffFor(n int) time.Duration {
+	d := l.base
+	for i := 1; i < n && d < l.cap; i++ {
 		d *= 2
 	}
-	if d > r.d.Settings.RetryCap {
-		d = r.d.Settings.RetryCap
+	if d > l.cap {
+		d = l.cap
 	}
 	return d
 }
 
-// sleepBackoff waits d, or less when retry-now arrives; false on abort.
-func (r *Runner) sleepBackoff(actx context.Context, d time.Duration) bool {
+// sleep waits d, or less when retry-now arrives; false on abort.
+func (l *ladder) sleep(actx context.Context, d time.Duration) bool {
 	skip := make(chan struct{})
-	r.mu.Lock()
-	r.backoff = skip
-	r.mu.Unlock()
+	l.mu.Lock()
+	l.skip = skip
+	l.mu.Unlock()
 	defer func() {
-		r.mu.Lock()
-		r.backoff = nil
-		r.mu.Unlock()
+		l.mu.Lock()
+		l.skip = nil
+		l.mu.Unlock()
 	}()
 	t := time.NewTimer(d)
 	defer t.Stop()
@@ -84,13 +100,13 @@ func (r *Runner) sleepBackoff(actx context.Context, d time.Duration) bool {
 }
 
 // retryNow skips the current reconnect wait; false when none is running.
-func (r *Runner) retryNow() bool {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.backoff == nil {
+func (l *ladder) retryNow() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.skip == nil {
 		return false
 	}
-	close(r.backoff)
-	r.backoff = nil
+	close(l.skip)
+	l.skip = nil
 	return true
 }

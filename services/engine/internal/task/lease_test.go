@@ -72,8 +72,8 @@ func TestTakeoverStopsTheFirstRunnerWithErrLeaseLost(t *testing.T) {
 		t.Fatalf("first runner: %q %v, want ErrLeaseLost", res.status, res.err)
 	}
 	before := h.messages(sid)
-	if rec := h.record(sid); rec.TaskID != "t1" || rec.State != omni.StateRunning || rec.Lease == "" || rec.Lease == r1.lease {
-		t.Fatalf("record after the loss: task %q state %q lease %q (first runner's %q)", rec.TaskID, rec.State, rec.Lease, r1.lease)
+	if rec := h.record(sid); rec.TaskID != "t1" || rec.State != omni.StateRunning || rec.Lease == "" || rec.Lease == r1.lease.token {
+		t.Fatalf("record after the loss: task %q state %q lease %q (first runner's %q)", rec.TaskID, rec.State, rec.Lease, r1.lease.token)
 	}
 	out := omni.ToolCallOutput("call_1", "built", omni.StatusCompleted)
 	fr.finish(sid, &out)
@@ -98,8 +98,8 @@ func TestTakeoverStopsTheFirstRunnerWithErrLeaseLost(t *testing.T) {
 		}
 	}
 	lease2 := h.record(sid).Lease
-	if len(ids) != 2 || strings.Replace(ids[0], r1.lease, lease2, 1) != ids[1] || !strings.Contains(ids[1], "/"+lease2+"/") {
-		t.Fatalf("request_begin Msg-Ids %q, want the same stem with lease %s then %s", ids, r1.lease, lease2)
+	if len(ids) != 2 || strings.Replace(ids[0], r1.lease.token, lease2, 1) != ids[1] || !strings.Contains(ids[1], "/"+lease2+"/") {
+		t.Fatalf("request_begin Msg-Ids %q, want the same stem with lease %s then %s", ids, r1.lease.token, lease2)
 	}
 	if n := count(msgs, func(m *omni.Message) bool {
 		return m.Payload.Type == omni.TypeText && m.Payload.Role == omni.RoleAssistant

@@ -43,13 +43,13 @@ func (l *lossyFirst) helloLost(ctx context.Context, r *Runner, emit func(model.D
 	if err := emit(model.Delta{Type: omni.TypeText, Text: "Hello "}); err != nil {
 		return model.Result{}, err
 	}
-	if _, err := r.pub.Settle(ctx); err != nil {
+	if _, err := r.prod.pub.Settle(ctx); err != nil {
 		l.h.t.Errorf("settle before the loss: %v", err)
 	}
 	l.h.maxMsgSize(64)
 	_ = emit(model.Delta{Type: omni.TypeText, Text: "wor"})
 	t0 := time.Now()
-	_, err := r.pub.Settle(ctx)
+	_, err := r.prod.pub.Settle(ctx)
 	l.h.t.Logf("loss after %v: %v", time.Since(t0), err)
 	l.h.maxMsgSize(-1)
 	if err == nil {
@@ -195,7 +195,7 @@ func cutCall(ctx context.Context, l *lossyFirst, r *Runner, emit func(model.Delt
 	}
 	call.Text = strings.Repeat("x", 4096)
 	_ = emit(call)
-	if _, err := r.pub.Settle(ctx); err == nil {
+	if _, err := r.prod.pub.Settle(ctx); err == nil {
 		l.h.t.Error("the stream stored a message bigger than its max message size")
 	}
 	l.h.maxMsgSize(-1)

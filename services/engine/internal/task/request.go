@@ -25,7 +25,7 @@ func (r *Runner) request(ctx, actx context.Context) (string, []string) {
 		retried = omni.Block(omni.TagTurnRetried, "The previous attempt was interrupted before it completed.")
 	}
 	var calls []string
-	status, _ := r.climb(actx, first, func(attempt int) (string, bool) {
+	status, _ := r.ladder.climb(actx, first, func(attempt int) (string, bool) {
 		var status string
 		var final bool
 		status, calls, retried, final = r.attempt(ctx, actx, attempt, retried)
@@ -44,13 +44,8 @@ func (r *Runner) request(ctx, actx context.Context) (string, []string) {
 func (r *Runner) attempt(ctx, actx context.Context, attempt int, retried string) (status string, calls []string, next string, final bool) {
 	// A loss before this attempt is not its own: resume the Task's
 	// stream. Everything of the attempt comes after sequence from.
-	from, perr := r.pub.Settle(ctx)
-	if perr != nil {
-		r.pub.Resume()
-		from, _ = r.pub.Settle(ctx)
-	}
-	r.attemptFrom.Store(from + 1)
-	r.inAttempt.Store(true)
+	from := r.prod.settleOrResume(ctx)
+	r.prod.beginAttempt(from + 1)
 	// The begin is stored before anything of the attempt goes out (with a
 	// Msg-Id, retried until stored): a request_end can then never end a
 	// request whose begin the stream lost. A begin the stream does not
@@ -61,11 +56,11 @@ func (r *Runner) attempt(ctx, actx context.Context, attempt int, retried string)
 	// second one.
 	begin := omni.RequestBegin()
 	if r.beginID == "" {
-		r.beginID = r.attemptMsgID(from+1, attempt) + "/begin"
+		r.beginID = r.prod.attemptMsgID(from+1, attempt) + "/begin"
 	}
-	if _, err := r.publishOnce(ctx, &begin, r.beginID); err != nil {
-		r.pub.Resume()
-		r.inAttempt.Store(false)
+	if _, err := r.prod.publishOnce(ctx, &begin, r.beginID); err != nil {
+		r.prod.resume()
+		r.prod.endAttempt()
 		if ctx.Err() != nil || errors.Is(err, publish.ErrFenced) {
 			return statusShutdown, nil, "", true
 		}
@@ -75,39 +70,31 @@ func (r *Runner) attempt(ctx, actx context.Context, attempt int, retried string)
 	r.beginID = ""
 
 	queue := make(chan omni.Message, 256)
-	approvalsDone := make(chan struct{})
-	r.workers.Add(1)
-	go func() {
-		defer r.workers.Done()
-		r.approveLoop(ctx, actx, queue, approvalsDone)
-	}()
+	approvalsDone := r.appr.start(ctx, actx, queue)
 
 	seg := segment.New(func(m *omni.Message) error {
 		// The call's approval decision goes out only if nothing the
 		// Task published from here on was lost (publishDecision).
-		gen := r.pub.Token()
-		r.publish(m, "")
+		gen := r.prod.token()
+		r.prod.publish(m, "")
 		if m.Payload.Type == omni.TypeToolCall && m.Payload.Stop() == omni.StatusCompleted {
 			calls = append(calls, m.Payload.ToolCallID)
-			r.mu.Lock()
-			r.calls[m.Payload.ToolCallID] = &callState{id: m.Payload.ToolCallID, name: m.Payload.Name,
-				gen: gen, from: r.attemptFrom.Load()}
-			r.mu.Unlock()
+			r.calls.add(m.Payload.ToolCallID, m.Payload.Name, gen, r.prod.attemptFrom.Load())
 			queue <- *m
 		}
 		return nil
-	}, &r.ids)
+	}, &r.llm.ids)
 
 	req := &model.Request{
 		SessionID:     r.sid,
-		Model:         r.info.ModelID,
-		SystemPrompt:  r.systemPrompt(),
-		Messages:      r.contextMessages(retried),
-		Tools:         r.tools,
+		Model:         r.llm.info.ModelID,
+		SystemPrompt:  systemPrompt(r.rec, r.d.Settings.SystemPrompt),
+		Messages:      r.hist.modelContext(r.rec.CarryOver, retried),
+		Tools:         r.llm.tools,
 		ThinkingLevel: r.task.ThinkingLevel,
-		IDs:           &r.ids,
+		IDs:           &r.llm.ids,
 	}
-	res, err := r.prov.Stream(actx, req, seg.Add)
+	res, err := r.llm.prov.Stream(actx, req, seg.Add)
 	if ctx.Err() != nil {
 		// The engine is shutting down: leave the request open; the
 		// engine that takes the Task over closes it as failed and retries.
@@ -123,7 +110,7 @@ func (r *Runner) attempt(ctx, actx context.Context, attempt int, retried string)
 	}
 	if err != nil {
 		status, errMsg = model.StatusOf(err), errorText(err)
-		if r.aborted() {
+		if r.abort.aborted() {
 			status = omni.StatusAborted
 		}
 	}
@@ -135,10 +122,10 @@ func (r *Runner) attempt(ctx, actx context.Context, attempt int, retried string)
 	close(queue)
 	// Per-Task settling: the attempt's messages are all stored, or one
 	// was lost and nothing after it was stored.
-	_, perr = r.pub.Settle(ctx)
+	perr := r.prod.settleStream(ctx)
 	lost := perr != nil && !errors.Is(perr, publish.ErrFenced) && ctx.Err() == nil
 	if !lost {
-		r.inAttempt.Store(false)
+		r.prod.endAttempt()
 	}
 	if lost && status == omni.StatusCompleted {
 		// Part of the attempt never reached the stream (no leader
@@ -147,9 +134,9 @@ func (r *Runner) attempt(ctx, actx context.Context, attempt int, retried string)
 		status, errMsg = omni.StatusTimeout, "the stream did not store part of this request: "+perr.Error()
 	}
 
-	r.usage = r.usage.Add(res.Usage)
-	tu := omni.TokenUsage(r.usage, res.Usage)
-	wait, _ := r.retryIn(attempt, status)
+	r.llm.usage = r.llm.usage.Add(res.Usage)
+	tu := omni.TokenUsage(r.llm.usage, res.Usage)
+	wait, _ := r.ladder.retryIn(attempt, status)
 	var end omni.Message
 	switch status {
 	case omni.StatusCompleted:
@@ -168,29 +155,19 @@ func (r *Runner) attempt(ctx, actx context.Context, attempt int, retried string)
 		// Close the attempt's open segments with what the stream
 		// holds, then its token_usage and request_end; calls whose
 		// complete message was lost never ran and are not awaited.
-		stored := r.recoverAttempt(ctx, from+1, attempt, &tu, &end)
-		kept := calls[:0]
-		r.mu.Lock()
-		for _, id := range calls {
-			if stored[id] {
-				kept = append(kept, id)
-			} else {
-				delete(r.calls, id)
-			}
-		}
-		r.mu.Unlock()
-		calls = kept
-		r.inAttempt.Store(false)
+		stored := r.prod.recoverAttempt(ctx, from+1, attempt, &tu, &end)
+		calls = r.calls.keepStored(calls, stored)
+		r.prod.endAttempt()
 	case status == omni.StatusCompleted:
-		r.publish(&tu, "")
-		r.publish(&end, "")
+		r.prod.publish(&tu, "")
+		r.prod.publish(&end, "")
 	default:
-		if err := r.publishSync(ctx, &tu, ""); err != nil {
+		if err := r.prod.publishSync(ctx, &tu, ""); err != nil {
 			r.log.Error().Err(err).Msg("could not publish token_usage")
 		}
 		if status == omni.StatusAborted {
-			r.publish(&end, "")
-		} else if err := r.publishSync(ctx, &end, ""); err != nil {
+			r.prod.publish(&end, "")
+		} else if err := r.prod.publishSync(ctx, &end, ""); err != nil {
 			r.log.Error().Err(err).Msg("could not publish request_end")
 		}
 	}
@@ -209,47 +186,19 @@ func (r *Runner) attempt(ctx, actx context.Context, attempt int, retried string)
 	// Calls of the failed attempt already ran or run now: wait for them,
 	// so they are never executed twice, and tell the model what they did.
 	<-approvalsDone
-	if err := r.awaitOutputs(actx, calls); err != nil {
+	if err := r.calls.await(actx, calls); err != nil {
 		return omni.StatusAborted, nil, "", true
 	}
 	next = omni.Block(omni.TagTurnRetried, fmt.Sprintf(
 		"The previous attempt failed (%s: %s). Its partial output is below; tool calls marked executed already ran and must not be repeated, incomplete ones never ran.\n%s",
-		status, errMsg, describe(seg.Completed, r.outputsOf(calls))))
+		status, errMsg, describe(seg.Completed, r.calls.outputsOf(calls))))
 	return status, nil, next, false
-}
-
-// contextMessages is the folded context with the carry-over of an earlier
-// interrupted run inserted where it happened, plus extra model-only text.
-func (r *Runner) contextMessages(extra string) []*omni.Message {
-	r.mu.Lock()
-	msgs := r.fc.Messages()
-	r.mu.Unlock()
-	if len(r.rec.CarryOver) > 0 {
-		out := make([]*omni.Message, 0, len(msgs)+len(r.rec.CarryOver))
-		ci := 0
-		for i := 0; i <= len(msgs); i++ {
-			for ci < len(r.rec.CarryOver) && r.rec.CarryOver[ci].At <= i {
-				out = append(out, new(omni.UserText(r.rec.CarryOver[ci].Text)))
-				ci++
-			}
-			if i < len(msgs) {
-				out = append(out, msgs[i])
-			}
-		}
-		msgs = out
-	}
-	if extra != "" {
-		msgs = append(msgs, new(omni.UserText(extra)))
-	}
-	return msgs
 }
 
 // saveCarryOver stores model-context-only text for later runs: it goes in
 // at the current end of the context, never on the stream or in the Trace.
 func (r *Runner) saveCarryOver(ctx context.Context, text string) {
-	r.mu.Lock()
-	at := len(r.fc.Messages())
-	r.mu.Unlock()
+	at := len(r.hist.messages())
 	item := omni.CarryItem{At: at, Text: text}
 	_, err := r.d.Sessions.Update(ctx, r.sid, func(rec *omni.SessionRecord) error {
 		rec.CarryOver = append(rec.CarryOver, item)
@@ -290,56 +239,14 @@ func describe(msgs []omni.Message, outputs map[string]string) string {
 	return strings.TrimRight(b.String(), "\n")
 }
 
-func (r *Runner) outputsOf(ids []string) map[string]string {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	out := make(map[string]string, len(ids))
-	for _, id := range ids {
-		if cs := r.calls[id]; cs != nil && cs.output != nil {
-			out[id] = cs.output.Payload.Output
-		}
-	}
-	return out
-}
-
 // deliverSteering publishes queued steering input as user texts; it
-// reports whether there was any.
-func (r *Runner) deliverSteering() bool {
-	r.mu.Lock()
-	queued := r.steering
-	r.steering = nil
-	r.mu.Unlock()
-	return r.publishSteering(queued)
-}
-
-// deliverSteeringOrClose is deliverSteering for the end of a run: when
-// nothing is queued it closes steering intake in the same critical
-// section, so a steer arriving later is refused instead of accepted and
-// never delivered.
-func (r *Runner) deliverSteeringOrClose() bool {
-	r.mu.Lock()
-	queued := r.steering
-	r.steering = nil
-	if len(queued) == 0 {
-		r.steerClosed = true
-	}
-	r.mu.Unlock()
-	return r.publishSteering(queued)
-}
-
-// closeSteering stops taking steering and returns what is still queued.
-func (r *Runner) closeSteering() []string {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	queued := r.steering
-	r.steering, r.steerClosed = nil, true
-	return queued
-}
-
-func (r *Runner) publishSteering(queued []string) bool {
+// reports whether there was any. With orClose (the end of a run), when
+// nothing is queued steering intake closes (control.takeSteering).
+func (r *Runner) deliverSteering(orClose bool) bool {
+	queued := r.ctl.takeSteering(orClose)
 	for _, text := range queued {
 		m := omni.UserText(omni.Block(omni.TagUserSteering, text))
-		r.publish(&m, "")
+		r.prod.publish(&m, "")
 	}
 	return len(queued) > 0
 }

@@ -1,63 +1,45 @@
 // Package task runs one Task of a Session: the agent loop of the seed.
 //
-// Every message goes to the Session's subjects in FLOE_SESSIONS; the stream
-// sequence is the order. Everything the Task publishes goes through its
-// ordered producers (publish.go, pkg/bus/publish); approvals run one at a
-// time beside the model stream; an approval_decision is stored (acked)
-// before its tool job is enqueued, so no output can precede it;
-// token_usage then request_end go out when the model stream ends, not
-// waiting for tools; the next request starts when every call of the turn
-// has its complete output, fed back in call order. Tool outputs are read
-// back from the stream (the engine consumes its own Session's model
-// subject), whoever published them.
+// A Runner composes one value of each type below; each owns its state and
+// goroutines and states its concurrency contract.
 //
-// # Concurrency contract
+//   - lease (lease.go): fences the Task to this engine; ends the lease
+//     scope with ErrLeaseLost when another engine took it over.
+//   - producers (producers.go): the only ways out to FLOE_SESSIONS (the
+//     Task's stream, the engine's tool outputs, server events), fenced
+//     by the lease; folds what it publishes into the history; recovers a
+//     request attempt that lost a message.
+//   - history (history.go): the Session's folded context.
+//   - control (control.go): the control inbox (approve, abort, steer,
+//     retry-now, pending) and the steering queue.
+//   - ladder (ladder.go): the reconnect ladder of every model request.
+//   - approvals (approvals.go): decides each call (policy, mode, human)
+//     and dispatches it; abortScope is the user-abort scope.
+//   - calls (calls.go): a turn's calls: jobs, heartbeats, outputs read
+//     back from the stream, pairing, the stop of outstanding jobs.
+//   - compactor (compact.go): compaction triggers and requests.
+//   - subagents (subagents.go): child Sessions of run_subagent calls.
 //
-// No context is stored in the Runner; they flow as parameters. Run owns
-// two scopes: the lease scope (its ctx, derived from the engine's),
-// which ends when the engine stops or another engine takes the Task
-// (ErrLeaseLost), and the abort scope (actx, derived from it), which a
-// user abort also ends. Code that must go on after a user abort (the
-// request's end, the abort itself, a subagent's forwarding to the child's
-// end) takes the lease scope; the model stream, approvals and the wait for
-// outputs take the abort scope. The Runner keeps only the two cancel
-// functions (control requests end the abort scope; the lease watcher and
-// leaseValid end the lease scope) and atomic flags recording why
-// (userAborted, leaseLost), which aborted and leaseValid read.
-//
-// Run owns every goroutine of a Task and joins them before it returns: the
-// lease watcher, the two subscription servers (control requests and
-// heartbeats arrive on channel subscriptions; no NATS callback goroutine
-// calls into the Task), the approval loop of each request and the
-// subagent runs (Runner.workers, waited for before the Task finishes; a
-// subagent run joins its own abort watcher), the outputs consumer (stopped
-// and drained), and the goroutines of the Task's producers (closed, after
-// settling, at the end). The outputs consumer's callback only records an
-// output under the mutex and signals changed; no NATS callback blocks on a
-// request or calls into the Task (the control server, Run's goroutine,
-// forwards an approval to a child Session with a request).
-//
-// Runner.mu guards the fold (fc), calls and their states, pending
-// approvals, steering and its closed flag, the backoff channel (retry-now),
-// children and their approvals. It is held only for reads and updates of
-// those fields, never across a publish, a NATS request or a channel send
-// that can block. Fields written once before the goroutines that read them
-// start are not guarded: rec, lease, abort, loseLease and the producers
-// (before the subscription servers start), replayed (before the outputs
-// consumer starts), prov, info, tools and toolPerms
-// (set by run before the first approval loop). rec.CarryOver, retryNext,
-// beginID and usage belong to the goroutine running Run (the agent loop).
+// How a Task flows: Run loads the Session record, takes the lease, opens
+// the producers, the control inbox and the heartbeats, publishes
+// task_state, replays the history (Trace, then stream) and follows tool
+// outputs. run resolves the model, closes what a dead engine left open,
+// publishes the head and the input, then loops: compactor before a
+// request; request climbs the ladder, each attempt streaming the model
+// into the producers while approvals decide each completed call (stored
+// decision, then job, or subagent) and calls collect outputs; token_usage
+// and request_end follow the model stream; the next request starts when
+// every call has its output. At the end: a boundary compaction, abort
+// (calls stopped, children aborted), steering carried over, intake
+// stopped, producers settled, the Session released, task_state idle.
+// The Trace is written from the stream by the tracer service.
 package task
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -65,7 +47,6 @@ import (
 	"github.com/rs/zerolog"
 
 	"floe.dev/pkg/bus"
-	"floe.dev/pkg/bus/publish"
 	"floe.dev/pkg/omni"
 	"floe.dev/pkg/trace"
 	"floe.dev/services/engine/internal/fold"
@@ -122,107 +103,76 @@ const (
 	Aborted   = omni.StatusAborted
 )
 
-// callState tracks one tool call of the running Task.
-type callState struct {
-	id         string
-	name       string
-	approved   bool // a job was enqueued
-	jobSeq     uint64
-	started    bool
-	lastBeat   time.Time
-	dispatched time.Time
-	output     *omni.Message
-	// gen is the Task stream's generation (publish.Publisher.Token)
-	// before the call's message was queued, from the first sequence of its
-	// attempt: its decision must not outlive a loss of the call.
-	gen  uint64
-	from uint64
+// llm is the model side of the Task: resolved by run before the first
+// request (tools by start), then used on the agent loop's goroutine only;
+// ids is also observed by Run before any goroutine starts.
+type llm struct {
+	prov  model.Provider
+	info  model.Info
+	ids   model.IDAllocator
+	tools []omni.ToolSpec
+	usage omni.Usage
 }
 
 // Runner runs one Task. Create with New, then Run once.
+//
+// Concurrency: no context is stored; they flow as parameters. Run owns two
+// scopes: the lease scope (its ctx, derived from the engine's), which ends
+// when the engine stops or another engine takes the Task (ErrLeaseLost),
+// and the abort scope (actx, derived from it), which a user abort also
+// ends. Code that must go on after a user abort (the request's end, the
+// abort itself, a subagent's forwarding to the child's end) takes the
+// lease scope; the model stream, approvals and the wait for outputs take
+// the abort scope. Run owns every goroutine of the Task through its parts
+// and joins them before it returns. The Runner's own fields belong to the
+// goroutine running Run: rec is loaded before any other goroutine starts
+// (the parts share the pointer and only read it, but for CarryOver, which
+// only the agent loop touches); retryNext and beginID are the agent
+// loop's.
 type Runner struct {
 	d    *Deps
 	log  zerolog.Logger
 	task omni.Task
 	sid  string
 	rec  *omni.SessionRecord
+	llm  *llm
 
-	prov model.Provider
-	info model.Info
-	ids  model.IDAllocator
+	lease  *lease
+	hist   *history
+	prod   *producers
+	calls  *calls
+	appr   *approvals
+	subs   *subagents
+	ctl    *control
+	ladder *ladder
+	comp   *compactor
+	abort  *abortScope
 
-	tools     []omni.ToolSpec
-	toolPerms map[string]string
-
-	// abort ends the Task's abort scope (Run's actx) with errAborted; set
-	// by Run before it serves control requests. userAborted records it.
-	abort       context.CancelCauseFunc
-	userAborted atomic.Bool
-
-	mu       sync.Mutex
-	fc       *fold.Context
-	calls    map[string]*callState
-	changed  chan struct{} // 1-buffered: a call changed state
-	pending  map[string]*approval
-	steering []string
-	// steerClosed: the run is ending and takes no more steering (a steer
-	// then is refused, never accepted and dropped).
-	steerClosed bool
-	backoff     chan struct{} // non-nil while waiting to reconnect
-	usage       omni.Usage
-
-	// The Task's producers (publish.go); opened by Run.
-	pub, out, srv *publish.Publisher
-	// attemptFrom is the first stream sequence the current request attempt
-	// can have published at.
-	attemptFrom atomic.Uint64
-	// inAttempt is true from a request attempt's begin until its messages
-	// are settled (or its loss recovered): only then may a loss be resumed
-	// by anyone but the request loop (publishDecision), and only then does
-	// calls say which of the attempt's calls the stream holds (ask waits
-	// for it after a loss).
-	inAttempt atomic.Bool
-
-	// lease fencing (see watchLease, leaseValid): loseLease ends Run's
-	// lease scope; leaseLost records that it did.
-	lease      string
-	loseLease  context.CancelCauseFunc
-	leaseLost  atomic.Bool
-	leaseCheck atomic.Int64 // unix nanos of the last confirmation
-	retryNext  bool
-	// replayed is the last stream sequence of the history Run folded.
-	replayed uint64
+	retryNext bool
 	// beginID is the Msg-Id of a request_begin the stream never
 	// confirmed: the next attempt sends it again (see attempt).
 	beginID string
-
-	children       map[string]string        // running child Session → its Task
-	childApprovals map[string]childApproval // a child's pending calls
-	// workers counts the approval loops and subagent runs; Run waits for
-	// them before it finishes the Task.
-	workers sync.WaitGroup
 }
-
-type approval struct {
-	event    []byte // approval_request server event JSON
-	decision chan string
-}
-
-var errAborted = errors.New("task aborted by user")
 
 // New prepares a Runner for t.
 func New(d *Deps, t omni.Task) *Runner {
+	log := d.Log.With().Str("session_id", t.SessionID).Str("task_id", t.ID).Logger()
+	sid := t.SessionID
+	rec, m := new(omni.SessionRecord), new(llm)
+	l := newLease(d.Sessions, sid, t.ID, d.Settings.AckWait)
+	h := newHistory()
+	prod := newProducers(d, sid, t.ID, l, h, log)
+	abort := new(abortScope)
+	c := newCalls(d, log, sid, h, prod, abort)
+	subs := newSubagents(d, log, t, rec, prod, abort)
+	appr := &approvals{d: d, log: log, sid: sid, rec: rec, prod: prod, calls: c, subs: subs, abort: abort,
+		pending: make(map[string]*approval)}
+	lad := newLadder(d.Settings)
 	return &Runner{
-		d:       d,
-		log:     d.Log.With().Str("session_id", t.SessionID).Str("task_id", t.ID).Logger(),
-		task:    t,
-		sid:     t.SessionID,
-		calls:   make(map[string]*callState),
-		changed: make(chan struct{}, 1),
-		pending: make(map[string]*approval),
-
-		children:       make(map[string]string),
-		childApprovals: make(map[string]childApproval),
+		d: d, log: log, task: t, sid: sid, rec: rec, llm: m,
+		lease: l, hist: h, prod: prod, calls: c, appr: appr, subs: subs, ladder: lad, abort: abort,
+		ctl:  &control{nc: d.NC, sid: sid, log: log, appr: appr, subs: subs, abort: abort, ladder: lad},
+		comp: &compactor{d: d, log: log, sid: sid, rec: rec, llm: m, hist: h, prod: prod, ladder: lad, abort: abort},
 	}
 }
 
@@ -246,117 +196,74 @@ func (r *Runner) Run(ctx context.Context) (status string, err error) {
 	if err != nil {
 		return "", fmt.Errorf("task: load session: %w", err)
 	}
-	r.rec = rec
+	*r.rec = *rec
 	if rec.TaskID != r.task.ID {
 		r.log.Warn().Str("owner_task", rec.TaskID).Msg("task no longer owns the session; dropped")
 		return "", nil
 	}
 	// Take the lease: a stalled engine that lost this Task to a
-	// redelivery finds another lease and stops (see watchLease).
-	lease := randomHex(8)
-	if _, err := r.d.Sessions.Update(ctx, r.sid, func(rec *omni.SessionRecord) error {
-		if rec.TaskID != r.task.ID {
-			return ErrLeaseLost
-		}
-		rec.Lease = lease
-		return nil
-	}); err != nil {
+	// redelivery finds another lease and stops.
+	ctx, err = r.lease.take(ctx)
+	if err != nil {
 		if errors.Is(err, ErrLeaseLost) {
 			return "", nil
 		}
 		return "", fmt.Errorf("task: take lease: %w", err)
 	}
-	ctx, loseLease := context.WithCancelCause(ctx)
-	defer loseLease(nil)
-	r.lease, r.loseLease = lease, loseLease
-	r.leaseCheck.Store(time.Now().UnixNano())
-	r.openPublishers()
-	defer r.closePublishers()
-	stopWatch := make(chan struct{})
-	watchDone := make(chan struct{})
-	go func() {
-		defer close(watchDone)
-		r.watchLease(ctx, lease, stopWatch)
-	}()
-	defer func() {
-		select {
-		case <-stopWatch:
-		default:
-			close(stopWatch)
-		}
-		<-watchDone
-	}()
-	// The abort scope: a user abort (onControl) ends it, and with it the
+	defer r.lease.release()
+	r.prod.open()
+	defer r.prod.close()
+	r.lease.watch(ctx)
+	defer r.lease.stop()
+	// The abort scope: a user abort (control) ends it, and with it the
 	// model stream, approvals and the wait for outputs; ctx (the lease
 	// scope) goes on for what the Task publishes after an abort.
 	actx, abort := context.WithCancelCause(ctx)
 	defer abort(nil)
-	r.abort = abort
+	r.abort.cancel = abort
 
 	// Control requests and heartbeats arrive on channel subscriptions and
 	// are served by goroutines Run owns and joins: no NATS callback
 	// goroutine ever calls into the Task or waits on a request.
-	ctlCh, hbCh := make(chan *nats.Msg, 64), make(chan *nats.Msg, 256)
-	ctl, err := r.d.NC.ChanSubscribe(omni.ControlSubject(r.sid, "*"), ctlCh)
-	if err != nil {
+	if err := r.ctl.open(); err != nil {
 		return "", fmt.Errorf("task: control subscription: %w", err)
 	}
-	defer ctl.Unsubscribe()
-	hb, err := r.d.NC.ChanSubscribe(omni.HeartbeatSubject(r.sid), hbCh)
-	if err != nil {
+	defer r.ctl.close()
+	if err := r.calls.openHeartbeats(); err != nil {
 		return "", fmt.Errorf("task: heartbeat subscription: %w", err)
 	}
-	defer hb.Unsubscribe()
-	stopServing := make(chan struct{})
-	var serving sync.WaitGroup
-	for ch, serve := range map[chan *nats.Msg]func(*nats.Msg){ctlCh: r.onControl, hbCh: r.onHeartbeat} {
-		serving.Add(1)
-		go func() {
-			defer serving.Done()
-			for {
-				select {
-				case m := <-ch:
-					serve(m)
-				case <-stopServing:
-					return
-				}
-			}
-		}()
-	}
-	defer func() {
-		close(stopServing)
-		serving.Wait()
-	}()
+	defer r.calls.closeHeartbeats()
 
-	if _, err := r.server(ctx, omni.ServerEvent{Type: omni.ServerTaskState, State: stateOf(r.task), TaskID: r.task.ID}, r.task.ID+"/begin"); err != nil {
+	if _, err := r.prod.server(ctx, omni.ServerEvent{Type: omni.ServerTaskState, State: stateOf(r.task), TaskID: r.task.ID}, r.task.ID+"/begin"); err != nil {
 		return "", err
 	}
 
-	r.fc = fold.New()
-	lastSeq, bad, err := trace.Replay(ctx, r.d.JS, r.d.Settings.Home, r.sid, r.fc.Apply, r.fc.Reset)
+	lastSeq, bad, err := trace.Replay(ctx, r.d.JS, r.d.Settings.Home, r.sid, r.hist.apply, r.hist.reset)
 	if err != nil {
 		return "", err
 	}
 	if bad > 0 {
 		r.log.Warn().Int("skipped", bad).Msg("undecodable records in session history skipped")
 	}
-	r.replayed = lastSeq
-	r.usage = r.fc.Usage
-	for _, m := range r.fc.Messages() {
-		if m.Payload.Type == omni.TypeToolCall {
-			r.ids.Observe(m.Payload.ToolCallID)
+	r.prod.replayed = lastSeq
+	r.hist.read(func(fc *fold.Context) {
+		r.llm.usage = fc.Usage
+		for _, m := range fc.Messages() {
+			if m.Payload.Type == omni.TypeToolCall {
+				r.llm.ids.Observe(m.Payload.ToolCallID)
+			}
 		}
-	}
+	})
 
-	outputs, err := r.followOutputs(actx, lastSeq+1)
+	outputs, err := r.calls.follow(actx, lastSeq+1)
 	if err != nil {
 		return "", err
 	}
 	defer outputs()
 
 	status = r.run(ctx, actx)
-	leftover := r.closeSteering()
-	r.workers.Wait()
+	leftover := r.ctl.closeSteering()
+	r.appr.wait()
 	if ctx.Err() != nil {
 		if errors.Is(context.Cause(ctx), ErrLeaseLost) {
 			r.log.Warn().Msg("lost the Task to another engine; stopped")
@@ -375,101 +282,38 @@ func (r *Runner) Run(ctx context.Context) (status string, err error) {
 	// Stop serving control requests before the Session is released: a
 	// client that saw the Task end finds no responder, and a Task started
 	// next (on any engine) is the only one answering.
-	_ = ctl.Unsubscribe()
-	r.settle(ctx)
-	close(stopWatch)
-	<-watchDone
+	r.ctl.stopIntake()
+	r.prod.settle(ctx)
+	r.lease.stop()
 	if errors.Is(context.Cause(ctx), ErrLeaseLost) {
 		return "", ErrLeaseLost
 	}
 	if err := r.d.Sessions.End(ctx, r.sid, r.task.ID, status); err != nil {
 		r.log.Error().Err(err).Msg("could not release the session")
 	}
-	if _, err := r.server(ctx, omni.ServerEvent{Type: omni.ServerTaskState, State: omni.StateIdle, Status: status, TaskID: r.task.ID}, ""); err != nil {
+	if _, err := r.prod.server(ctx, omni.ServerEvent{Type: omni.ServerTaskState, State: omni.StateIdle, Status: status, TaskID: r.task.ID}, ""); err != nil {
 		r.log.Error().Err(err).Msg("could not publish task_state idle")
 	}
 	return status, nil
 }
 
-// ErrLeaseLost means another engine took the Task over (this one stalled
-// past its ack wait): the Runner stopped without publishing more, and its
-// task message must be neither acked nor naked.
-var ErrLeaseLost = errors.New("task: lease lost to another engine")
-
-// watchLease checks every second that the Session record still names this
-// Task and lease; when it does not, it cancels the run with ErrLeaseLost.
-func (r *Runner) watchLease(ctx context.Context, lease string, stop <-chan struct{}) {
-	tick := time.NewTicker(min(time.Second, r.leaseStale()/2))
-	defer tick.Stop()
-	for {
-		select {
-		case <-tick.C:
-		case <-stop:
-			return
-		case <-ctx.Done():
-			return
-		}
-		rec, _, err := r.d.Sessions.Get(ctx, r.sid)
-		if err != nil {
-			continue // the bus is briefly unavailable; the ack wait covers it
-		}
-		if rec.TaskID != r.task.ID || rec.Lease != lease {
-			r.lostLease()
-			return
-		}
-		r.leaseCheck.Store(time.Now().UnixNano())
+// finishAbort stops the Task's outstanding tool jobs and publishes abort as
+// the run's last message (case A: each stopped tool's runner has published
+// its aborted output, [interrupted: tool aborted by user], before it
+// confirms, so those outputs precede abort; calls never dispatched get the
+// placeholder in the next request only). Jobs still queued are deleted
+// from the work queue; running ones are cancelled and the runners confirm
+// they will publish nothing more, so nothing of this run lands after
+// abort; children are aborted and forwarded to their end.
+func (r *Runner) finishAbort(ctx context.Context) {
+	r.calls.stop(ctx)
+	r.subs.abortAll(ctx)
+	ab := omni.Abort(omni.AbortedByUser)
+	// A loss earlier in the run does not keep abort off the stream.
+	r.prod.resumeAfterLoss(ctx)
+	if err := r.prod.publishSync(ctx, &ab, ""); err != nil {
+		r.log.Error().Err(err).Msg("could not publish abort")
 	}
-}
-
-// leaseStale is how old a lease confirmation may be before a publish
-// re-checks it: a third of the ack wait, so after a stall long enough to
-// lose the Task (SIGSTOP, a frozen VM) the first publish verifies
-// ownership before anything reaches the stream.
-func (r *Runner) leaseStale() time.Duration {
-	if w := r.d.Settings.AckWait; w > 0 {
-		return w / 3
-	}
-	return 10 * time.Second
-}
-
-// leaseValid reports whether this Runner still owns the Task. Cheap while
-// the watcher confirms it every second; after a stall it asks the Session
-// record itself and, on loss, cancels the run.
-func (r *Runner) leaseValid() bool {
-	if r.loseLease == nil {
-		return true // not started through Run (benchmarks)
-	}
-	if r.leaseLost.Load() {
-		return false
-	}
-	if time.Since(time.Unix(0, r.leaseCheck.Load())) < r.leaseStale() {
-		return true
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	rec, _, err := r.d.Sessions.Get(ctx, r.sid)
-	if err != nil {
-		return true // cannot tell; the watcher keeps checking
-	}
-	if rec.TaskID != r.task.ID || rec.Lease != r.lease {
-		r.lostLease()
-		return false
-	}
-	r.leaseCheck.Store(time.Now().UnixNano())
-	return true
-}
-
-// lostLease records that another engine owns the Task and ends the lease
-// scope (and with it the abort scope) with ErrLeaseLost.
-func (r *Runner) lostLease() {
-	r.leaseLost.Store(true)
-	r.loseLease(ErrLeaseLost)
-}
-
-func randomHex(n int) string {
-	b := make([]byte, n)
-	_, _ = rand.Read(b)
-	return hex.EncodeToString(b)
 }
 
 func stateOf(t omni.Task) string {
@@ -483,54 +327,48 @@ func stateOf(t omni.Task) string {
 // ctx is the lease scope, actx the abort scope derived from it.
 func (r *Runner) run(ctx, actx context.Context) string {
 	var err error
-	r.prov, r.info, err = r.d.Resolve(r.rec.Model)
+	r.llm.prov, r.llm.info, err = r.d.Resolve(r.rec.Model)
 	if err != nil {
 		r.log.Error().Err(err).Str("model", r.rec.Model).Msg("unknown model")
 		m := omni.Text(omni.RoleAssistant, fmt.Sprintf("[cannot run: %v]", err))
 		m.Payload.StopReason = omni.StatusFailed
-		r.publish(&m, "")
+		r.prod.publish(&m, "")
 		return Failed
 	}
 	// A compaction left open by an engine that died is closed as failed
 	// before anything else is appended.
-	r.mu.Lock()
-	reason, mode, ok := r.fc.PendingCompaction()
-	r.mu.Unlock()
+	var reason, mode string
+	var ok bool
+	r.hist.read(func(fc *fold.Context) { reason, mode, ok = fc.PendingCompaction() })
 	if ok {
 		end := omni.CompactionEnd(reason, mode, omni.StatusFailed)
-		r.publish(&end, "")
+		r.prod.publish(&end, "")
 	}
 	if err := r.start(ctx, actx); err != nil {
-		if r.aborted() {
+		if r.abort.aborted() {
 			return Aborted
 		}
 		r.log.Error().Err(err).Msg("task start failed")
 		return Failed
 	}
 	if r.task.Kind == omni.TaskCompact {
-		return r.compact(ctx, actx, omni.CompactManual)
+		return r.comp.run(ctx, actx, omni.CompactManual)
 	}
 
 	// A request left open by an engine that died is closed as failed and
 	// retried; committed calls still without output are awaited.
-	r.mu.Lock()
-	openRequest := r.fc.OpenRequest()
-	r.mu.Unlock()
+	var openRequest bool
+	r.hist.read(func(fc *fold.Context) { openRequest = fc.OpenRequest() })
 	if openRequest {
 		r.closeDeadSegments(ctx)
 		end := omni.RequestEnd(omni.StatusFailed, "the engine running this request stopped", 1, 0)
-		r.publish(&end, "")
+		r.prod.publish(&end, "")
 		r.retryNext = true
 	}
-	r.mu.Lock()
-	for _, id := range r.fc.Unpaired() {
-		now := time.Now()
-		r.calls[id] = &callState{id: id, approved: true, started: true, lastBeat: now, dispatched: now}
-	}
-	unpaired := maps(r.calls)
-	r.mu.Unlock()
-	if len(unpaired) > 0 {
-		if err := r.awaitOutputs(actx, unpaired); err != nil {
+	var open []string
+	r.hist.read(func(fc *fold.Context) { open = fc.Unpaired() })
+	if unpaired := r.calls.resume(open); len(unpaired) > 0 {
+		if err := r.calls.await(actx, unpaired); err != nil {
 			return Aborted
 		}
 	}
@@ -538,14 +376,14 @@ func (r *Runner) run(ctx, actx context.Context) string {
 	// A compaction due when the Task starts compacts what came before it:
 	// the Task's own input opens the new context instead of being
 	// summarized (or discarded) with the old one.
-	if reason := r.compactionReason(); reason != "" {
-		if r.compact(ctx, actx, reason) == Aborted {
+	if reason := r.comp.reason(); reason != "" {
+		if r.comp.run(ctx, actx, reason) == Aborted {
 			return Aborted
 		}
 	}
 	redelivered, err := r.publishInput(ctx)
 	if err != nil {
-		if r.aborted() {
+		if r.abort.aborted() {
 			return Aborted
 		}
 		r.log.Error().Err(err).Msg("task input could not be published")
@@ -563,7 +401,7 @@ func (r *Runner) run(ctx, actx context.Context) string {
 		maxTurns = r.d.Settings.DefaultMaxTurns
 	}
 	for turn := 0; ; turn++ {
-		if r.aborted() {
+		if r.abort.aborted() {
 			return Aborted
 		}
 		if maxTurns > 0 && turn >= maxTurns {
@@ -572,13 +410,13 @@ func (r *Runner) run(ctx, actx context.Context) string {
 		}
 		// Mid-Task a compaction runs only before a request, and discard
 		// (which would drop the Task's own work) waits for the boundary.
-		if reason := r.compactionReason(); turn > 0 && reason != "" && r.rec.Compaction.Mode != omni.ModeDiscard {
-			if r.compact(ctx, actx, reason) == Aborted {
+		if reason := r.comp.reason(); turn > 0 && reason != "" && r.rec.Compaction.Mode != omni.ModeDiscard {
+			if r.comp.run(ctx, actx, reason) == Aborted {
 				return Aborted
 			}
 			// A failed compaction keeps the old context; the run goes on.
 		}
-		r.deliverSteering()
+		r.deliverSteering(false)
 		status, calls := r.request(ctx, actx)
 		switch status {
 		case omni.StatusCompleted:
@@ -590,12 +428,12 @@ func (r *Runner) run(ctx, actx context.Context) string {
 		if len(calls) == 0 {
 			// Steering that came during the answer is the next input;
 			// without any the run ends and takes no more.
-			if r.deliverSteeringOrClose() {
+			if r.deliverSteering(true) {
 				continue
 			}
 			return r.atBoundary(ctx, actx, Completed)
 		}
-		if err := r.awaitOutputs(actx, calls); err != nil {
+		if err := r.calls.await(actx, calls); err != nil {
 			return Aborted
 		}
 	}
@@ -605,8 +443,8 @@ func (r *Runner) run(ctx, actx context.Context) string {
 // the Task's last request_end and before it goes idle, and compacts when
 // one is due; the Task keeps its outcome unless the compaction is aborted.
 func (r *Runner) atBoundary(ctx, actx context.Context, outcome string) string {
-	if reason := r.compactionReason(); reason != "" {
-		if r.compact(ctx, actx, reason) == Aborted {
+	if reason := r.comp.reason(); reason != "" {
+		if r.comp.run(ctx, actx, reason) == Aborted {
 			return Aborted
 		}
 	}
@@ -625,7 +463,7 @@ func (r *Runner) publishMaxTurnsNotice(n int) {
 	m := omni.Text(omni.RoleAssistant, text)
 	m.Payload.StopReason = omni.StatusFailed
 	for _, p := range []*omni.Message{&start, &delta, &stop, &m} {
-		r.publish(p, "")
+		r.prod.publish(p, "")
 	}
 }
 
@@ -646,19 +484,21 @@ func (r *Runner) start(ctx, actx context.Context) error {
 		}
 	}
 	mcp := len(servers) > 0
-	r.mu.Lock()
-	first := r.fc.Meta == nil
-	// A Trace that ends in a completed compaction without the new
-	// context's head (an engine stopped right after it, or an imported file
-	// of the original's) gets that head now, before anything of this Task.
-	closed := !first && r.fc.Closed
-	r.mu.Unlock()
+	var first, closed bool
+	r.hist.read(func(fc *fold.Context) {
+		first = fc.Meta == nil
+		// A Trace that ends in a completed compaction without the new
+		// context's head (an engine stopped right after it, or an
+		// imported file of the original's) gets that head now, before
+		// anything of this Task.
+		closed = !first && fc.Closed
+	})
 	publishMeta := func() error {
 		if !first && !closed {
 			return nil
 		}
-		meta := r.sessionMeta()
-		_, err := r.publishOnce(ctx, &meta, r.task.ID+"/meta")
+		meta := sessionMeta(r.sid, r.llm.info, r.rec, r.d.Settings.SystemPrompt)
+		_, err := r.prod.publishOnce(ctx, &meta, r.task.ID+"/meta")
 		return err
 	}
 	if mcp {
@@ -666,7 +506,7 @@ func (r *Runner) start(ctx, actx context.Context) error {
 			return err
 		}
 		begin := omni.MCPConnectBegin(servers)
-		if _, err := r.publishOnce(ctx, &begin, r.task.ID+"/mcp-begin"); err != nil {
+		if _, err := r.prod.publishOnce(ctx, &begin, r.task.ID+"/mcp-begin"); err != nil {
 			return err
 		}
 	}
@@ -680,7 +520,7 @@ func (r *Runner) start(ctx, actx context.Context) error {
 			}
 		}
 		end := omni.MCPConnectEnd(results)
-		if _, perr := r.publishOnce(ctx, &end, r.task.ID+"/mcp-end"); perr != nil && err == nil {
+		if _, perr := r.prod.publishOnce(ctx, &end, r.task.ID+"/mcp-end"); perr != nil && err == nil {
 			return perr
 		}
 	}
@@ -691,11 +531,8 @@ func (r *Runner) start(ctx, actx context.Context) error {
 	if r.rec.Depth < r.d.Settings.MaxSubagentDepth {
 		tools = append(append([]omni.ToolSpec(nil), tools...), SubagentSpec())
 	}
-	r.tools = tools
-	r.toolPerms = make(map[string]string, len(tools))
-	for _, t := range tools {
-		r.toolPerms[t.Name] = t.Permission
-	}
+	r.llm.tools = tools
+	r.appr.setTools(tools)
 	if !mcp {
 		if err := publishMeta(); err != nil {
 			return err
@@ -703,12 +540,12 @@ func (r *Runner) start(ctx, actx context.Context) error {
 	}
 	if first || closed || mcp {
 		tl := omni.ToolListReady(tools)
-		if _, err := r.publishOnce(ctx, &tl, r.task.ID+"/tools"); err != nil {
+		if _, err := r.prod.publishOnce(ctx, &tl, r.task.ID+"/tools"); err != nil {
 			return err
 		}
 	}
 	if closed {
-		r.publishSummary()
+		r.comp.publishSummary()
 	}
 	return nil
 }
@@ -726,7 +563,7 @@ func (r *Runner) publishInput(ctx context.Context) (redelivered bool, err error)
 		default:
 			m = omni.UserText(in.Text)
 		}
-		dup, err := r.publishOnce(ctx, &m, fmt.Sprintf("%s/in/%d", r.task.ID, i))
+		dup, err := r.prod.publishOnce(ctx, &m, fmt.Sprintf("%s/in/%d", r.task.ID, i))
 		if err != nil {
 			return false, err
 		}
@@ -740,22 +577,22 @@ func (r *Runner) publishInput(ctx context.Context) (redelivered bool, err error)
 // was streamed and stop_reason failed, so the streaming discipline holds
 // across a takeover. Tool-output segments belong to runners and are left.
 func (r *Runner) closeDeadSegments(ctx context.Context) {
-	if _, err := r.closeUnfinished(ctx, 0); err != nil {
+	if _, err := r.prod.closeUnfinished(ctx, 0); err != nil {
 		r.log.Warn().Err(err).Msg("could not read the dead request's partials")
 	}
 }
 
 // sessionMeta builds the head of a context: the first Task's and every
-// completed compaction's.
-func (r *Runner) sessionMeta() omni.Message {
+// completed compaction's. prompt is the engine's default system prompt.
+func sessionMeta(sid string, info model.Info, rec *omni.SessionRecord, prompt string) omni.Message {
 	return omni.SessionMeta(omni.Meta{
-		SessionID:          r.sid,
-		Provider:           r.info.Provider,
-		ModelID:            r.info.ModelID,
-		ModelContextWindow: r.info.ContextWindow,
-		SystemPrompt:       r.systemPrompt(),
-		Workspace:          r.rec.Workspace,
-		Source:             sourceOf(r.rec),
+		SessionID:          sid,
+		Provider:           info.Provider,
+		ModelID:            info.ModelID,
+		ModelContextWindow: info.ContextWindow,
+		SystemPrompt:       systemPrompt(rec, prompt),
+		Workspace:          rec.Workspace,
+		Source:             sourceOf(rec),
 	})
 }
 
@@ -766,40 +603,24 @@ func sourceOf(rec *omni.SessionRecord) string {
 	return ""
 }
 
-func (r *Runner) systemPrompt() string {
-	return omni.WithInstructions(r.basePrompt(), r.rec.Instructions)
+// systemPrompt is the Session's system prompt (or the engine's default,
+// its %s the Workspace) with the Session's instructions.
+func systemPrompt(rec *omni.SessionRecord, def string) string {
+	return omni.WithInstructions(basePrompt(rec, def), rec.Instructions)
 }
 
-func (r *Runner) basePrompt() string {
-	if r.rec.SystemPrompt != "" {
-		return r.rec.SystemPrompt
+func basePrompt(rec *omni.SessionRecord, p string) string {
+	if rec.SystemPrompt != "" {
+		return rec.SystemPrompt
 	}
-	p := r.d.Settings.SystemPrompt
 	if p == "" {
 		p = "You are Floe, an agent that works in the workspace %s. Use the tools to inspect and change files and run commands; answer concisely."
 	}
 	if strings.Contains(p, "%s") {
-		return fmt.Sprintf(p, r.rec.Workspace)
+		return fmt.Sprintf(p, rec.Workspace)
 	}
 	return p
 }
 
-// abortByUser serves a user's abort: it ends the abort scope.
-func (r *Runner) abortByUser() {
-	r.userAborted.Store(true)
-	r.abort(errAborted)
-}
-
-// aborted reports a user abort (not an engine shutdown or a lost lease).
-func (r *Runner) aborted() bool { return r.userAborted.Load() }
-
 // statusShutdown is request's status when the engine stops mid-request.
 const statusShutdown = "shutdown"
-
-func maps(m map[string]*callState) []string {
-	ids := make([]string, 0, len(m))
-	for id := range m {
-		ids = append(ids, id)
-	}
-	return ids
-}

@@ -7,12 +7,13 @@ import (
 	"encoding/json"
 	"fmt"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/rs/zerolog"
 
 	"floe.dev/pkg/bus"
-	"floe.dev/pkg/bus/publish"
 	"floe.dev/pkg/omni"
 )
 
@@ -35,18 +36,58 @@ type subagentArgs struct {
 	Prompt      string `json:"prompt"`
 }
 
-// runSubagent runs a child Session for one run_subagent call: its own
+// subagents run the child Sessions of the Task's run_subagent calls: each
+// child is created and its Task started here, its stream forwarded onto
+// this Session's nested subject, its approval requests surfaced here (and
+// their decisions passed back), and it is aborted with this Task.
+//
+// Concurrency: run is called on a goroutine the approvals own (one per
+// call) and owns the child's abort watcher, joined before it returns;
+// forwardApproval and pendingEvents are called by the control inbox's
+// goroutine; abortAll by Run after the workers are joined. mu guards
+// children and approvals, and is never held across a request.
+type subagents struct {
+	d     *Deps
+	log   zerolog.Logger
+	sid   string
+	task  omni.Task
+	rec   *omni.SessionRecord
+	prod  *producers
+	abort *abortScope
+
+	mu        sync.Mutex
+	children  map[string]string        // running child Session → its Task
+	approvals map[string]childApproval // a child's pending calls
+}
+
+func newSubagents(d *Deps, log zerolog.Logger, t omni.Task, rec *omni.SessionRecord, prod *producers, abort *abortScope) *subagents {
+	return &subagents{d: d, log: log, sid: t.SessionID, task: t, rec: rec, prod: prod, abort: abort,
+		children: make(map[string]string), approvals: make(map[string]childApproval)}
+}
+
+// pendingEvents returns the children's approval requests still unanswered.
+func (s *subagents) pendingEvents() [][]byte {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var p [][]byte
+	for _, ca := range s.approvals {
+		p = append(p, ca.event)
+	}
+	return p
+}
+
+// run runs a child Session for one run_subagent call: its own
 // subjects and Trace, every message republished on this Session's nested
 // subject with the child id prepended to origin, its approval requests
 // surfaced here with origin. The call's output is the child's final answer.
 // ctx is the lease scope (forwarding outlives an abort), actx the abort
 // scope.
-func (r *Runner) runSubagent(ctx, actx context.Context, tc omni.Message) {
+func (s *subagents) run(ctx, actx context.Context, tc omni.Message) {
 	id := tc.Payload.ToolCallID
 	fail := func(text string) {
 		out := omni.ToolCallOutput(id, text, omni.StatusFailed)
-		if err := r.publishSync(context.WithoutCancel(actx), &out, bus.OutputMsgID(r.sid, id)); err != nil {
-			r.log.Error().Err(err).Msg("could not publish subagent output")
+		if err := s.prod.publishSync(context.WithoutCancel(actx), &out, bus.OutputMsgID(s.sid, id)); err != nil {
+			s.log.Error().Err(err).Msg("could not publish subagent output")
 		}
 	}
 	var args subagentArgs
@@ -56,8 +97,8 @@ func (r *Runner) runSubagent(ctx, actx context.Context, tc omni.Message) {
 		fail(fmt.Sprintf("invalid arguments for run_subagent: want {\"description\": string, \"prompt\": string}: %v", err))
 		return
 	}
-	if r.rec.Depth+1 > r.d.Settings.MaxSubagentDepth {
-		fail(fmt.Sprintf("run_subagent: nesting depth limit (%d) reached", r.d.Settings.MaxSubagentDepth))
+	if s.rec.Depth+1 > s.d.Settings.MaxSubagentDepth {
+		fail(fmt.Sprintf("run_subagent: nesting depth limit (%d) reached", s.d.Settings.MaxSubagentDepth))
 		return
 	}
 	now := time.Now().UTC()
@@ -65,34 +106,34 @@ func (r *Runner) runSubagent(ctx, actx context.Context, tc omni.Message) {
 	_, _ = rand.Read(b)
 	child := omni.NewSessionID(now, hex.EncodeToString(b))
 	childTask := omni.Task{ID: "task-" + hex.EncodeToString(b) + "-" + id, Kind: omni.TaskRun, SessionID: child,
-		Input: []omni.InputPart{{Type: "text", Text: args.Prompt}}, ThinkingLevel: r.task.ThinkingLevel,
-		ParentSessionID: r.sid, ParentToolCallID: id}
+		Input: []omni.InputPart{{Type: "text", Text: args.Prompt}}, ThinkingLevel: s.task.ThinkingLevel,
+		ParentSessionID: s.sid, ParentToolCallID: id}
 	rec := &omni.SessionRecord{
-		ID: child, Model: r.rec.Model, Workspace: r.rec.Workspace, ApprovalMode: r.rec.ApprovalMode,
-		SystemPrompt: r.rec.SystemPrompt, Instructions: r.rec.Instructions, MaxTurns: r.rec.MaxTurns, Compaction: r.rec.Compaction,
-		Title: args.Description, Principal: r.rec.Principal, CreatedUnixMs: now.UnixMilli(),
-		State: omni.StateRunning, TaskID: childTask.ID, Parent: r.sid, Depth: r.rec.Depth + 1,
-		CommandPolicy: r.rec.CommandPolicy,
+		ID: child, Model: s.rec.Model, Workspace: s.rec.Workspace, ApprovalMode: s.rec.ApprovalMode,
+		SystemPrompt: s.rec.SystemPrompt, Instructions: s.rec.Instructions, MaxTurns: s.rec.MaxTurns, Compaction: s.rec.Compaction,
+		Title: args.Description, Principal: s.rec.Principal, CreatedUnixMs: now.UnixMilli(),
+		State: omni.StateRunning, TaskID: childTask.ID, Parent: s.sid, Depth: s.rec.Depth + 1,
+		CommandPolicy: s.rec.CommandPolicy,
 	}
-	if err := r.d.Sessions.Create(actx, rec); err != nil {
+	if err := s.d.Sessions.Create(actx, rec); err != nil {
 		fail(fmt.Sprintf("run_subagent: could not create the child Session: %v", err))
 		return
 	}
 	ptr := omni.Subagent(child)
-	r.publish(&ptr, "")
+	s.prod.publish(&ptr, "")
 
-	r.mu.Lock()
-	r.children[child] = childTask.ID
-	r.mu.Unlock()
+	s.mu.Lock()
+	s.children[child] = childTask.ID
+	s.mu.Unlock()
 	defer func() {
-		r.mu.Lock()
-		delete(r.children, child)
-		r.mu.Unlock()
+		s.mu.Lock()
+		delete(s.children, child)
+		s.mu.Unlock()
 	}()
 
 	nm, err := bus.PackMsg(omni.TaskSubject(child), &childTask)
 	if err == nil {
-		_, err = r.d.JS.PublishMsg(actx, nm)
+		_, err = s.d.JS.PublishMsg(actx, nm)
 	}
 	if err != nil {
 		fail(fmt.Sprintf("run_subagent: could not start the child Task: %v", err))
@@ -112,20 +153,20 @@ func (r *Runner) runSubagent(ctx, actx context.Context, tc omni.Message) {
 		case <-fctx.Done():
 			return
 		}
-		if !r.aborted() {
+		if !s.abort.aborted() {
 			return // the engine is stopping or lost the lease: fctx ends too
 		}
-		bound := time.NewTimer(childAbortWait + r.d.Settings.CancelWait)
+		bound := time.NewTimer(childAbortWait + s.d.Settings.CancelWait)
 		defer bound.Stop()
-		r.abortChild(fctx, child, childTask.ID)
+		s.abortChild(fctx, child, childTask.ID)
 		select {
 		case <-bound.C:
-			r.log.Warn().Str("child", child).Msg("aborted child session did not end in time; no longer forwarded")
+			s.log.Warn().Str("child", child).Msg("aborted child session did not end in time; no longer forwarded")
 			stopForwarding()
 		case <-fctx.Done():
 		}
 	}()
-	answer, status, err := r.forwardChild(fctx, child, childTask.ID)
+	answer, status, err := s.forward(fctx, child, childTask.ID)
 	stopForwarding()
 	<-watched
 	if actx.Err() != nil {
@@ -146,20 +187,20 @@ func (r *Runner) runSubagent(ctx, actx context.Context, tc omni.Message) {
 		answer = omni.NoOutput
 	}
 	out := omni.ToolCallOutput(id, answer, stop)
-	if err := r.publishSync(actx, &out, bus.OutputMsgID(r.sid, id)); err != nil && !r.aborted() {
-		r.log.Error().Err(err).Msg("could not publish subagent output")
+	if err := s.prod.publishSync(actx, &out, bus.OutputMsgID(s.sid, id)); err != nil && !s.abort.aborted() {
+		s.log.Error().Err(err).Msg("could not publish subagent output")
 	}
 }
 
-// forwardChild republishes the child's stream under this Session until
+// forward republishes the child's stream under this Session until
 // the child's Task ends; it returns the child's final answer and status.
 //
 // Forwarding is a producer of its own (pkg/bus/publish), fenced by the
 // Task's lease: the child's messages keep their order on the nested
 // subject. A forwarded message the stream lost fails the forwarding, and
 // with it the call (the child's own stream and Trace are intact).
-func (r *Runner) forwardChild(ctx context.Context, child, childTask string) (answer, status string, err error) {
-	nested := publish.New(r.d.pubJS(), r.publishOptions())
+func (s *subagents) forward(ctx context.Context, child, childTask string) (answer, status string, err error) {
+	nested := s.prod.nested()
 	defer nested.Close()
 	defer func() {
 		if _, serr := nested.Settle(context.WithoutCancel(ctx)); serr != nil && err == nil {
@@ -167,7 +208,7 @@ func (r *Runner) forwardChild(ctx context.Context, child, childTask string) (ans
 		}
 	}()
 	var last string
-	err = bus.FollowUntil(ctx, r.d.JS, child, []string{omni.ClassMeta, omni.ClassPartial, omni.ClassModel, omni.ClassEvent, omni.ClassNested, omni.ClassServer}, 0, false, func(sm bus.StreamMsg) error {
+	err = bus.FollowUntil(ctx, s.d.JS, child, []string{omni.ClassMeta, omni.ClassPartial, omni.ClassModel, omni.ClassEvent, omni.ClassNested, omni.ClassServer}, 0, false, func(sm bus.StreamMsg) error {
 		if sm.Class == omni.ClassServer {
 			var ev omni.ServerEvent
 			if json.Unmarshal(sm.Data, &ev) != nil {
@@ -184,13 +225,13 @@ func (r *Runner) forwardChild(ctx context.Context, child, childTask string) (ans
 				var tc omni.Message
 				if omni.Unmarshal(ev.ToolCall, &tc) == nil {
 					b, _ := json.Marshal(ev)
-					r.mu.Lock()
-					r.childApprovals[tc.Payload.ToolCallID] = childApproval{session: child, event: b}
-					r.mu.Unlock()
+					s.mu.Lock()
+					s.approvals[tc.Payload.ToolCallID] = childApproval{session: child, event: b}
+					s.mu.Unlock()
 				}
 				// The forwarded call is stored before its approval request.
 				_, _ = nested.Settle(ctx)
-				if _, err := r.server(ctx, ev, ""); err != nil {
+				if _, err := s.prod.server(ctx, ev, ""); err != nil {
 					return err
 				}
 			}
@@ -198,7 +239,7 @@ func (r *Runner) forwardChild(ctx context.Context, child, childTask string) (ans
 		}
 		m, derr := omni.Decode(sm.Data)
 		if derr != nil {
-			r.log.Warn().Err(derr).Str("child", child).Msg("undecodable child message not forwarded")
+			s.log.Warn().Err(derr).Str("child", child).Msg("undecodable child message not forwarded")
 			return nil
 		}
 		if len(m.Origin) == 0 && m.Type == omni.KindModel && m.Payload.Type == omni.TypeText &&
@@ -206,12 +247,12 @@ func (r *Runner) forwardChild(ctx context.Context, child, childTask string) (ans
 			last = m.Payload.Text
 		}
 		if m.Type == omni.KindEvent && m.Payload.Type == omni.TypeApprovalDecision {
-			r.mu.Lock()
-			delete(r.childApprovals, m.Payload.ToolCallID)
-			r.mu.Unlock()
+			s.mu.Lock()
+			delete(s.approvals, m.Payload.ToolCallID)
+			s.mu.Unlock()
 		}
 		fwd := m.WithOrigin(child)
-		nm, perr := bus.SessionMsgClass(r.sid, omni.ClassNested, &fwd, "")
+		nm, perr := bus.SessionMsgClass(s.sid, omni.ClassNested, &fwd, "")
 		if perr != nil {
 			return perr
 		}
@@ -227,15 +268,15 @@ type childApproval struct {
 
 // forwardApproval passes a decision for a child's pending call to the child
 // Session's engine; ok is false when no child waits on that call.
-func (r *Runner) forwardApproval(c omni.Control) (omni.ControlReply, bool) {
-	r.mu.Lock()
-	ca, ok := r.childApprovals[c.ToolCallID]
-	r.mu.Unlock()
+func (s *subagents) forwardApproval(c omni.Control) (omni.ControlReply, bool) {
+	s.mu.Lock()
+	ca, ok := s.approvals[c.ToolCallID]
+	s.mu.Unlock()
 	if !ok {
 		return omni.ControlReply{}, false
 	}
 	body, _ := omni.Pack(&c)
-	m, err := r.d.NC.Request(omni.ControlSubject(ca.session, omni.CtlApprove), body, 5*time.Second)
+	m, err := s.d.NC.Request(omni.ControlSubject(ca.session, omni.CtlApprove), body, 5*time.Second)
 	if err != nil {
 		return omni.ControlReply{Code: omni.CodeNotFound, Message: err.Error()}, true
 	}
@@ -253,15 +294,15 @@ const childAbortWait = 10 * time.Second
 // abortChild asks the engine running the child's Task to abort it. A child
 // Task not yet picked up has no responder: it is asked again until it
 // answers, its Task ended, or ctx ends.
-func (r *Runner) abortChild(ctx context.Context, child, childTask string) {
+func (s *subagents) abortChild(ctx context.Context, child, childTask string) {
 	for ctx.Err() == nil {
 		rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		_, err := r.d.NC.RequestWithContext(rctx, omni.ControlSubject(child, omni.CtlAbort), nil)
+		_, err := s.d.NC.RequestWithContext(rctx, omni.ControlSubject(child, omni.CtlAbort), nil)
 		cancel()
 		if err == nil {
 			return
 		}
-		if rec, _, gerr := r.d.Sessions.Get(ctx, child); gerr == nil && rec.TaskID != childTask {
+		if rec, _, gerr := s.d.Sessions.Get(ctx, child); gerr == nil && rec.TaskID != childTask {
 			return // the child's Task already ended
 		}
 		select {
@@ -271,25 +312,25 @@ func (r *Runner) abortChild(ctx context.Context, child, childTask string) {
 	}
 }
 
-// abortChildren aborts every running child Session and waits (bounded)
+// abortAll aborts every running child Session and waits (bounded)
 // until their Tasks ended, so nothing of theirs is forwarded after this
 // Session's abort.
-func (r *Runner) abortChildren(ctx context.Context) {
-	r.mu.Lock()
-	children := make(map[string]string, len(r.children))
-	for k, v := range r.children {
+func (s *subagents) abortAll(ctx context.Context) {
+	s.mu.Lock()
+	children := make(map[string]string, len(s.children))
+	for k, v := range s.children {
 		children[k] = v
 	}
-	r.mu.Unlock()
+	s.mu.Unlock()
 	for child := range children {
-		if _, err := r.d.NC.Request(omni.ControlSubject(child, omni.CtlAbort), nil, 5*time.Second); err != nil && err != nats.ErrNoResponders {
-			r.log.Warn().Err(err).Str("child", child).Msg("could not abort child session")
+		if _, err := s.d.NC.Request(omni.ControlSubject(child, omni.CtlAbort), nil, 5*time.Second); err != nil && err != nats.ErrNoResponders {
+			s.log.Warn().Err(err).Str("child", child).Msg("could not abort child session")
 		}
 	}
 	deadline := time.Now().Add(10 * time.Second)
 	for len(children) > 0 && time.Now().Before(deadline) {
 		for child, taskID := range children {
-			rec, _, err := r.d.Sessions.Get(ctx, child)
+			rec, _, err := s.d.Sessions.Get(ctx, child)
 			if err != nil || rec.TaskID != taskID {
 				delete(children, child)
 			}
