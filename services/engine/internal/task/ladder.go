@@ -110,3 +110,10 @@ func (l *ladder) retryNow() bool {
 	l.skip = nil
 	return true
 }
+
+// waiting reports whether a wait is running (one retry-now would skip).
+func (l *ladder) waiting() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.skip != nil
+}
