@@ -231,6 +231,9 @@ type SessionRecord struct {
 	// Session was created (SPEC §7); nil on records that predate it, which
 	// get the factory set.
 	CommandPolicy *CommandPolicy `msgpack:"command_policy,omitempty"`
+	// ForkedFrom is where a forked Session was cut from its parent (nil
+	// for any other Session).
+	ForkedFrom *ForkedFrom `msgpack:"forked_from,omitempty"`
 }
 
 // CommandPolicy is an ordered list of deny rules matched against the

@@ -1,0 +1,300 @@
+package trace
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"floe.dev/pkg/bus"
+	"floe.dev/pkg/omni"
+)
+
+// ErrNotPosition is wrapped by CutAt when the sequence asked for is not
+// one of the Session's stream positions (another Session's message, a
+// sequence the stream never had or no longer retains).
+var ErrNotPosition = errors.New("not a stream position of the session")
+
+// A Cut is a Session's history up to a stream position, closed there as
+// an interrupted Task: what a fork of the Session at that position
+// carries (SPEC §3, the fork route).
+type Cut struct {
+	// Head is the session_meta that opens the context the cut falls in
+	// (the Session's first, or the one a completed compaction wrote).
+	Head omni.Message
+	// Records are the context's records after Head up to the cut, as
+	// stored. Records the cut leaves incomplete (an uncommitted request's
+	// messages) stay: Close drops them from the model context.
+	Records [][]byte
+	// Close are the records that end what was open at the cut, as an
+	// interrupt would have: request_end{aborted} for a request (and a
+	// compaction attempt) still open, compaction_end{aborted} for an open
+	// compaction, then abort when anything was open (a committed tool call
+	// still without output then gets the interrupted placeholder).
+	Close []omni.Message
+	// Seq is the stream sequence the history was taken up to: the one
+	// asked for, or, when none was, the last record's (0 when nothing of
+	// the Session is on the stream: an imported Trace not run since).
+	Seq uint64
+	// Children are the subagent pointers among Records whose run was
+	// still open at the cut: Records[Index] points to Session ID.
+	Children []Child
+}
+
+// A Child is a subagent pointer record of a Cut whose child's run was
+// open at the cut.
+type Child struct {
+	Index int
+	ID    string
+}
+
+// CutAt reads Session sessionID's history (its Trace files and the
+// FLOE_SESSIONS stream after them, as Load does) up to and including
+// stream sequence atSeq (0: everything so far) and closes it as an
+// interrupted Task (see Cut). With check, atSeq must be one of the
+// Session's stream positions (any class: the seq of an SSE event id), else
+// the error wraps ErrNotPosition; without it (a subagent cut at its
+// parent's position) any sequence is taken.
+//
+// Records read from Trace files carry no stream sequence. A cut inside
+// them is placed by the stream, which holds the same records in the same
+// order: the stream's Trace-class messages of the Session up to the
+// tracer's position are the last records of the files. Records older than
+// what the stream retains, and the records of an imported Trace, have no
+// stream position: they are always carried whole.
+func CutAt(ctx context.Context, js jetstream.JetStream, home, sessionID string, atSeq uint64, check bool) (*Cut, error) {
+	if atSeq > 0 && check {
+		if err := checkPosition(ctx, js, sessionID, atSeq); err != nil {
+			return nil, err
+		}
+	}
+	recs, seq, err := prefix(ctx, js, home, sessionID, atSeq)
+	if err != nil {
+		return nil, err
+	}
+	return Close(recs, seq)
+}
+
+// checkPosition reports whether FLOE_SESSIONS holds a message of the
+// Session at seq.
+func checkPosition(ctx context.Context, js jetstream.JetStream, sessionID string, seq uint64) error {
+	s, err := js.Stream(ctx, omni.SessionsStream)
+	if err != nil {
+		return fmt.Errorf("trace: cut %s at %d: %w", sessionID, seq, err)
+	}
+	m, err := s.GetMsg(ctx, seq)
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return fmt.Errorf("trace: cut %s at %d: %w (the stream holds no message there)", sessionID, seq, ErrNotPosition)
+	}
+	if err != nil {
+		return fmt.Errorf("trace: cut %s at %d: %w", sessionID, seq, err)
+	}
+	if sid, _, ok := omni.ParseSessionSubject(m.Subject); !ok || sid != sessionID {
+		return fmt.Errorf("trace: cut %s at %d: %w (another session's message)", sessionID, seq, ErrNotPosition)
+	}
+	return nil
+}
+
+// errPast ends a stream read at the sequence wanted.
+var errPast = errors.New("past the cut")
+
+// prefix returns the Session's records up to atSeq (all when 0) and the
+// sequence they end at.
+func prefix(ctx context.Context, js jetstream.JetStream, home, sessionID string, atSeq uint64) ([]Record, uint64, error) {
+	h, err := Load(ctx, js, home, sessionID, Options{})
+	if err != nil {
+		return nil, 0, err
+	}
+	if atSeq == 0 {
+		return h.Records, h.LastSeq, nil
+	}
+	nFile := 0
+	for nFile < len(h.Records) && h.Records[nFile].Seq == 0 {
+		nFile++
+	}
+	if nFile == 0 || !h.HavePos || atSeq >= h.Pos.Seq {
+		// The cut is in the stream part (or the files have no stream
+		// position at all: an imported Trace, carried whole).
+		out := h.Records[:nFile]
+		for _, r := range h.Records[nFile:] {
+			if r.Seq > atSeq {
+				break
+			}
+			out = append(out, r)
+		}
+		return out, atSeq, nil
+	}
+	// The cut falls inside the Trace files: the stream's records up to the
+	// position are the files' last ones, with their sequences.
+	var tail []Record
+	var m omni.Message
+	err = bus.Follow(ctx, js, sessionID, omni.TraceClasses, 1, true, func(sm bus.StreamMsg) error {
+		if sm.Seq > h.Pos.Seq {
+			return errPast
+		}
+		if decode(sm.Data, &m) == nil {
+			tail = append(tail, Record{Seq: sm.Seq, Data: sm.Data})
+		}
+		return nil
+	})
+	if err != nil && !errors.Is(err, errPast) {
+		return nil, 0, fmt.Errorf("trace: cut %s at %d: %w", sessionID, atSeq, err)
+	}
+	if len(tail) > nFile {
+		return nil, 0, fmt.Errorf("trace: cut %s at %d: the stream holds %d records up to the trace position, the trace files %d", sessionID, atSeq, len(tail), nFile)
+	}
+	out := h.Records[:nFile-len(tail) : nFile-len(tail)]
+	for _, r := range tail {
+		if r.Seq > atSeq {
+			break
+		}
+		out = append(out, r)
+	}
+	return out, atSeq, nil
+}
+
+// Close takes the records of a Session's history up to a cut at seq and
+// returns the Cut: the context the cut falls in, closed as an interrupted
+// Task. The records must start with a session_meta.
+func Close(recs []Record, seq uint64) (*Cut, error) {
+	head := -1
+	var m omni.Message
+	for i := len(recs) - 1; i >= 0; i-- {
+		// Decoding every record to find the last head would double the
+		// cost of a cut: only those that could be one are.
+		if !bytes.Contains(recs[i].Data, []byte(`"session_meta"`)) {
+			continue
+		}
+		if decode(recs[i].Data, &m) == nil && m.Type == omni.KindSessionMeta && len(m.Origin) == 0 {
+			head = i
+			break
+		}
+	}
+	if head < 0 {
+		return nil, errors.New("trace: cut: the history holds no session_meta before the cut")
+	}
+	c := &Cut{Head: m, Seq: seq, Records: make([][]byte, 0, len(recs)-head-1)}
+	var st openState
+	for i, r := range recs[head+1:] {
+		c.Records = append(c.Records, r.Data)
+		if decode(r.Data, &m) != nil {
+			continue
+		}
+		st.apply(i, &m)
+	}
+	c.Close, c.Children = st.close()
+	return c, nil
+}
+
+// openState follows what a history leaves open: a request, a compaction
+// (and its attempt), committed tool calls without output, subagent runs.
+// The rules are the fold's (SPEC §5: a call is committed by its request's
+// request_end completed; an abort interrupts every call without output;
+// a completed compaction starts a new context).
+type openState struct {
+	request    bool
+	compacting bool
+	attempt    bool // a compaction attempt's request is open
+	reason     string
+	mode       string
+	// calls are the committed calls still without output, in call
+	// order; requestCalls those of the open request.
+	calls, requestCalls []string
+	subagents           map[string]bool // run_subagent call ids
+	// pointers are the subagent pointer records: each belongs to the
+	// first run_subagent call (in call order) that has none yet.
+	pointers []Child
+	pointed  map[string]int // call id → index in pointers
+	order    []string       // run_subagent calls in call order
+}
+
+func (s *openState) apply(i int, m *omni.Message) {
+	if len(m.Origin) > 0 || m.IsPartial() {
+		return
+	}
+	p := &m.Payload
+	switch {
+	case m.Type == omni.KindModel && p.Type == omni.TypeToolCall:
+		if s.request && !s.compacting && p.Stop() == omni.StatusCompleted {
+			s.requestCalls = append(s.requestCalls, p.ToolCallID)
+			if p.Name == "run_subagent" {
+				if s.subagents == nil {
+					s.subagents, s.pointed = make(map[string]bool), make(map[string]int)
+				}
+				s.subagents[p.ToolCallID] = true
+				s.order = append(s.order, p.ToolCallID)
+			}
+		}
+	case m.Type == omni.KindModel && p.Type == omni.TypeToolCallOutput:
+		s.calls = remove(s.calls, p.ToolCallID)
+		s.requestCalls = remove(s.requestCalls, p.ToolCallID)
+	case m.Type != omni.KindEvent:
+	case p.Type == omni.TypeRequestBegin:
+		if s.compacting {
+			s.attempt = true
+		} else {
+			s.request, s.requestCalls = true, nil
+		}
+	case p.Type == omni.TypeRequestEnd:
+		if s.compacting {
+			s.attempt = false
+		} else if s.request {
+			if p.Status == omni.StatusCompleted {
+				s.calls = append(s.calls, s.requestCalls...)
+			}
+			s.request, s.requestCalls = false, nil
+		}
+	case p.Type == omni.TypeAbort:
+		s.request, s.calls, s.requestCalls = false, nil, nil
+	case p.Type == omni.TypeCompactionBegin:
+		s.compacting, s.attempt, s.reason, s.mode = true, false, p.Reason, p.Mode
+	case p.Type == omni.TypeCompactionEnd:
+		if s.compacting && p.Status == omni.StatusCompleted {
+			s.request, s.calls, s.requestCalls = false, nil, nil
+		}
+		s.compacting, s.attempt = false, false
+	case p.Type == omni.TypeSubagent:
+		for _, id := range s.order {
+			if _, ok := s.pointed[id]; !ok {
+				s.pointed[id] = len(s.pointers)
+				s.pointers = append(s.pointers, Child{Index: i, ID: p.SessionID})
+				return
+			}
+		}
+	}
+}
+
+// close returns the records that close what s has open, and the subagent
+// pointers whose run was open.
+func (s *openState) close() (out []omni.Message, children []Child) {
+	open := s.request || s.compacting || len(s.calls) > 0
+	if s.compacting {
+		if s.attempt {
+			out = append(out, omni.RequestEnd(omni.StatusAborted, "", 0, 0))
+		}
+		out = append(out, omni.CompactionEnd(s.reason, s.mode, omni.StatusAborted))
+	}
+	if s.request {
+		out = append(out, omni.RequestEnd(omni.StatusAborted, "", 0, 0))
+	}
+	if open {
+		out = append(out, omni.Abort(omni.AbortedByUser))
+	}
+	for _, id := range append(append([]string(nil), s.calls...), s.requestCalls...) {
+		if k, ok := s.pointed[id]; ok && s.subagents[id] {
+			children = append(children, s.pointers[k])
+		}
+	}
+	return out, children
+}
+
+func remove(ids []string, id string) []string {
+	for i, x := range ids {
+		if x == id {
+			return append(ids[:i:i], ids[i+1:]...)
+		}
+	}
+	return ids
+}
