@@ -17,6 +17,10 @@ import (
 // sequence the stream never had or no longer retains).
 var ErrNotPosition = errors.New("not a stream position of the session")
 
+// ErrNoHead is wrapped by CutAt when the history up to the cut holds no
+// session_meta (nothing of the Session yet).
+var ErrNoHead = errors.New("no session_meta before the cut")
+
 // A Cut is a Session's history up to a stream position, closed there as
 // an interrupted Task: what a fork of the Session at that position
 // carries (SPEC §3, the fork route).
@@ -173,7 +177,7 @@ func Close(recs []Record, seq uint64) (*Cut, error) {
 		}
 	}
 	if head < 0 {
-		return nil, errors.New("trace: cut: the history holds no session_meta before the cut")
+		return nil, fmt.Errorf("trace: cut: %w", ErrNoHead)
 	}
 	c := &Cut{Head: m, Seq: seq, Records: make([][]byte, 0, len(recs)-head-1)}
 	var st openState

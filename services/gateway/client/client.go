@@ -279,6 +279,20 @@ func (c *Client) ImportTrace(ctx context.Context, req ImportTrace) (*Imported, e
 	return &out, nil
 }
 
+// Fork forks Session id (POST /api/sessions/{id}/fork) at stream
+// sequence atSeq (0: everything so far) and returns the new Session.
+func (c *Client) Fork(ctx context.Context, id string, atSeq uint64) (*Session, error) {
+	var req Fork
+	if atSeq > 0 {
+		req.AtSeq = json.RawMessage(strconv.FormatUint(atSeq, 10))
+	}
+	var out Session
+	if err := c.do(ctx, http.MethodPost, sessionPath(id, "fork"), req, &out); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
 // Health checks GET /healthz.
 func (c *Client) Health(ctx context.Context) error {
 	return c.do(ctx, http.MethodGet, "/healthz", nil, nil)

@@ -33,6 +33,23 @@ type Session struct {
 	// CommandPolicy is the command policy snapshotted when the Session was
 	// created (SPEC §7).
 	CommandPolicy *CommandPolicy `json:"commandPolicy,omitempty"`
+	// ForkedFrom is where a forked Session was cut from its parent.
+	ForkedFrom *ForkedFrom `json:"forkedFrom,omitempty"`
+}
+
+// ForkedFrom names a fork's parent Session and the stream sequence its
+// history was taken up to.
+type ForkedFrom struct {
+	SessionID string `json:"sessionId"`
+	Seq       uint64 `json:"seq"`
+}
+
+// Fork is the body of POST /api/sessions/{id}/fork. AtSeq is the stream
+// sequence to cut at (the <seq> of an SSE event id; a JSON number, or a
+// string holding the number or a whole event id "<epoch>-<seq>"); empty:
+// everything so far.
+type Fork struct {
+	AtSeq json.RawMessage `json:"atSeq,omitempty"`
 }
 
 // CommandPolicy is a Session's command policy: deny rules matched against

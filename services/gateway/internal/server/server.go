@@ -193,6 +193,7 @@ func (s *Server) routes() {
 	m.HandleFunc("GET /api/sessions/{id}/traces", s.serve(s.handleTraces))
 	m.HandleFunc("GET /api/sessions/{id}/traces/{index}", s.serve(s.handleTrace))
 	m.HandleFunc("POST /api/traces/import", s.serve(s.handleImport))
+	m.HandleFunc("POST /api/sessions/{id}/fork", s.serve(s.handleFork))
 	s.webRoutes(m)
 }
 

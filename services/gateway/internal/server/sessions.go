@@ -69,6 +69,9 @@ func view(r *omni.SessionRecord) client.Session {
 	if v.ApprovalMode == "" {
 		v.ApprovalMode = omni.ApproveAllowAll
 	}
+	if f := r.ForkedFrom; f != nil {
+		v.ForkedFrom = &client.ForkedFrom{SessionID: f.SessionID, Seq: f.Seq}
+	}
 	p := r.CommandPolicy
 	if p == nil {
 		p = cmdpolicy.Factory() // what the engine applies to older records

@@ -1,0 +1,241 @@
+package gateway_test
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"strconv"
+	"strings"
+	"testing"
+
+	"floe.dev/pkg/omni"
+	"floe.dev/pkg/trace"
+	"floe.dev/services/gateway/client"
+)
+
+// recordSession publishes a Session's messages as an engine would: a Task
+// whose call's output lands after its request_end, then a second request
+// left open. It returns the sequence of each message by name.
+func recordSession(t *testing.T, g *testGateway, sid string) map[string]uint64 {
+	t.Helper()
+	seqs := map[string]uint64{}
+	pub := func(name string, m omni.Message) {
+		ack, err := g.env.JS.Publish(ctxT(t), omni.SessionSubject(sid, omni.ClassOf(&m)), omni.MustMarshal(&m))
+		if err != nil {
+			t.Fatal(err)
+		}
+		seqs[name] = ack.Sequence
+	}
+	pub("meta", omni.SessionMeta(omni.Meta{SessionID: sid, Provider: "scripted", ModelID: "demo", SystemPrompt: "be brief", Workspace: "/w"}))
+	pub("tools", omni.ToolListReady(nil))
+	pub("prompt", omni.UserText("list the files"))
+	pub("begin1", omni.RequestBegin())
+	pub("partial", omni.Partial("text", "delta", "looking", "", ""))
+	pub("text1", omni.Text(omni.RoleAssistant, "looking"))
+	tc := omni.ToolCall("exec_command", `{"cmd":"ls"}`, "call_A")
+	tc.Payload.StopReason = omni.StatusCompleted
+	pub("callA", tc)
+	pub("end1", omni.RequestEnd(omni.StatusCompleted, "", 0, 0))
+	pub("outA", omni.ToolCallOutput("call_A", "a b", omni.StatusCompleted))
+	pub("begin2", omni.RequestBegin())
+	pub("text2", omni.Text(omni.RoleAssistant, "half an answ"))
+	return seqs
+}
+
+// traceRecords returns the records of a Session's Trace file 1.
+func traceRecords(t *testing.T, c *client.Client, sid string) []omni.Message {
+	t.Helper()
+	b, err := c.Trace(ctxT(t), sid, 1)
+	if err != nil {
+		t.Fatalf("Trace(%s, 1): %v", sid, err)
+	}
+	msgs, skipped, err := trace.Read(bytes.NewReader(b))
+	if err != nil || len(skipped) > 0 {
+		t.Fatalf("Trace(%s, 1) reads with %v, %d lines skipped", sid, err, len(skipped))
+	}
+	return msgs
+}
+
+func kinds(msgs []omni.Message) string {
+	var out []string
+	for _, m := range msgs {
+		k := m.Payload.Type
+		if m.Type == omni.KindSessionMeta {
+			k = "meta"
+		}
+		if m.Payload.Status != "" {
+			k += "/" + m.Payload.Status
+		}
+		out = append(out, k)
+	}
+	return strings.Join(out, " ")
+}
+
+func TestForkCopiesSettingsAndCutsTheHistory(t *testing.T) {
+	t.Parallel()
+	g := startGateway(t, newBus(t), "", nil)
+	parent := createSession(t, g.Alice, client.CreateSession{
+		ApprovalMode: omni.ApproveAlwaysAsk, SystemPrompt: "be brief", MaxTurns: 7,
+		Compaction: &client.Compaction{MaxContextLength: 5000, Mode: omni.ModeDiscard}, Title: "the parent",
+	})
+	seqs := recordSession(t, g, parent.ID)
+	before, err := g.Alice.Messages(ctxT(t), parent.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	for _, tc := range []struct {
+		name string
+		at   uint64
+		want string // the fork's Trace, as kinds
+		seq  uint64
+	}{
+		{"at the end", 0, "meta tool_list_ready text request_begin text tool_call request_end/completed tool_call_output request_begin text request_end/aborted abort", seqs["text2"]},
+		{"at a mid-history request_end", seqs["end1"], "meta tool_list_ready text request_begin text tool_call request_end/completed abort", seqs["end1"]},
+		{"right after a committed call whose output came later", seqs["callA"], "meta tool_list_ready text request_begin text tool_call request_end/aborted abort", seqs["callA"]},
+		{"on a partial", seqs["partial"], "meta tool_list_ready text request_begin request_end/aborted abort", seqs["partial"]},
+		{"after the output", seqs["outA"], "meta tool_list_ready text request_begin text tool_call request_end/completed tool_call_output", seqs["outA"]},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			fork, err := g.Alice.Fork(ctxT(t), parent.ID, tc.at)
+			if err != nil {
+				t.Fatalf("Fork(%d): %v", tc.at, err)
+			}
+			if fork.ID == parent.ID || fork.ForkedFrom == nil || *fork.ForkedFrom != (client.ForkedFrom{SessionID: parent.ID, Seq: tc.seq}) {
+				t.Errorf("fork %s forkedFrom = %+v, want %s at %d", fork.ID, fork.ForkedFrom, parent.ID, tc.seq)
+			}
+			got, err := g.Alice.GetSession(ctxT(t), fork.ID)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got.Model != parent.Model || got.Workspace != parent.Workspace || got.ApprovalMode != parent.ApprovalMode ||
+				got.SystemPrompt != parent.SystemPrompt || got.MaxTurns != parent.MaxTurns || *got.Compaction != *parent.Compaction ||
+				got.State != omni.StateIdle || got.ForkedFrom == nil || got.ForkedFrom.Seq != tc.seq {
+				t.Errorf("GET fork = %+v, want the parent's settings %+v and forkedFrom", got, parent)
+			}
+			recs := traceRecords(t, g.Alice, fork.ID)
+			if k := kinds(recs); k != tc.want {
+				t.Errorf("fork's Trace = %s\nwant %s", k, tc.want)
+			}
+			head := recs[0].Payload
+			if f, ok := head.ForkedFrom(); !ok || f.SessionID != parent.ID || f.Seq != tc.seq || head.SessionID != fork.ID || head.SystemPrompt != "be brief" {
+				t.Errorf("fork's head = %+v forked_from %+v, want the fork's id and forked_from", head.Meta(), f)
+			}
+			// /messages reads the fork's Trace.
+			msgs, err := g.Alice.Messages(ctxT(t), fork.ID)
+			if err != nil || len(msgs.Messages) != len(recs) {
+				t.Errorf("fork's messages: %d, %v; want its %d Trace records", len(msgs.Messages), err, len(recs))
+			}
+		})
+	}
+	after, err := g.Alice.Messages(ctxT(t), parent.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(after.Messages) != len(before.Messages) {
+		t.Fatalf("parent's messages: %d after the forks, %d before", len(after.Messages), len(before.Messages))
+	}
+	for i := range before.Messages {
+		if !bytes.Equal(after.Messages[i], before.Messages[i]) {
+			t.Errorf("parent's message %d changed by its forks: %s, was %s", i, after.Messages[i], before.Messages[i])
+		}
+	}
+	if p, _ := g.Alice.GetSession(ctxT(t), parent.ID); p.ForkedFrom != nil {
+		t.Errorf("the parent reports forkedFrom %+v", p.ForkedFrom)
+	}
+}
+
+func TestForkRejectsABadAtSeqAndCreatesNothing(t *testing.T) {
+	t.Parallel()
+	g := startGateway(t, newBus(t), "", nil)
+	parent := createSession(t, g.Alice, client.CreateSession{})
+	other := createSession(t, g.Alice, client.CreateSession{})
+	seqs := recordSession(t, g, parent.ID)
+	otherSeqs := recordSession(t, g, other.ID)
+	for _, body := range []string{
+		`{"atSeq":` + strconv.FormatUint(otherSeqs["text1"], 10) + `}`, // another Session's message
+		`{"atSeq":` + strconv.FormatUint(otherSeqs["text2"]+1000, 10) + `}`, // past the stream's end
+		`{"atSeq":0}`, `{"atSeq":-3}`, `{"atSeq":1.5}`, `{"atSeq":"abc"}`, `{"atSeq":true}`,
+		`{"atSeq":"1-` + strconv.FormatUint(seqs["end1"], 10) + `"}`, // another stream incarnation's id
+		`{"at":3}`, `[1]`,
+	} {
+		req, _ := http.NewRequest(http.MethodPost, g.URL+"/api/sessions/"+parent.ID+"/fork", strings.NewReader(body))
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Authorization", "Bearer "+aliceToken)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var e struct {
+			Error struct{ Code, Message string }
+		}
+		json.NewDecoder(resp.Body).Decode(&e)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusBadRequest || e.Error.Code == "" {
+			t.Errorf("fork %s = %d %+v, want 400 with an error code", body, resp.StatusCode, e)
+		}
+	}
+	list, err := g.Alice.ListSessions(ctxT(t))
+	if err != nil || len(list) != 2 {
+		t.Errorf("sessions after refused forks: %d, %v; want the two", len(list), err)
+	}
+	// Someone who cannot see the Session cannot fork it.
+	var ae *client.APIError
+	if _, err := g.Bob.Fork(ctxT(t), parent.ID, 0); !errors.As(err, &ae) || ae.Status != http.StatusNotFound {
+		t.Errorf("Bob forks Alice's session: %v, want 404", err)
+	}
+	// An SSE event id of this stream is taken.
+	info, err := g.env.JS.Stream(ctxT(t), omni.SessionsStream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := strconv.FormatInt(info.CachedInfo().Created.UnixMilli(), 10) + "-" + strconv.FormatUint(seqs["end1"], 10)
+	req, _ := http.NewRequest(http.MethodPost, g.URL+"/api/sessions/"+parent.ID+"/fork", strings.NewReader(`{"atSeq":"`+id+`"}`))
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Authorization", "Bearer "+aliceToken)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil || resp.StatusCode != http.StatusCreated {
+		t.Fatalf("fork at event id %s: %v %v, want 201", id, resp.Status, err)
+	}
+	var fork client.Session
+	json.NewDecoder(resp.Body).Decode(&fork)
+	resp.Body.Close()
+	if fork.ForkedFrom == nil || fork.ForkedFrom.Seq != seqs["end1"] {
+		t.Errorf("fork at event id: forkedFrom %+v, want seq %d", fork.ForkedFrom, seqs["end1"])
+	}
+}
+
+func TestForkOfAnImportedTraceOfTheOriginal(t *testing.T) {
+	t.Parallel()
+	g, ws := importEnv(t, nil)
+	// The original's Trace: a committed call without output, then a
+	// request that never ended.
+	lines := []string{
+		metaLine(importSID, "deepseek", ws),
+		userLine,
+		`{"timestamp":"2026-07-18T03:10:24.000Z","type":"event_msg","payload":{"type":"request_begin"}}`,
+		`{"timestamp":"2026-07-18T03:10:25.000Z","type":"model_msg","payload":{"type":"tool_call","role":"assistant","name":"exec_command","arguments":"{\"cmd\":\"ls\"}","tool_call_id":"call_1","stop_reason":"completed"}}`,
+		`{"timestamp":"2026-07-18T03:10:26.000Z","type":"event_msg","payload":{"type":"request_end","status":"completed"}}`,
+		`{"timestamp":"2026-07-18T03:10:27.000Z","type":"event_msg","payload":{"type":"request_begin"}}`,
+	}
+	if _, err := g.Alice.ImportTrace(ctxT(t), client.ImportTrace{DataBase64: b64(strings.Join(lines, "\n") + "\n")}); err != nil {
+		t.Fatal(err)
+	}
+	fork, err := g.Alice.Fork(ctxT(t), importSID, 0)
+	if err != nil {
+		t.Fatalf("Fork of the imported Session: %v", err)
+	}
+	if fork.ForkedFrom == nil || *fork.ForkedFrom != (client.ForkedFrom{SessionID: importSID, Seq: 0}) || fork.Model != "openai:m-1" || fork.SystemPrompt != "be brief" {
+		t.Errorf("fork = %+v, want forkedFrom %s at 0 and the imported Session's model and prompt", fork, importSID)
+	}
+	recs := traceRecords(t, g.Alice, fork.ID)
+	if got, want := kinds(recs), "meta text request_begin tool_call request_end/completed request_begin request_end/aborted abort"; got != want {
+		t.Errorf("fork's Trace = %s\nwant %s", got, want)
+	}
+	// The imported records have no stream position: a sequence is refused.
+	var ae *client.APIError
+	if _, err := g.Alice.Fork(ctxT(t), importSID, 1); !errors.As(err, &ae) || ae.Status != http.StatusBadRequest {
+		t.Errorf("fork of the imported Session at 1: %v, want 400", err)
+	}
+}

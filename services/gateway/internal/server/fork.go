@@ -1,0 +1,187 @@
+package server
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"floe.dev/pkg/bus"
+	"floe.dev/pkg/omni"
+	"floe.dev/pkg/trace"
+	"floe.dev/services/gateway/client"
+)
+
+// handleFork serves POST /api/sessions/:id/fork (SPEC §3): a new Session
+// with the parent's settings whose Trace _001 is the parent's history up
+// to atSeq, closed there as an interrupted Task (trace.CutAt). A subagent
+// run open at the cut is forked too, at the same position, and the fork's
+// pointer names the child's fork. The parent is only read. Nothing is
+// created unless the whole fork is: a bad atSeq answers 400.
+func (s *Server) handleFork(w http.ResponseWriter, r *http.Request) *apiError {
+	parent, e := s.load(r)
+	if e != nil {
+		return e
+	}
+	var req client.Fork
+	if e := s.decodeBody(w, r, &req, true); e != nil {
+		return e
+	}
+	ctx := r.Context()
+	at, e := s.forkSeq(ctx, req.AtSeq)
+	if e != nil {
+		return e
+	}
+	var created []string
+	rec, err := s.fork(ctx, parent, at, "", parent.Depth, &created)
+	if err != nil {
+		for _, id := range created {
+			s.unfork(id)
+		}
+		if errors.Is(err, trace.ErrNotPosition) {
+			return badRequest("atSeq %d is not a stream position of session %s", at, parent.ID)
+		}
+		return unavailable("fork session", err)
+	}
+	s.log.Info().Str("session_id", rec.ID).Str("parent", parent.ID).Uint64("seq", rec.ForkedFrom.Seq).Msg("session forked")
+	w.Header().Set("Location", "/api/sessions/"+rec.ID)
+	writeJSON(w, http.StatusCreated, view(rec))
+	return nil
+}
+
+// forkSeq parses atSeq: absent or null (everything so far), a positive
+// integer, or an SSE event id "<epoch>-<seq>" (whose epoch must be the
+// stream's) or its seq as a string.
+func (s *Server) forkSeq(ctx context.Context, raw json.RawMessage) (uint64, *apiError) {
+	raw = bytes.TrimSpace(raw)
+	if len(raw) == 0 || string(raw) == "null" {
+		return 0, nil
+	}
+	var text string
+	if raw[0] == '"' {
+		if err := json.Unmarshal(raw, &text); err != nil {
+			return 0, badRequest("atSeq is not a string: %v", err)
+		}
+	} else {
+		text = string(raw)
+	}
+	if ep, seqText, ok := strings.Cut(text, "-"); ok {
+		epoch, err := strconv.ParseInt(ep, 10, 64)
+		if err != nil {
+			return 0, badRequest("atSeq %q is neither a sequence nor an event id <epoch>-<seq>", text)
+		}
+		info, ierr := s.stream.Info(ctx)
+		if ierr != nil {
+			return 0, unavailable("read stream", ierr)
+		}
+		if epoch != epochOf(info) {
+			return 0, badRequest("atSeq %q is an event id of another incarnation of the stream", text)
+		}
+		text = seqText
+	}
+	seq, err := strconv.ParseUint(text, 10, 64)
+	if err != nil || seq == 0 {
+		return 0, badRequest("atSeq %s is not a positive stream sequence", raw)
+	}
+	return seq, nil
+}
+
+// fork creates the fork of src at sequence at (0: everything so far) as
+// a child of parentID (empty for a top-level fork) at depth; every
+// Session it creates is appended to created, so a failure can remove
+// them.
+func (s *Server) fork(ctx context.Context, src *omni.SessionRecord, at uint64, parentID string, depth int, created *[]string) (*omni.SessionRecord, error) {
+	cut, err := trace.CutAt(ctx, s.js, s.opts.Home, src.ID, at, parentID == "")
+	if err != nil {
+		return nil, err
+	}
+	now := time.Now()
+	rec := &omni.SessionRecord{
+		Model: src.Model, Workspace: src.Workspace, ApprovalMode: src.ApprovalMode,
+		SystemPrompt: src.SystemPrompt, Instructions: src.Instructions, MaxTurns: src.MaxTurns,
+		Compaction: src.Compaction, Title: src.Title, Principal: src.Principal,
+		CreatedUnixMs: now.UnixMilli(), State: omni.StateIdle, Parent: parentID, Depth: depth,
+		CommandPolicy: src.CommandPolicy,
+		ForkedFrom:    &omni.ForkedFrom{SessionID: src.ID, Seq: cut.Seq},
+	}
+	rec.ID = omni.NewSessionID(now, randHex(4))
+	records := cut.Records
+	if len(cut.Children) > 0 {
+		records = append([][]byte(nil), records...)
+		for _, ch := range cut.Children {
+			crec, _, err := s.sessions.Get(ctx, ch.ID)
+			if errors.Is(err, bus.ErrSessionNotFound) {
+				continue // deleted since: the pointer stays as it was
+			}
+			if err != nil {
+				return nil, err
+			}
+			child, err := s.fork(ctx, crec, cut.Seq, rec.ID, crec.Depth, created)
+			if errors.Is(err, trace.ErrNoHead) {
+				continue // nothing of the child before the cut
+			}
+			if err != nil {
+				return nil, fmt.Errorf("fork subagent %s: %w", ch.ID, err)
+			}
+			ptr := omni.Subagent(child.ID)
+			if m, err := omni.Decode(records[ch.Index]); err == nil {
+				ptr.Timestamp = m.Timestamp
+			}
+			if records[ch.Index], err = omni.Marshal(&ptr); err != nil {
+				return nil, err
+			}
+		}
+	}
+	head := omni.ForkMeta(&cut.Head, rec.ID, *rec.ForkedFrom)
+	var buf bytes.Buffer
+	if err := writeRecord(&buf, &head); err != nil {
+		return nil, err
+	}
+	for _, b := range records {
+		buf.Write(b)
+		buf.WriteByte('\n')
+	}
+	for i := range cut.Close {
+		if err := writeRecord(&buf, &cut.Close[i]); err != nil {
+			return nil, err
+		}
+	}
+	path := trace.File(s.opts.Home, now, rec.ID, 1)
+	if err := writeNew(path, buf.Bytes()); err != nil {
+		return nil, fmt.Errorf("write trace file: %w", err)
+	}
+	*created = append(*created, rec.ID)
+	if err := s.sessions.Create(ctx, rec); err != nil {
+		return nil, fmt.Errorf("create session: %w", err)
+	}
+	return rec, nil
+}
+
+func writeRecord(buf *bytes.Buffer, m *omni.Message) error {
+	b, err := omni.Marshal(m)
+	if err != nil {
+		return err
+	}
+	buf.Write(b)
+	buf.WriteByte('\n')
+	return nil
+}
+
+// unfork removes what a failed fork created of Session id: its record and
+// its Trace file.
+func (s *Server) unfork(id string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := s.sessions.Delete(ctx, id); err != nil && !errors.Is(err, bus.ErrSessionNotFound) {
+		s.log.Warn().Err(err).Str("session_id", id).Msg("could not remove a failed fork's session")
+	}
+	if created, ok := omni.SessionCreated(id); ok {
+		os.Remove(trace.File(s.opts.Home, created, id, 1))
+	}
+}
