@@ -90,8 +90,11 @@ func Load(ctx context.Context, js jetstream.JetStream, home, sessionID string, o
 // valid during the call. restart drops what it took so far.
 type sink struct {
 	records *[]Record
-	fn      func(m *omni.Message)
-	reset   func()
+	// raw keeps every non-blank line and Trace-class stream body without
+	// decoding it (LoadWindow decodes only what it returns): m is nil then.
+	raw   bool
+	fn    func(m *omni.Message)
+	reset func()
 }
 
 // stable reports whether the sink keeps the records' Data, so that a
@@ -212,7 +215,10 @@ func (h *History) stream(ctx context.Context, js jetstream.JetStream, sessionID 
 	err := bus.Follow(ctx, js, sessionID, classes, start, true, func(sm bus.StreamMsg) error {
 		h.LastSeq = max(h.LastSeq, sm.Seq)
 		record := false
-		if sm.Seq >= from && isTraceClass(sm.Class) {
+		if sm.Seq >= from && isTraceClass(sm.Class) && out.raw {
+			out.take(sm.Seq, sm.Data, nil)
+			record = true
+		} else if sm.Seq >= from && isTraceClass(sm.Class) {
 			if err := decode(sm.Data, &m); err != nil {
 				h.Bad++
 			} else {
@@ -300,6 +306,21 @@ func readFile(path string, limit int64, out *sink) (int, error) {
 	// Room for the file's records and a few from the stream after them.
 	lines := bytes.Count(data, []byte{'\n'}) + 1
 	*out.records = slices.Grow(*out.records, lines+lines/16+64)
+	if out.raw {
+		for len(data) > 0 {
+			line := data
+			if i := bytes.IndexByte(data, '\n'); i >= 0 {
+				line = data[:i]
+				data = data[i+1:]
+			} else {
+				data = nil
+			}
+			if line = bytes.TrimSpace(line); len(line) > 0 {
+				out.take(0, line, nil)
+			}
+		}
+		return 0, nil
+	}
 	skipped, err := eachLine(dataLines(data), func(line []byte, m *omni.Message) { out.take(0, line, m) })
 	if err != nil {
 		return 0, fmt.Errorf("trace: read %s: %w", path, err)
