@@ -49,6 +49,44 @@ func BenchmarkMessages(b *testing.B) {
 	}
 }
 
+// BenchmarkMessagesWindow serves the Web App's opening call, the newest 50
+// Tasks, of an idle Session of 2,000 Tasks (writeBenchTrace: 4 records a
+// Task), beside the whole history of the same Session: the ratio of the
+// two is what the window saves.
+func BenchmarkMessagesWindow(b *testing.B) {
+	env := newBus(b)
+	g := startGateway(b, env, "", nil)
+	s, err := g.Alice.CreateSession(context.Background(), client.CreateSession{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	writeBenchTrace(b, env, g.Home, s.ID, 8000)
+	for _, q := range []string{"?tailTasks=50", ""} {
+		name := "window=50"
+		if q == "" {
+			name = "window=all"
+		}
+		b.Run(name, func(b *testing.B) {
+			req, _ := http.NewRequest(http.MethodGet, g.URL+"/api/sessions/"+s.ID+"/messages"+q, nil)
+			req.Header.Set("Authorization", "Bearer "+aliceToken)
+			b.ReportAllocs()
+			var n int64
+			for b.Loop() {
+				resp, err := http.DefaultClient.Do(req)
+				if err != nil {
+					b.Fatal(err)
+				}
+				n, _ = io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+				if resp.StatusCode != http.StatusOK {
+					b.Fatal(resp.Status)
+				}
+			}
+			b.ReportMetric(float64(n)/1024, "KiB/op")
+		})
+	}
+}
+
 // writeBenchTrace writes a Trace of n records for sid (a Prompt, an
 // answer, a tool call and its output, in turn, some with the characters
 // JSON encoders like to escape) and a position past every stream message,

@@ -200,6 +200,22 @@ func (c *Client) Messages(ctx context.Context, id string) (*Messages, error) {
 	return &m, nil
 }
 
+// MessagesWindow returns the newest tailTasks Tasks of the Session's
+// history before the cursor before ("" for the newest window, which also
+// carries the live part of a running Task); Window.Start is the cursor of
+// the page before it.
+func (c *Client) MessagesWindow(ctx context.Context, id string, tailTasks int, before string) (*Messages, error) {
+	q := url.Values{"tailTasks": {strconv.Itoa(tailTasks)}}
+	if before != "" {
+		q.Set("before", before)
+	}
+	var m Messages
+	if err := c.do(ctx, http.MethodGet, sessionPath(id, "messages")+"?"+q.Encode(), nil, &m); err != nil {
+		return nil, err
+	}
+	return &m, nil
+}
+
 // Approve decides a pending tool call ("allow" or "deny"); an *APIError
 // with code not_found when nothing is pending for it.
 func (c *Client) Approve(ctx context.Context, id, toolCallID, decision string) error {

@@ -133,8 +133,19 @@ type Messages struct {
 	// Messages is the history: every Trace record, plus the complete messages
 	// the tracer has not written yet, as OmniMessage JSON.
 	Messages []json.RawMessage `json:"messages"`
-	// Live is set while a Task runs.
+	// Window is set on a windowed answer (MessagesWindow).
+	Window *Window `json:"window,omitempty"`
+	// Live is set while a Task runs (never on a page before a cursor).
 	Live *Live `json:"live,omitempty"`
+}
+
+// Window says where a windowed answer of /messages starts
+// (docs/history-window.md).
+type Window struct {
+	// Start is the cursor of the page before this one (its before=).
+	Start string `json:"start"`
+	// More is true when there is such a page.
+	More bool `json:"more"`
 }
 
 // Live is the in-progress part of a running Task.

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 	"strconv"
 
@@ -19,7 +20,9 @@ import (
 // messages the tracer has not written yet, and the running Task's open
 // segments.
 type historyResult struct {
-	msgs    [][]byte
+	msgs [][]byte
+	// page is set for a windowed read (trace.LoadWindow).
+	page    *trace.Page
 	live    bool
 	cursor  uint64
 	epoch   int64
@@ -32,7 +35,10 @@ type historyResult struct {
 // a lagging tracer hides nothing and nothing appears twice. withLive also
 // folds the current Task's partial and nested messages, from the Task's
 // task_state running event on, into open segments.
-func (s *Server) history(ctx context.Context, rec *omni.SessionRecord, withLive bool) (*historyResult, error) {
+//
+// With a window, only the window's records are read into msgs (and only
+// they are decoded).
+func (s *Server) history(ctx context.Context, rec *omni.SessionRecord, withLive bool, w *trace.Window) (*historyResult, error) {
 	h := &historyResult{}
 	sid := rec.ID
 	info, err := s.stream.Info(ctx)
@@ -70,7 +76,15 @@ func (s *Server) history(ctx context.Context, rec *omni.SessionRecord, withLive 
 			return nil
 		}
 	}
-	th, err := trace.Load(ctx, s.js, s.opts.Home, sid, opt)
+	var th *trace.History
+	if w != nil {
+		th, h.page, err = trace.LoadWindow(ctx, s.js, s.opts.Home, sid, *w, opt)
+		if err == nil {
+			th.Records, th.Skipped = h.page.Records, h.page.Skipped
+		}
+	} else {
+		th, err = trace.Load(ctx, s.js, s.opts.Home, sid, opt)
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -139,12 +153,22 @@ func (h *historyResult) hasModelAfterHead() bool {
 	return found
 }
 
-func (s *Server) handleMessages(w http.ResponseWriter, r *http.Request) *apiError {
+func (s *Server) handleMessages(rw http.ResponseWriter, r *http.Request) *apiError {
 	rec, e := s.load(r)
 	if e != nil {
 		return e
 	}
-	h, err := s.history(r.Context(), rec, true)
+	w, e := windowOf(r)
+	if e != nil {
+		return e
+	}
+	// A page before a cursor is history only: the live part belongs to
+	// the newest window.
+	withLive := w == nil || !w.HaveBefore
+	h, err := s.history(r.Context(), rec, withLive, w)
+	if errors.Is(err, trace.ErrCursor) {
+		return badRequest("before: %v", err)
+	}
 	if err != nil {
 		return unavailable("read messages", err)
 	}
@@ -159,8 +183,39 @@ func (s *Server) handleMessages(w http.ResponseWriter, r *http.Request) *apiErro
 			live.fragments = append(live.fragments, b)
 		}
 	}
-	writeMessages(w, h.msgs, live)
+	writeMessages(rw, h.msgs, h.page, live)
 	return nil
+}
+
+// maxTailTasks bounds tailTasks (a larger window is the whole history's
+// cost again; page instead).
+const maxTailTasks = 10_000
+
+// windowOf reads the window query of /messages: tailTasks=N (the newest N
+// Tasks) and before=<cursor> (the page before a window's start); neither
+// is the whole history, before alone everything before the cursor.
+func windowOf(r *http.Request) (*trace.Window, *apiError) {
+	q := r.URL.Query()
+	tail, before := q.Get("tailTasks"), q.Get("before")
+	if tail == "" && before == "" {
+		return nil, nil
+	}
+	w := &trace.Window{Tasks: maxTailTasks}
+	if tail != "" {
+		n, err := strconv.Atoi(tail)
+		if err != nil || n <= 0 || n > maxTailTasks {
+			return nil, badRequest("tailTasks %q is not a whole number from 1 to %d", tail, maxTailTasks)
+		}
+		w.Tasks = n
+	}
+	if before != "" {
+		n, err := strconv.Atoi(before)
+		if err != nil || n < 0 {
+			return nil, badRequest("before %q is not a cursor this Session's history gave", before)
+		}
+		w.Before, w.HaveBefore = n, true
+	}
+	return w, nil
 }
 
 // liveAnswer is client.Live with its fragments encoded.
@@ -173,11 +228,18 @@ type liveAnswer struct {
 // every record as its bytes (SPEC §2: bodies pass through, never
 // re-encoded; encoding/json would compact each again and escape its <, >
 // and &, which also made it most of the handler's time).
-func writeMessages(w http.ResponseWriter, msgs [][]byte, live *liveAnswer) {
+//
+// A windowed answer (page set) also carries "window": {"start": the cursor
+// of the page before it, "more": whether there is one}.
+func writeMessages(w http.ResponseWriter, msgs [][]byte, page *trace.Page, live *liveAnswer) {
 	const head = `{"messages":`
-	var liveHead []byte
+	var liveHead, window []byte
 	tail := "}\n"
 	size := len(head) + rawArraySize(msgs)
+	if page != nil {
+		window = fmt.Appendf(nil, `,"window":{"start":"%d","more":%t}`, page.Start, page.More)
+		size += len(window)
+	}
 	if live != nil {
 		cursor, _ := json.Marshal(live.cursor) // a string: cannot fail
 		liveHead = append(append([]byte(`,"live":{"cursor":`), cursor...), `,"fragments":`...)
@@ -192,6 +254,7 @@ func writeMessages(w http.ResponseWriter, msgs [][]byte, live *liveAnswer) {
 	bw := bufio.NewWriterSize(w, 64<<10)
 	bw.WriteString(head)
 	writeRawArray(bw, msgs)
+	bw.Write(window)
 	if live != nil {
 		bw.Write(liveHead)
 		writeRawArray(bw, live.fragments)

@@ -90,7 +90,7 @@ func (s *Server) handleCompact(w http.ResponseWriter, r *http.Request) *apiError
 	if st := stateOf(rec); st != omni.StateIdle {
 		return busyError(st)
 	}
-	h, err := s.history(r.Context(), rec, false)
+	h, err := s.history(r.Context(), rec, false, nil)
 	if err != nil {
 		return unavailable("read history", err)
 	}
