@@ -80,3 +80,7 @@ func ValidSessionID(id string) bool {
 	}
 	return true
 }
+
+// HookSubject returns floe.hook.<point>: the subject a NATS hook service
+// answers requests on (SPEC §7 "Hooks").
+func HookSubject(point string) string { return "floe.hook." + point }
