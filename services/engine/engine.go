@@ -26,6 +26,7 @@ import (
 	"floe.dev/services/engine/internal/fold"
 	"floe.dev/services/engine/internal/model"
 	"floe.dev/services/engine/internal/provider"
+	"floe.dev/services/engine/internal/snapshot"
 	"floe.dev/services/engine/internal/task"
 )
 
@@ -180,6 +181,7 @@ func Run(ctx context.Context, nc *nats.Conn, cfg Config, log zerolog.Logger) err
 		Resolve:    resolve,
 		Tools:      e.listTools,
 		MCPServers: e.mcpServers,
+		Snapshots:  snapshot.Open(ctx, js, cfg.Home, log),
 		Settings: task.Settings{
 			Pool:             cfg.Pool,
 			RetryBase:        cfg.RetryBase,

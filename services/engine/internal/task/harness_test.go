@@ -20,6 +20,7 @@ import (
 	"floe.dev/pkg/omni"
 	"floe.dev/services/engine/internal/model"
 	"floe.dev/services/engine/internal/provider/scripted"
+	"floe.dev/services/engine/internal/snapshot"
 )
 
 // harness drives Runners directly against a real embedded nats-server:
@@ -77,6 +78,10 @@ func newHarness(t *testing.T, script string, tune func(*Settings)) *harness {
 			}}}, nil
 		},
 	}
+	// As an engine runs them: each Task starts from the context snapshot
+	// of the one before (TestSnapshotsNeverChangeTheModelRequests also
+	// runs a Session without).
+	d.Snapshots = snapshot.Open(context.Background(), env.JS, s.Home, zerolog.Nop())
 	return &harness{t: t, env: env, deps: d, prov: prov}
 }
 

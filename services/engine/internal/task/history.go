@@ -36,6 +36,13 @@ func (h *history) reset() {
 	h.mu.Unlock()
 }
 
+// restore makes fc the fold (a Task's start from a context snapshot).
+func (h *history) restore(fc *fold.Context) {
+	h.mu.Lock()
+	h.fc = fc
+	h.mu.Unlock()
+}
+
 // read runs f with the fold locked: f only reads.
 func (h *history) read(f func(fc *fold.Context)) {
 	h.mu.Lock()

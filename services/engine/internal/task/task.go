@@ -51,6 +51,7 @@ import (
 	"floe.dev/pkg/trace"
 	"floe.dev/services/engine/internal/fold"
 	"floe.dev/services/engine/internal/model"
+	"floe.dev/services/engine/internal/snapshot"
 )
 
 // Settings are the engine-wide knobs a Task uses.
@@ -94,6 +95,10 @@ type Deps struct {
 	// MCPServers names the pool's MCP servers without connecting them
 	// (nil func or empty: none).
 	MCPServers func(ctx context.Context) ([]string, error)
+	// Snapshots, when set, gives a Task's start its folded history from a
+	// context snapshot plus what came after it; nil folds the whole
+	// history (trace.Replay) every time.
+	Snapshots *snapshot.Store
 }
 
 // Outcome statuses of a Task.
@@ -238,7 +243,19 @@ func (r *Runner) Run(ctx context.Context) (status string, err error) {
 		return "", err
 	}
 
-	lastSeq, bad, err := trace.Replay(ctx, r.d.JS, r.d.Settings.Home, r.sid, r.hist.apply, r.hist.reset)
+	var (
+		lastSeq uint64
+		bad     int
+	)
+	if r.d.Snapshots != nil {
+		var fc *fold.Context
+		fc, lastSeq, bad, err = r.d.Snapshots.Load(ctx, r.sid, r.rec.CreatedUnixMs)
+		if err == nil {
+			r.hist.restore(fc)
+		}
+	} else {
+		lastSeq, bad, err = trace.Replay(ctx, r.d.JS, r.d.Settings.Home, r.sid, r.hist.apply, r.hist.reset)
+	}
 	if err != nil {
 		return "", err
 	}
