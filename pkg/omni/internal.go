@@ -203,12 +203,17 @@ type SessionRecord struct {
 	SystemPrompt string `msgpack:"system_prompt,omitempty"`
 	// Instructions is the Workspace's AGENTS.md, read when the Session was
 	// created; the engine appends it to the system prompt.
-	Instructions  string           `msgpack:"instructions,omitempty"`
-	MaxTurns      int              `msgpack:"max_turns,omitempty"`
-	Compaction    CompactionConfig `msgpack:"compaction"`
-	Title         string           `msgpack:"title,omitempty"`
-	Principal     string           `msgpack:"principal,omitempty"`
-	CreatedUnixMs int64            `msgpack:"created_unix_ms"`
+	Instructions string           `msgpack:"instructions,omitempty"`
+	MaxTurns     int              `msgpack:"max_turns,omitempty"`
+	Compaction   CompactionConfig `msgpack:"compaction"`
+	Title        string           `msgpack:"title,omitempty"`
+	// TitleSource says where Title came from: TitleFromPrompt (the first
+	// Task's text, set by the gateway), TitleFromModel (a short title the
+	// engine asked the model for after the first Task), or "" (given by a
+	// person, never replaced).
+	TitleSource   string `msgpack:"title_source,omitempty"`
+	Principal     string `msgpack:"principal,omitempty"`
+	CreatedUnixMs int64  `msgpack:"created_unix_ms"`
 	// State is idle, running or compacting; TaskID the Task that holds it.
 	State  string `msgpack:"state"`
 	TaskID string `msgpack:"task_id,omitempty"`
@@ -235,6 +240,12 @@ type SessionRecord struct {
 	// for any other Session).
 	ForkedFrom *ForkedFrom `msgpack:"forked_from,omitempty"`
 }
+
+// Title sources of a SessionRecord.
+const (
+	TitleFromPrompt = "prompt"
+	TitleFromModel  = "model"
+)
 
 // CommandPolicy is an ordered list of deny rules matched against the
 // normalized cmd of exec_command before any approval mode is consulted

@@ -345,3 +345,37 @@ func TestEventsKeepSessionListLive(t *testing.T) {
 	case <-time.After(200 * time.Millisecond):
 	}
 }
+
+// An untitled Session takes the title of its first Task's text at once
+// (session_title on /api/events); a second Task does not change it, and a
+// person's title is never replaced.
+func TestFirstPromptTitlesSession(t *testing.T) {
+	env := newBus(t)
+	g := startGateway(t, env, "", nil)
+	startEngine(t, env, nil)
+	s := createSession(t, g.Alice, client.CreateSession{})
+	ev := openEvents(t, g.URL, aliceToken)
+	ev.until("the snapshot", func(e listEv) bool { return e.Type == "sessions_synced" })
+
+	submit(t, g.Alice, s.ID, "\n  Why is   the CI slow on main?\nIt takes 20 minutes.")
+	want := "Why is the CI slow on main?"
+	if e := ev.until("session_title", func(e listEv) bool { return e.Type == "session_title" && e.ID == s.ID }); e.Title == nil || *e.Title != want {
+		t.Fatalf("got %+v, want the title %q", e, want)
+	}
+	if got, err := g.Alice.GetSession(ctxT(t), s.ID); err != nil || got.Title != want {
+		t.Fatalf("GET title %q (%v), want %q", got.Title, err, want)
+	}
+	waitIdle(t, env, s.ID)
+	submit(t, g.Alice, s.ID, "Another question")
+	waitIdle(t, env, s.ID)
+	if got, _ := g.Alice.GetSession(ctxT(t), s.ID); got.Title != want {
+		t.Fatalf("the second Task changed the title to %q", got.Title)
+	}
+
+	titled := createSession(t, g.Alice, client.CreateSession{Title: "Mine"})
+	submit(t, g.Alice, titled.ID, "Something else entirely")
+	waitIdle(t, env, titled.ID)
+	if got, _ := g.Alice.GetSession(ctxT(t), titled.ID); got.Title != "Mine" {
+		t.Fatalf("a given title became %q", got.Title)
+	}
+}

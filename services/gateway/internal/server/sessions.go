@@ -260,7 +260,7 @@ func (s *Server) handlePatch(w http.ResponseWriter, r *http.Request) *apiError {
 			rec.ApprovalMode = *req.ApprovalMode
 		}
 		if req.Title != nil {
-			rec.Title = *req.Title
+			rec.Title, rec.TitleSource = *req.Title, "" // a person's title is never replaced
 		}
 		return nil
 	})

@@ -75,7 +75,11 @@ func (s *Server) handleTask(w http.ResponseWriter, r *http.Request) *apiError {
 	if e := s.fitsBus(&task); e != nil {
 		return e
 	}
-	return s.submit(w, r, rec, omni.StateRunning, task)
+	if e := s.submit(w, r, rec, omni.StateRunning, task); e != nil {
+		return e
+	}
+	s.titleFromPrompt(context.WithoutCancel(r.Context()), rec, input)
+	return nil
 }
 
 func (s *Server) handleCompact(w http.ResponseWriter, r *http.Request) *apiError {
