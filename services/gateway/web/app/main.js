@@ -5,6 +5,7 @@
 
 import { SessionFeed } from './viewmodel.js';
 import { renderMarkdown } from './markdown.js';
+import { toolSummary, toolDiff, lineCount } from './toolview.js';
 
 const $ = (id) => document.getElementById(id);
 const WINDOW = 200; // transcript items drawn at first; "Show earlier" adds more
@@ -60,6 +61,7 @@ function showSignIn() {
   $('app-view').hidden = true;
   $('signin-view').hidden = false;
   $('signout').hidden = true;
+  $('drawer-toggle').hidden = true;
   $('token').focus();
 }
 
@@ -93,6 +95,7 @@ async function start() {
   $('signout').hidden = !authOn;
   $('signin-view').hidden = true;
   $('app-view').hidden = false;
+  $('drawer-toggle').hidden = false;
   openEvents();
   route();
 }
@@ -102,6 +105,7 @@ async function start() {
 const sessions = new Map(); // id → {session, state, status, pendingApprovals}
 let events = null;
 let nextSessions = null; // the snapshot being received after (re)connecting
+let listSynced = false; // the first snapshot arrived: an empty list is really empty
 
 function openEvents() {
   closeEvents();
@@ -150,6 +154,7 @@ function applyListEvent(ev) {
         for (const [k, v] of nextSessions) sessions.set(k, v);
         nextSessions = null;
       }
+      listSynced = true;
       break;
     case 'session_state': {
       const s = target.get(ev.id);
@@ -163,6 +168,8 @@ function applyListEvent(ev) {
     case 'session_title': {
       const s = target.get(ev.id);
       if (s) s.session.title = ev.title || '';
+      if (current && current.id === ev.id && current.session) current.session.title = ev.title || '';
+      if (current && current.id === ev.id) drawHeader();
       break;
     }
     case 'session_deleted':
@@ -192,7 +199,8 @@ let confirmingDelete = '';
 function drawSessions() {
   const ul = $('sessions');
   const list = [...sessions.values()].filter((s) => !s.session.parent).sort((a, b) => b.session.createdUnixMs - a.session.createdUnixMs);
-  $('sessions-empty').hidden = list.length > 0;
+  $('sessions-loading').hidden = listSynced || list.length > 0;
+  $('sessions-empty').hidden = !listSynced || list.length > 0;
   ul.replaceChildren(
     ...list.map((s) => {
       const id = s.session.id;
@@ -232,8 +240,9 @@ function drawSessions() {
       a.href = '#/s/' + enc(id);
       a.className = 'session-link';
       const title = document.createElement('span');
-      title.className = 'title';
-      title.textContent = s.session.title || id;
+      title.className = 'title' + (s.session.title ? '' : ' untitled');
+      title.textContent = s.session.title || 'New session';
+      a.title = (s.session.title || 'New session') + (s.session.workspace ? ' — ' + s.session.workspace : '');
       const meta = document.createElement('span');
       meta.className = 'meta';
       const badge = document.createElement('span');
@@ -243,6 +252,8 @@ function drawSessions() {
       when.dateTime = s.session.createdAt;
       when.textContent = fmtTime(s.session.createdAt);
       meta.append(badge, ' ', when);
+      const ws = baseName(s.session.workspace);
+      if (ws) meta.append(' · ', ws);
       a.append(title, meta);
       const actions = document.createElement('span');
       actions.className = 'actions';
@@ -276,6 +287,11 @@ function drawSessions() {
       return li;
     }),
   );
+}
+
+function baseName(p) {
+  const parts = String(p || '').split('/').filter(Boolean);
+  return parts.length ? parts[parts.length - 1] : '';
 }
 
 function button(label, type, onClick) {
@@ -335,6 +351,7 @@ function route() {
     drawSessions();
     return;
   }
+  closeDrawer();
   if (current && current.id === id) return;
   openSession(id);
   drawSessions();
@@ -350,12 +367,20 @@ function closeSession() {
 
 function openSession(id) {
   closeSession();
-  const c = { id, feed: new SessionFeed(), es: null, session: null, cache: new Map(), limit: WINDOW, closed: false, fetching: false, stick: true };
+  const c = {
+    id, feed: new SessionFeed(), es: null, session: null, cache: new Map(), limit: WINDOW, closed: false, fetching: false,
+    stick: true, // follow the bottom until the person scrolls up
+    seenApprovals: new Set(),
+  };
   current = c;
   $('empty-view').hidden = true;
   $('session-view').hidden = false;
   $('transcript').replaceChildren();
   $('transcript').dataset.ready = 'false';
+  $('transcript-loading').hidden = false;
+  $('approval-bar').hidden = true;
+  $('jump-latest').hidden = true;
+  endTitleEdit();
   $('composer-error').textContent = '';
   c.t0 = performance.now();
   api('GET', '/api/sessions/' + enc(id))
@@ -366,6 +391,7 @@ function openSession(id) {
     .catch((err) => {
       if (err.status === 404) {
         $('s-title').textContent = 'Session not found';
+        $('transcript-loading').hidden = true;
       }
     });
   connect(c, '');
@@ -464,14 +490,61 @@ function drawHeader() {
   if (!c) return;
   const s = c.session;
   const entry = sessions.get(c.id);
-  $('s-title').textContent = (entry && entry.session.title) || (s && s.title) || c.id;
-  $('s-model').textContent = s ? s.model + ' · ' + s.approvalMode : '';
+  const title = (entry && entry.session.title) || (s && s.title) || '';
+  $('s-title').textContent = title || 'New session';
+  $('s-title').title = c.id;
+  document.title = (title || 'New session') + ' — Floe';
+  $('s-model').textContent = s ? s.model + ' · ' + s.approvalMode + (s.workspace ? ' · ' + s.workspace : '') : '';
 }
+
+// ---- the title, editable in the header -----------------------------------------
+
+function endTitleEdit() {
+  $('title-form').hidden = true;
+  $('s-title').hidden = false;
+  $('edit-title').hidden = false;
+}
+
+$('edit-title').addEventListener('click', () => {
+  const c = current;
+  if (!c) return;
+  const entry = sessions.get(c.id);
+  $('title-input').value = (entry && entry.session.title) || (c.session && c.session.title) || '';
+  $('s-title').hidden = true;
+  $('edit-title').hidden = true;
+  $('title-form').hidden = false;
+  $('title-input').focus();
+  $('title-input').select();
+});
+$('title-cancel').addEventListener('click', endTitleEdit);
+$('title-input').addEventListener('keydown', (e) => {
+  if (e.key === 'Escape') {
+    e.preventDefault();
+    e.stopPropagation();
+    endTitleEdit();
+  }
+});
+$('title-form').addEventListener('submit', async (e) => {
+  e.preventDefault();
+  const c = current;
+  if (!c) return;
+  const title = $('title-input').value.trim();
+  try {
+    const s = await api('PATCH', '/api/sessions/' + enc(c.id), { title });
+    if (c.session) c.session.title = s.title;
+    const entry = sessions.get(c.id);
+    if (entry) entry.session.title = s.title;
+    endTitleEdit();
+    drawHeader();
+    drawSessions();
+  } catch (err) {
+    alertError(err);
+  }
+});
 
 function draw(c) {
   const m = c.feed.model;
   const log = $('transcript');
-  const atBottom = log.scrollHeight - log.scrollTop - log.clientHeight < 40;
   drawHeader();
   const st = m.approvals.size > 0 && m.taskState === 'running' ? 'waiting for approval' : m.taskState;
   $('s-state').textContent = st;
@@ -492,11 +565,137 @@ function draw(c) {
   $('show-earlier').hidden = from === 0;
   $('show-earlier').textContent = 'Show earlier (' + from + ')';
   drawList(log, items.slice(from), c.cache, c);
+  followOutputs(log);
   if (c.feed.loaded && log.dataset.ready !== 'true') {
     log.dataset.ready = 'true';
     log.dataset.loadMs = String(Math.round(performance.now() - c.t0));
-    log.scrollTop = log.scrollHeight;
-  } else if (atBottom) log.scrollTop = log.scrollHeight;
+    $('transcript-loading').hidden = true;
+    c.stick = true;
+  }
+  if (c.stick) toBottom(log);
+  revealNewApprovals(c, log);
+  drawFloaters(c);
+}
+
+// ---- following the bottom --------------------------------------------------------
+//
+// c.stick says the view follows the latest output: true on open, on send
+// and after "Jump to latest"; a scroll that leaves the bottom (only the
+// person's: ours always end there) clears it, and reaching the bottom
+// again sets it. Every draw then scrolls to the bottom while it holds.
+
+const NEAR_BOTTOM = 40; // px from the bottom that still count as "at the bottom"
+
+function atBottom(el) {
+  return el.scrollHeight - el.scrollTop - el.clientHeight < NEAR_BOTTOM;
+}
+
+function toBottom(log) {
+  log.scrollTop = log.scrollHeight;
+}
+
+$('transcript').addEventListener('scroll', () => {
+  const c = current;
+  if (!c || $('transcript').dataset.ready !== 'true') return;
+  c.stick = atBottom($('transcript'));
+  drawFloaters(c);
+}, { passive: true });
+
+// Content that grows without a redraw (an image decoding, a card opened)
+// keeps the bottom in view while following.
+new ResizeObserver(() => {
+  const c = current;
+  if (c && c.stick && $('transcript').dataset.ready === 'true') toBottom($('transcript'));
+}).observe($('transcript'));
+$('transcript').addEventListener('load', (e) => {
+  const c = current;
+  if (c && c.stick && e.target.tagName === 'IMG') toBottom($('transcript'));
+}, true);
+
+function jumpToLatest() {
+  const c = current;
+  if (!c) return;
+  c.stick = true;
+  toBottom($('transcript'));
+  drawFloaters(c);
+}
+$('jump-latest').addEventListener('click', jumpToLatest);
+
+// visibleIn reports whether el's box is (mostly) inside the scroller's.
+function visibleIn(el, scroller) {
+  const r = el.getBoundingClientRect();
+  const v = scroller.getBoundingClientRect();
+  if (r.width === 0 && r.height === 0) return false;
+  return r.top >= v.top - 1 && r.bottom <= v.bottom + 1;
+}
+
+// revealNewApprovals brings an approval that just arrived into view when
+// the view follows the output (it is usually the last card, already in
+// view at the bottom; a parallel call's or a subagent's may sit higher).
+function revealNewApprovals(c, log) {
+  for (const [k, t] of c.feed.model.approvals) {
+    if (c.seenApprovals.has(k)) continue;
+    c.seenApprovals.add(k);
+    if (!c.stick) continue;
+    const el = approvalElement(t.toolCallId);
+    if (el && !visibleIn(el, log)) el.scrollIntoView({ block: 'nearest' });
+  }
+}
+
+function approvalElement(toolCallId) {
+  return document.querySelector('#transcript li[data-kind=tool][data-tool-call-id="' + CSS.escape(toolCallId) + '"] .approval');
+}
+
+// drawFloaters shows "Jump to latest" when the view does not follow, and
+// the approval bar when a pending approval is out of view.
+function drawFloaters(c) {
+  const log = $('transcript');
+  $('jump-latest').hidden = c.stick || !c.feed.loaded;
+  const pending = [...c.feed.model.approvals.values()];
+  const hidden = pending.filter((t) => {
+    const el = approvalElement(t.toolCallId);
+    return !el || !visibleIn(el, log);
+  });
+  const bar = $('approval-bar');
+  if (hidden.length === 0) {
+    bar.hidden = true;
+    return;
+  }
+  const t = hidden[0];
+  const sum = toolSummary(t.name, t.args);
+  $('approval-bar-text').textContent = (pending.length > 1 ? pending.length + ' approvals needed: ' : 'Approval needed: ') + (t.name || 'tool') + (sum ? ' ' + sum : '');
+  bar.dataset.toolCallId = t.toolCallId;
+  bar.hidden = false;
+}
+
+$('approval-bar-show').addEventListener('click', () => {
+  const c = current;
+  if (!c) return;
+  const id = $('approval-bar').dataset.toolCallId;
+  let el = id && approvalElement(id);
+  if (!el) {
+    // Drawn further up than the window of items: draw them all.
+    c.limit = Math.max(c.limit, c.feed.model.items.length);
+    draw(c);
+    el = id && approvalElement(id);
+  }
+  if (!el) return;
+  el.closest('details').open = true;
+  el.scrollIntoView({ block: 'center' });
+  c.stick = atBottom($('transcript'));
+  el.querySelector('button')?.focus({ preventScroll: true });
+  drawFloaters(c);
+});
+
+// followOutputs scrolls the tool outputs that follow their tail (drawn
+// anew this frame) to their end, and puts back where the person left the
+// others.
+function followOutputs(log) {
+  for (const pre of log.querySelectorAll('pre.output[data-follow]')) {
+    if (pre.dataset.follow === 'tail') pre.scrollTop = pre.scrollHeight;
+    else pre.scrollTop = Number(pre.dataset.follow) || 0;
+    delete pre.dataset.follow;
+  }
 }
 
 $('show-earlier').addEventListener('click', () => {
@@ -559,6 +758,17 @@ function drawItem(it, c, old) {
       body.className = 'body md';
       body.append(renderMarkdown(document, it.text));
       e.append(body);
+      if (!it.streaming && it.text) {
+        const tools = document.createElement('div');
+        tools.className = 'msg-tools';
+        const copy = button('Copy', 'button');
+        copy.className = 'copy';
+        copy.dataset.copy = 'message';
+        copy.setAttribute('aria-label', 'Copy message');
+        copyTexts.set(copy, it.text);
+        tools.append(copy);
+        e.append(tools);
+      }
       return e;
     }
     case 'thinking': {
@@ -646,10 +856,24 @@ function drawTool(t, c, old) {
     st.dataset.since = String(t.startedAt);
     tickOne(st);
   }
-  sum.append(text('span', 'tool-name', t.name || 'tool'), ' ', st);
-  if (t.decision) sum.append(' ', text('span', 'decision decision-' + t.decision, t.decision === 'allow' ? 'allowed' : t.decision === 'deny' ? 'denied' : 'forbidden by policy'));
+  sum.append(text('span', 'tool-name', t.name || 'tool'));
+  const line = toolSummary(t.name, t.args);
+  if (line) {
+    const ls = text('span', 'tool-summary', line);
+    ls.title = line;
+    sum.append(ls);
+  }
+  sum.append(st);
+  if (t.decision) sum.append(text('span', 'decision decision-' + t.decision, t.decision === 'allow' ? 'allowed' : t.decision === 'deny' ? 'denied' : 'forbidden by policy'));
   d.append(sum);
-  d.append(text('pre', 'args', prettyArgs(t.args)));
+  const diff = t.argsDone ? toolDiff(t.name, t.args) : null;
+  if (diff) {
+    d.append(drawDiff(diff));
+    const raw = document.createElement('details');
+    raw.className = 'raw-args';
+    raw.append(text('summary', '', 'Arguments'), text('pre', 'args', prettyArgs(t.args)));
+    d.append(raw);
+  } else d.append(text('pre', 'args', prettyArgs(t.args)));
   if (t.awaitingApproval) {
     const ap = document.createElement('div');
     ap.className = 'approval';
@@ -669,7 +893,35 @@ function drawTool(t, c, old) {
     ap.append(button('Allow', 'button', decide('allow')), button('Deny', 'button', decide('deny')));
     d.append(ap);
   }
-  if (t.output || t.outputDone) d.append(text('pre', 'output', t.output));
+  if (t.output || t.outputDone) {
+    const head = document.createElement('div');
+    head.className = 'output-head';
+    const n = lineCount(t.output);
+    head.append(text('span', 'line-count', n === 1 ? '1 line' : n + ' lines'));
+    const copy = button('Copy', 'button');
+    copy.className = 'copy';
+    copy.dataset.copy = 'output';
+    copy.setAttribute('aria-label', 'Copy output');
+    copyTexts.set(copy, t.output);
+    head.append(copy);
+    const pre = text('pre', 'output', t.output);
+    // A running output follows its tail unless the person scrolled it up.
+    const oldPre = old && old.querySelector(':scope > details > pre.output');
+    pre.dataset.follow = !oldPre || atBottom(oldPre) ? 'tail' : String(oldPre.scrollTop);
+    d.append(head, pre);
+  }
+  if (t.images && t.images.length) {
+    const box = document.createElement('div');
+    box.className = 'tool-images';
+    t.images.forEach((src, i) => {
+      const img = document.createElement('img');
+      img.src = src; // data:image/* only (viewmodel imagesOf)
+      img.alt = 'Image ' + (i + 1) + ' from ' + (t.name || 'the tool');
+      img.loading = 'lazy';
+      box.append(img);
+    });
+    d.append(box);
+  }
   if (t.child) {
     const ol = document.createElement('ol');
     ol.className = 'nested';
@@ -678,6 +930,23 @@ function drawTool(t, c, old) {
   }
   e.append(d);
   return e;
+}
+
+// drawDiff shows an edit_file or write_file call as a line diff.
+function drawDiff(diff) {
+  const box = document.createElement('div');
+  box.className = 'diff';
+  box.setAttribute('role', 'figure');
+  box.setAttribute('aria-label', 'Changes to ' + (diff.path || 'the file'));
+  const adds = diff.lines.filter((l) => l.op === '+').length;
+  const dels = diff.lines.filter((l) => l.op === '-').length;
+  box.append(text('div', 'diff-head', (diff.path || '') + '  +' + adds + ' −' + dels + (diff.replaceAll ? ' (every occurrence)' : '')));
+  for (const l of diff.lines) {
+    const row = text('div', 'diff-line ' + (l.op === '+' ? 'add' : l.op === '-' ? 'del' : 'ctx'), l.text);
+    row.dataset.op = l.op;
+    box.append(row);
+  }
+  return box;
 }
 
 function drawSubagent(card, c, old) {
@@ -730,6 +999,74 @@ async function drawTraces(c) {
   } catch {}
 }
 
+// ---- copy buttons ---------------------------------------------------------------
+
+const copyTexts = new WeakMap(); // a Copy button → the text it copies
+
+async function copyText(t) {
+  try {
+    await navigator.clipboard.writeText(t);
+    return true;
+  } catch {
+    // No clipboard API (plain http off loopback): the old way.
+    const ta = document.createElement('textarea');
+    ta.value = t;
+    ta.setAttribute('readonly', '');
+    ta.style.position = 'fixed';
+    ta.style.opacity = '0';
+    document.body.append(ta);
+    ta.select();
+    let ok = false;
+    try {
+      ok = document.execCommand('copy');
+    } catch {}
+    ta.remove();
+    return ok;
+  }
+}
+
+document.addEventListener('click', async (e) => {
+  const b = e.target.closest && e.target.closest('button[data-copy]');
+  if (!b) return;
+  e.preventDefault();
+  let t = copyTexts.get(b);
+  if (t === undefined && b.dataset.copy === 'code') t = b.closest('.code-block')?.querySelector('pre')?.textContent ?? '';
+  const ok = await copyText(t ?? '');
+  b.textContent = ok ? 'Copied' : 'Copy failed';
+  b.dataset.copied = String(ok);
+  setTimeout(() => {
+    b.textContent = 'Copy';
+    delete b.dataset.copied;
+  }, 1500);
+});
+
+// ---- the list as a drawer on narrow screens ------------------------------------
+
+function closeDrawer() {
+  document.body.classList.remove('drawer-open');
+  $('drawer-toggle').setAttribute('aria-expanded', 'false');
+}
+$('drawer-toggle').addEventListener('click', () => {
+  const open = document.body.classList.toggle('drawer-open');
+  $('drawer-toggle').setAttribute('aria-expanded', String(open));
+});
+$('scrim').addEventListener('click', closeDrawer);
+
+// ---- keys ------------------------------------------------------------------------
+
+document.addEventListener('keydown', (e) => {
+  if (e.key !== 'Escape' || e.defaultPrevented) return;
+  if (document.body.classList.contains('drawer-open')) {
+    closeDrawer();
+    return;
+  }
+  if (e.target.closest && e.target.closest('form.rename, #title-form, #new-form')) return;
+  if (current && current.feed.model.taskState !== 'idle') {
+    e.preventDefault();
+    stopTask();
+  }
+});
+
 // ---- composer ---------------------------------------------------------------
 
 $('composer').addEventListener('submit', async (e) => {
@@ -740,6 +1077,8 @@ $('composer').addEventListener('submit', async (e) => {
   if (!msg.trim()) return;
   $('composer-error').textContent = '';
   const running = c.feed.model.taskState !== 'idle';
+  c.stick = true; // what was sent and its answer come into view
+  toBottom($('transcript'));
   try {
     if (running) await api('POST', '/api/sessions/' + enc(c.id) + '/steer', { text: msg });
     else await api('POST', '/api/sessions/' + enc(c.id) + '/tasks', { input: [{ type: 'text', text: msg }] });
@@ -766,14 +1105,15 @@ $('message').addEventListener('keydown', (e) => {
   }
 });
 
-$('stop').addEventListener('click', async () => {
+async function stopTask() {
   if (!current) return;
   try {
     await api('POST', '/api/sessions/' + enc(current.id) + '/abort');
   } catch (err) {
     alertError(err);
   }
-});
+}
+$('stop').addEventListener('click', stopTask);
 
 $('compact').addEventListener('click', async () => {
   if (!current) return;

@@ -40,6 +40,13 @@ export function systemBlock(text) {
   return { tag: m[1], body: m[2] };
 }
 
+// imagesOf returns a tool output's images (SPEC §1 `images?`): the data
+// URLs of images only, anything else dropped.
+export function imagesOf(p) {
+  if (!Array.isArray(p.images)) return [];
+  return p.images.filter((u) => typeof u === 'string' && /^data:image\/(png|jpeg|gif|webp);base64,[A-Za-z0-9+/=\s]+$/.test(u));
+}
+
 function ms(ts) {
   const t = Date.parse(ts);
   return Number.isFinite(t) ? t : 0;
@@ -274,7 +281,7 @@ export class Transcript {
     let t = lv.tools.get(id);
     if (!t) {
       t = this.add(lv, {
-        kind: 'tool', toolCallId: id, name: name || '', args: '', argsDone: false, output: '', outputDone: false,
+        kind: 'tool', toolCallId: id, name: name || '', args: '', argsDone: false, output: '', outputDone: false, images: [],
         status: 'streaming', decision: '', awaitingApproval: false, startedAt: 0, endedAt: 0, child: null, path: lv.path,
       });
       lv.tools.set(id, t);
@@ -316,6 +323,8 @@ export class Transcript {
     const t = this.tool(lv, p.tool_call_id, '');
     if (t.outputDone) return; // late or replayed fragments of a finished output
     t.output += p.output || '';
+    const imgs = imagesOf(p);
+    if (imgs.length) t.images = [...(t.images || []), ...imgs];
     if (t.status === 'pending' || t.status === 'streaming') t.status = 'running';
     this.touch(t);
   }
@@ -325,6 +334,7 @@ export class Transcript {
     const t = this.tool(lv, p.tool_call_id, '');
     t.output = p.output || '';
     t.outputDone = true;
+    t.images = imagesOf(p);
     t.endedAt = at;
     t.awaitingApproval = false;
     this.approvals.delete(lv.path + '|' + t.toolCallId);

@@ -325,3 +325,10 @@ test('Transcript revs change only for touched items', () => {
   assert.equal(u.rev, ur);
   assert.ok(a.rev > ar);
 });
+
+test('tool output images are kept on the card, data:image URLs only', () => {
+  const t = new Transcript();
+  t.applyMessage(call('c1', 'mcp__shot__take', { url: 'x' }));
+  t.applyMessage(model({ type: 'tool_call_output', role: 'user', output: 'shot', tool_call_id: 'c1', stop_reason: 'completed', images: ['data:image/png;base64,iVBORw0KGgo=', 'javascript:alert(1)', 'data:text/html;base64,PHA+', 42] }));
+  assert.deepEqual(tool(t, 'c1').images, ['data:image/png;base64,iVBORw0KGgo=']);
+});
