@@ -761,9 +761,7 @@ function drawItem(it, c, old) {
       if (!it.streaming && it.text) {
         const tools = document.createElement('div');
         tools.className = 'msg-tools';
-        const copy = button('Copy', 'button');
-        copy.className = 'copy';
-        copy.dataset.copy = 'message';
+        const copy = copyButton('message');
         copy.setAttribute('aria-label', 'Copy message');
         copyTexts.set(copy, it.text);
         tools.append(copy);
@@ -898,9 +896,7 @@ function drawTool(t, c, old) {
     head.className = 'output-head';
     const n = lineCount(t.output);
     head.append(text('span', 'line-count', n === 1 ? '1 line' : n + ' lines'));
-    const copy = button('Copy', 'button');
-    copy.className = 'copy';
-    copy.dataset.copy = 'output';
+    const copy = copyButton('output');
     copy.setAttribute('aria-label', 'Copy output');
     copyTexts.set(copy, t.output);
     head.append(copy);
@@ -1030,15 +1026,22 @@ document.addEventListener('click', async (e) => {
   if (!b) return;
   e.preventDefault();
   let t = copyTexts.get(b);
-  if (t === undefined && b.dataset.copy === 'code') t = b.closest('.code-block')?.querySelector('pre')?.textContent ?? '';
+  if (t === undefined && b.dataset.copy === 'code') t = (b.closest('.code-block')?.querySelector('pre')?.textContent ?? '').replace(/\n$/, '');
   const ok = await copyText(t ?? '');
-  b.textContent = ok ? 'Copied' : 'Copy failed';
-  b.dataset.copied = String(ok);
-  setTimeout(() => {
-    b.textContent = 'Copy';
-    delete b.dataset.copied;
-  }, 1500);
+  b.dataset.label = ok ? 'Copied' : 'Copy failed';
+  setTimeout(() => (b.dataset.label = 'Copy'), 1500);
 });
+
+// copyButton makes a Copy button; its label is drawn by CSS from
+// data-label, so it never joins the text of what it copies.
+function copyButton(what) {
+  const b = document.createElement('button');
+  b.type = 'button';
+  b.className = 'copy';
+  b.dataset.copy = what;
+  b.dataset.label = 'Copy';
+  return b;
+}
 
 // ---- the list as a drawer on narrow screens ------------------------------------
 

@@ -48,7 +48,7 @@ const marked = new Marked({
 // markdownHTML renders text as HTML with raw HTML escaped (not yet
 // sanitized: renderMarkdown does that).
 export function markdownHTML(text) {
-  return marked.parse(String(text ?? ''), { async: false });
+  return marked.parse(String(text ?? ''), { async: false }).trim();
 }
 
 const PURIFY = {
@@ -98,13 +98,15 @@ function decorateCode(doc, pre) {
   box.className = 'code-block';
   const head = doc.createElement('div');
   head.className = 'code-head';
+  // Labels come from data-label through CSS, out of the text of the answer.
   const label = doc.createElement('span');
-  label.textContent = code?.dataset.language || '';
+  label.className = 'code-lang';
+  label.dataset.label = code?.dataset.language || '';
   const copy = doc.createElement('button');
   copy.type = 'button';
   copy.className = 'copy';
   copy.dataset.copy = 'code';
-  copy.textContent = 'Copy';
+  copy.dataset.label = 'Copy';
   copy.setAttribute('aria-label', 'Copy code');
   head.append(label, copy);
   pre.replaceWith(box);
