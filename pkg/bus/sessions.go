@@ -53,9 +53,39 @@ func (s *Sessions) Get(ctx context.Context, id string) (*omni.SessionRecord, uin
 	}
 	var r omni.SessionRecord
 	if err := omni.Unpack(e.Value(), &r); err != nil {
-		return nil, 0, fmt.Errorf("bus: session %s: %w", id, err)
+		return nil, e.Revision(), &UndecodableError{ID: id, Revision: e.Revision(), Principal: principalOf(e.Value()), Err: err}
 	}
 	return &r, e.Revision(), nil
+}
+
+// UndecodableError is returned for a stored record that does not decode
+// (written by a broken or newer writer, or damaged). Such a record is
+// skipped by List and can only be deleted.
+type UndecodableError struct {
+	ID       string
+	Revision uint64
+	// Principal is the owner read from the record's principal field when
+	// that much decodes, "" when it does not.
+	Principal string
+	Err       error
+}
+
+func (e *UndecodableError) Error() string {
+	return "bus: session " + e.ID + " record does not decode: " + e.Err.Error()
+}
+
+func (e *UndecodableError) Unwrap() error { return e.Err }
+
+// principalOf reads only the principal field of a record that does not
+// decode whole ("" when even that fails).
+func principalOf(b []byte) string {
+	var p struct {
+		Principal string `msgpack:"principal"`
+	}
+	if omni.Unpack(b, &p) != nil {
+		return ""
+	}
+	return p.Principal
 }
 
 // Update applies fn to the current record and stores it with a
@@ -118,27 +148,33 @@ func (s *Sessions) End(ctx context.Context, id, taskID, status string) error {
 	return err
 }
 
-// List returns every record.
-func (s *Sessions) List(ctx context.Context) ([]*omni.SessionRecord, error) {
+// List returns every record that decodes, and the ones that do not
+// (skipped, so one damaged record never hides the others).
+func (s *Sessions) List(ctx context.Context) ([]*omni.SessionRecord, []*UndecodableError, error) {
 	keys, err := s.kv.ListKeys(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("bus: list sessions: %w", err)
+		return nil, nil, fmt.Errorf("bus: list sessions: %w", err)
 	}
 	var out []*omni.SessionRecord
+	var bad []*UndecodableError
 	for k := range keys.Keys() {
 		r, _, err := s.Get(ctx, k)
-		if errors.Is(err, ErrSessionNotFound) {
+		var ue *UndecodableError
+		switch {
+		case errors.Is(err, ErrSessionNotFound):
 			continue
-		}
-		if err != nil {
-			return nil, err
+		case errors.As(err, &ue):
+			bad = append(bad, ue)
+			continue
+		case err != nil:
+			return nil, nil, err
 		}
 		out = append(out, r)
 	}
-	return out, nil
+	return out, bad, nil
 }
 
-// Delete removes a record.
+// Delete removes a record (whether it decodes or not).
 func (s *Sessions) Delete(ctx context.Context, id string) error {
 	if err := s.kv.Purge(ctx, id); err != nil && !errors.Is(err, jetstream.ErrKeyNotFound) {
 		return fmt.Errorf("bus: delete session %s: %w", id, err)

@@ -23,6 +23,7 @@ type metrics struct {
 	sseSlow       prometheus.Counter
 	sseCatchUps   prometheus.Counter
 	sseLatency    prometheus.Histogram
+	undecodable   prometheus.Gauge
 }
 
 // latencyBuckets cover 50 µs to about 1.6 s.
@@ -59,6 +60,10 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	m.sseSlow = ops.MustRegister(reg, m.sseSlow)
 	m.sseCatchUps = ops.MustRegister(reg, m.sseCatchUps)
 	m.sseLatency = ops.MustRegister(reg, m.sseLatency)
+	m.undecodable = ops.MustRegister(reg, prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "floe_gateway_undecodable_session_records",
+		Help: "Session records that do not decode, skipped by the last session list (each is logged once; DELETE removes one).",
+	}))
 	return m
 }
 

@@ -80,6 +80,8 @@ type Server struct {
 	replays  chan struct{} // a slot per running replay (maxReplays)
 	promh    http.Handler
 	micro    micro.Service // nil when the registration failed
+	// badRecords holds "id@revision" of undecodable records already logged.
+	badRecords sync.Map
 
 	// ctx ends when the server closes: long-lived handlers (SSE) end with it.
 	ctx    context.Context

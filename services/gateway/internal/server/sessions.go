@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
@@ -38,6 +39,14 @@ func (s *Server) load(r *http.Request) (*omni.SessionRecord, *apiError) {
 	rec, _, err := s.sessions.Get(r.Context(), id)
 	if errors.Is(err, bus.ErrSessionNotFound) {
 		return nil, errNotFound
+	}
+	var ue *bus.UndecodableError
+	if errors.As(err, &ue) {
+		if !s.mayRepair(r.Context(), ue) {
+			return nil, errNotFound
+		}
+		return nil, &apiError{Status: http.StatusInternalServerError, Code: omni.CodeInternal,
+			Message: "the session's record does not decode; it can only be deleted", Err: err}
 	}
 	if err != nil {
 		return nil, unavailable("read session", err)
@@ -207,10 +216,11 @@ func randHex(n int) string {
 }
 
 func (s *Server) handleList(w http.ResponseWriter, r *http.Request) *apiError {
-	recs, err := s.sessions.List(r.Context())
+	recs, bad, err := s.sessions.List(r.Context())
 	if err != nil {
 		return unavailable("list sessions", err)
 	}
+	s.undecodable(bad)
 	out := client.SessionList{Sessions: []client.Session{}}
 	for _, rec := range recs {
 		if s.visible(r.Context(), rec) {
@@ -296,7 +306,16 @@ func (s *Server) handleDelete(w http.ResponseWriter, r *http.Request) *apiError 
 		}
 		return bus.ErrSessionNotFound
 	})
+	var ue *bus.UndecodableError
 	switch {
+	case errors.As(err, &ue):
+		if !s.mayRepair(ctx, ue) {
+			return errNotFound
+		}
+		// Nothing can run on a record nobody decodes: clean up as for a
+		// record marked deleted.
+		s.log.Warn().Err(err).Str("session_id", id).Str("principal", principal(ctx)).Msg("deleting an undecodable session record")
+		rec = &omni.SessionRecord{ID: id}
 	case errors.Is(err, bus.ErrSessionNotFound):
 		return errNotFound
 	case errors.Is(err, errBusyDelete):
@@ -352,6 +371,24 @@ func (s *Server) deleteTrace(ctx context.Context, id string) (int, *apiError) {
 		return reply.Files, internalError("delete trace", errors.New(reply.Error))
 	}
 	return reply.Files, nil
+}
+
+// mayRepair reports whether the caller may delete (or be told about) a
+// record that does not decode: its owner when the principal field still
+// reads, any caller when it does not (with authentication off, anyone).
+func (s *Server) mayRepair(ctx context.Context, ue *bus.UndecodableError) bool {
+	return !s.auth.enabled() || ue.Principal == "" || ue.Principal == principal(ctx)
+}
+
+// undecodable counts the records a list skipped (the gauge) and logs each
+// one the first time this gateway meets it.
+func (s *Server) undecodable(bad []*bus.UndecodableError) {
+	s.metrics.undecodable.Set(float64(len(bad)))
+	for _, ue := range bad {
+		if _, seen := s.badRecords.LoadOrStore(ue.ID+"@"+strconv.FormatUint(ue.Revision, 10), true); !seen {
+			s.log.Error().Err(ue.Err).Str("session_id", ue.ID).Uint64("revision", ue.Revision).Msg("session record does not decode; skipped in lists (DELETE it to remove it)")
+		}
+	}
 }
 
 // busyError is the 409 of a Session that runs a Task or compacts.
