@@ -170,6 +170,9 @@ func setupBucket(ctx context.Context, js jetstream.JetStream, c Config) (*Sessio
 	}); err != nil {
 		return nil, fmt.Errorf("bus: create bucket %s: %w", omni.SnapshotsBucket, err)
 	}
+	if _, err := js.CreateOrUpdateKeyValue(ctx, SignInsBucketConfig(c)); err != nil {
+		return nil, fmt.Errorf("bus: create bucket %s: %w", omni.SignInsBucket, err)
+	}
 	kv, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
 		Bucket:      omni.SessionsBucket,
 		Description: "Floe Session records",
@@ -181,6 +184,22 @@ func setupBucket(ctx context.Context, js jetstream.JetStream, c Config) (*Sessio
 		return nil, fmt.Errorf("bus: create bucket %s: %w", omni.SessionsBucket, err)
 	}
 	return &Sessions{kv: kv}, nil
+}
+
+// SignInTTL is how long a browser sign-in lasts: the max age of the
+// SignInsBucket's entries.
+const SignInTTL = 7 * 24 * time.Hour
+
+// SignInsBucketConfig is the browser sign-in bucket of the layout.
+func SignInsBucketConfig(c Config) jetstream.KeyValueConfig {
+	return jetstream.KeyValueConfig{
+		Bucket:      omni.SignInsBucket,
+		Description: "Floe browser sign-ins, keyed by the SHA-256 of the cookie",
+		History:     1,
+		TTL:         SignInTTL,
+		Storage:     c.storage(),
+		Replicas:    c.replicas(),
+	}
 }
 
 // Open returns the Session record store of an existing layout.

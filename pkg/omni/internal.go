@@ -25,6 +25,10 @@ const (
 	// stream sequence it covers (msgpack, versioned; see the engine's
 	// snapshot package and docs/history-window.md).
 	SnapshotsBucket = "floe_snapshots"
+	// SignInsBucket is the KV bucket of browser sign-ins, keyed by the
+	// SHA-256 (hex) of the sign-in cookie: the gateway's own records, each
+	// kept at most SignInTTL (the bucket's max age).
+	SignInsBucket = "floe_signins"
 	// DefaultPool is the runner pool tool jobs go to unless routed elsewhere.
 	DefaultPool = "default"
 )

@@ -200,19 +200,31 @@ func newAuthenticator(tokens map[string]string) *authenticator {
 
 func (a *authenticator) enabled() bool { return len(a.tokens) > 0 }
 
-// check returns the principal of the request's bearer token. Every token is
-// compared (hashes, so lengths leak nothing) whatever matches first.
+// check returns the principal of the request's bearer token.
 func (a *authenticator) check(r *http.Request) (string, bool) {
 	h := r.Header.Get("Authorization")
 	scheme, tok, found := strings.Cut(h, " ")
 	if !found || !strings.EqualFold(scheme, "Bearer") {
 		return "", false
 	}
-	tok = strings.TrimSpace(tok)
+	who, _, ok := a.checkToken(strings.TrimSpace(tok))
+	return who, ok
+}
+
+// checkToken returns the principal of tok and its hash.
+func (a *authenticator) checkToken(tok string) (string, [sha256.Size]byte, bool) {
 	if tok == "" {
-		return "", false
+		return "", [sha256.Size]byte{}, false
 	}
 	sum := sha256.Sum256([]byte(tok))
+	who, ok := a.byHash(sum)
+	return who, sum, ok
+}
+
+// byHash returns the principal of the token with this SHA-256. Every
+// token is compared (hashes, so lengths leak nothing) whatever matches
+// first.
+func (a *authenticator) byHash(sum [sha256.Size]byte) (string, bool) {
 	var who string
 	ok := 0
 	for i := range a.tokens {
@@ -280,8 +292,14 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if !openRoutes[pattern] && s.auth.enabled() {
-		who, ok := s.authenticate(r)
+		if s.limited(rec, r, "") {
+			return
+		}
+		who, ok, claimed := s.authenticate(r)
 		if !ok {
+			if r.Header.Get("Authorization") != "" {
+				s.failed(r, "bearer", claimed)
+			}
 			rec.Header().Set("WWW-Authenticate", `Bearer realm="floe"`)
 			writeError(rec, errorf(http.StatusUnauthorized, omni.CodeUnauthorized, "missing or invalid bearer token"))
 			return

@@ -24,6 +24,8 @@ type metrics struct {
 	sseCatchUps   prometheus.Counter
 	sseLatency    prometheus.Histogram
 	undecodable   prometheus.Gauge
+
+	signInFailures *prometheus.CounterVec
 }
 
 // latencyBuckets cover 50 µs to about 1.6 s.
@@ -60,6 +62,9 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	m.sseSlow = ops.MustRegister(reg, m.sseSlow)
 	m.sseCatchUps = ops.MustRegister(reg, m.sseCatchUps)
 	m.sseLatency = ops.MustRegister(reg, m.sseLatency)
+	m.signInFailures = ops.MustRegister(reg, prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "floe_gateway_auth_failures_total", Help: "Failed authentications, by method (bearer, sign-in).",
+	}, []string{"method"}))
 	m.undecodable = ops.MustRegister(reg, prometheus.NewGauge(prometheus.GaugeOpts{
 		Name: "floe_gateway_undecodable_session_records",
 		Help: "Session records that do not decode, skipped by the last session list (each is logged once; DELETE removes one).",

@@ -73,6 +73,8 @@ type Server struct {
 	log      zerolog.Logger
 	auth     *authenticator
 	guard    *hostGuard
+	signIns  jetstream.KeyValue // browser sign-ins; nil when unavailable
+	fails    *failLimiter
 	mux      *http.ServeMux
 	metrics  *metrics
 	events   eventsHub // /api/events
@@ -123,6 +125,8 @@ func New(ctx context.Context, nc *nats.Conn, opts Options, log zerolog.Logger) (
 		promh: promhttp.HandlerFor(opts.Gatherer, promhttp.HandlerOpts{}),
 		ctx:   sctx, cancel: cancel,
 	}
+	s.signIns = openSignIns(ctx, js, log)
+	s.fails = newFailLimiter()
 	s.tail = newTail(s)
 	s.replays = make(chan struct{}, maxReplays)
 	if srv, err := ops.Register(nc, "gateway", "Floe gateway: HTTP API and SSE", s.status); err != nil {

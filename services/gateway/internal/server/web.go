@@ -2,8 +2,8 @@ package server
 
 import (
 	"crypto/sha256"
-	"encoding/base64"
 	"encoding/hex"
+	"errors"
 	"io/fs"
 	"mime"
 	"net/http"
@@ -11,7 +11,11 @@ import (
 	"path"
 	"strings"
 	"sync"
+	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
+
+	"floe.dev/pkg/bus"
 	"floe.dev/pkg/omni"
 	"floe.dev/services/gateway/web"
 )
@@ -19,8 +23,8 @@ import (
 // The Web App (SPEC §3 "Browsers"): static files embedded in the binary,
 // a cookie sign-in for browsers, and /api/events for the live session list.
 
-// sessionCookie is the browser sign-in cookie; its value is the token,
-// base64url-encoded (cookie-safe bytes), HttpOnly and SameSite=Strict.
+// sessionCookie is the browser sign-in cookie: a random value naming a
+// server-side sign-in (signin.go), HttpOnly and SameSite=Strict.
 const sessionCookie = "floe_session"
 
 // contentSecurityPolicy allows only the app's own scripts, styles and
@@ -121,9 +125,10 @@ type loginRequest struct {
 	Token string `json:"token"`
 }
 
-// handleLogin checks the token and sets the sign-in cookie; 401 for a
-// wrong token. With authentication off there is nothing to sign in to:
-// 204 and no cookie.
+// handleLogin checks the token and sets the sign-in cookie: a random
+// value naming a server-side sign-in (signin.go); 401 for a wrong token,
+// 429 once the client address or claimed principal failed too often. With
+// authentication off there is nothing to sign in to: 204 and no cookie.
 func (s *Server) handleLogin(w http.ResponseWriter, r *http.Request) *apiError {
 	var req loginRequest
 	if e := s.decodeBody(w, r, &req, false); e != nil {
@@ -133,51 +138,72 @@ func (s *Server) handleLogin(w http.ResponseWriter, r *http.Request) *apiError {
 		w.WriteHeader(http.StatusNoContent)
 		return nil
 	}
-	probe := &http.Request{Header: http.Header{"Authorization": {"Bearer " + strings.TrimSpace(req.Token)}}}
-	if _, ok := s.auth.check(probe); !ok {
+	tok := strings.TrimSpace(req.Token)
+	claimed := claimedPrincipal(tok)
+	if s.limited(w, r, claimed) {
+		return nil
+	}
+	who, hash, ok := s.auth.checkToken(tok)
+	if !ok {
+		s.failed(r, "sign-in", claimed)
 		return errorf(http.StatusUnauthorized, omni.CodeUnauthorized, "wrong token")
 	}
+	if s.signIns == nil {
+		return errorf(http.StatusServiceUnavailable, omni.CodeUnavailable, "browser sign-in is unavailable (no sign-in bucket); use the bearer header")
+	}
+	value, err := s.newSignIn(r.Context(), who, hash)
+	if err != nil {
+		return unavailable("store the sign-in", err)
+	}
 	http.SetCookie(w, &http.Cookie{
-		Name: sessionCookie, Value: base64.RawURLEncoding.EncodeToString([]byte(strings.TrimSpace(req.Token))),
-		Path: "/", HttpOnly: true, SameSite: http.SameSiteStrictMode, Secure: r.TLS != nil,
+		Name: sessionCookie, Value: value, Path: "/", MaxAge: int(bus.SignInTTL / time.Second),
+		HttpOnly: true, SameSite: http.SameSiteStrictMode, Secure: s.secureCookie(r),
 	})
+	s.log.Info().Str("principal", who).Str("client", r.RemoteAddr).Msg("signed in")
 	w.Header().Set("Cache-Control", "no-store")
 	w.WriteHeader(http.StatusNoContent)
 	return nil
 }
 
-// handleLogout clears the sign-in cookie.
+// handleLogout ends the sign-in (its server-side entry is deleted, so the
+// cookie is worthless even if kept) and clears the cookie.
 func (s *Server) handleLogout(w http.ResponseWriter, r *http.Request) *apiError {
+	if c, err := r.Cookie(sessionCookie); err == nil && c.Value != "" && s.signIns != nil {
+		if err := s.signIns.Purge(r.Context(), cookieKey(c.Value)); err != nil && !errors.Is(err, jetstream.ErrKeyNotFound) {
+			return unavailable("end the sign-in", err)
+		}
+	}
 	http.SetCookie(w, &http.Cookie{
 		Name: sessionCookie, Value: "", Path: "/", MaxAge: -1,
-		HttpOnly: true, SameSite: http.SameSiteStrictMode, Secure: r.TLS != nil,
+		HttpOnly: true, SameSite: http.SameSiteStrictMode, Secure: s.secureCookie(r),
 	})
 	w.WriteHeader(http.StatusNoContent)
 	return nil
 }
 
 // authenticate returns the caller's principal from the bearer header or,
-// failing that, the sign-in cookie. A write carried by the cookie must
-// come from the app's own origin: SameSite=Strict keeps other sites'
-// requests from carrying it, and this check holds even where a browser
-// does not honour SameSite.
-func (s *Server) authenticate(r *http.Request) (string, bool) {
+// failing that, the sign-in cookie, and the principal a failed bearer
+// token claims. A write carried by the cookie must come from the app's
+// own origin: SameSite=Strict keeps other sites' requests from carrying
+// it, and this check holds even where a browser does not honour SameSite.
+func (s *Server) authenticate(r *http.Request) (who string, ok bool, claimed string) {
 	if r.Header.Get("Authorization") != "" {
-		return s.auth.check(r)
+		who, ok = s.auth.check(r)
+		if !ok {
+			_, tok, _ := strings.Cut(r.Header.Get("Authorization"), " ")
+			claimed = claimedPrincipal(strings.TrimSpace(tok))
+		}
+		return who, ok, claimed
 	}
 	c, err := r.Cookie(sessionCookie)
 	if err != nil || c.Value == "" {
-		return "", false
-	}
-	tok, err := base64.RawURLEncoding.DecodeString(c.Value)
-	if err != nil {
-		return "", false
+		return "", false, ""
 	}
 	if !safeMethod(r.Method) && !sameOrigin(r) {
-		return "", false
+		return "", false, ""
 	}
-	probe := &http.Request{Header: http.Header{"Authorization": {"Bearer " + string(tok)}}}
-	return s.auth.check(probe)
+	who, ok = s.cookiePrincipal(r.Context(), c.Value)
+	return who, ok, ""
 }
 
 func safeMethod(m string) bool {
