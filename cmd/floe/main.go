@@ -53,6 +53,7 @@ func init() {
 		{"replay", "<session-id> [flags]", "print a Session's stream from JetStream", errOnly(cmdReplay)},
 		{"import", "FILE [--model M] [--workspace DIR] [--server URL]", "import a Trace file (Floe's or the original harness's) as a new Session", cmdImport},
 		{"export", "<session-id> [--index N] [--server URL]", "write a Session's Trace file to stdout", cmdExport},
+		{"fork", "<session-id> [--at SEQ] [--server URL]", "fork a Session at a stream position (default: its end); prints the new id", cmdFork},
 		{"tools", "[--pool P] [flags]", "list the tools a running deployment offers, by pool, with their source", errOnly(cmdTools)},
 		{"setup", "--nats URL [flags]", "create or update the JetStream layout on an external NATS", errOnly(cmdSetup)},
 		{"engine", "--nats URL [flags]", "the engine alone, against an external NATS", cmdService},

@@ -141,34 +141,46 @@ func readLimited(path string, limit int64) ([]byte, error) {
 // use --server) and the gateway's import route called in-process, so both
 // ways check and create exactly the same.
 func importDirect(ctx context.Context, c *common, req client.ImportTrace) (*client.Imported, error) {
+	var imp *client.Imported
+	err := withDirectClient(ctx, c, func(cl *client.Client) (err error) {
+		imp, err = cl.ImportTrace(ctx, req)
+		return err
+	})
+	return imp, err
+}
+
+// withDirectClient calls fn with a client of a gateway on c.home that
+// runs in-process, on an embedded bus over the home's store (refused while
+// another process holds it: then use --server), so a command without a
+// server checks and creates exactly what the route does.
+func withDirectClient(ctx context.Context, c *common, fn func(*client.Client) error) error {
 	busCfg, err := c.busConfig()
 	if err != nil {
-		return nil, err
+		return err
 	}
 	log := c.logger()
 	st, err := stack.Start(ctx, stack.Options{Home: c.home, Listen: "off", Bus: busCfg}, log)
 	if err != nil {
-		return nil, fmt.Errorf("open %s (is `floe serve` running? then pass --server): %w", c.home, err)
+		return fmt.Errorf("open %s (is `floe serve` running? then pass --server): %w", c.home, err)
 	}
 	defer st.Stop()
 	gc, err := gatewayConfig(c)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	gc.Addr = "" // nothing listens: the handler is called in-process
 	h, release, err := gateway.NewHandler(ctx, st.Conn, *gc, log)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	defer release()
 	// The request carries FLOE_API_TOKEN like a network caller's, so the
-	// Session belongs to the same principal as when imported through the
-	// server.
+	// Session belongs to the same principal as through the server.
 	opts := []client.Option{client.WithHTTPClient(&http.Client{Transport: handlerTransport{h}})}
 	if tok := gateway.ClientToken(os.Getenv("FLOE_API_TOKEN")); tok != "" {
 		opts = append(opts, client.WithToken(tok))
 	}
-	return client.New("http://floe.local", opts...).ImportTrace(ctx, req)
+	return fn(client.New("http://floe.local", opts...))
 }
 
 // handlerTransport answers requests with an http.Handler in-process.

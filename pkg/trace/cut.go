@@ -74,11 +74,22 @@ func CutAt(ctx context.Context, js jetstream.JetStream, home, sessionID string, 
 			return nil, err
 		}
 	}
-	recs, seq, err := prefix(ctx, js, home, sessionID, atSeq)
+	recs, all, seq, err := prefix(ctx, js, home, sessionID, atSeq)
 	if err != nil {
 		return nil, err
 	}
-	return Close(recs, seq)
+	c, err := Close(recs, seq)
+	if errors.Is(err, ErrNoHead) {
+		// A cut before the Session's first session_meta (its first Task's
+		// task_state): nothing is carried, under the Session's first head.
+		for _, r := range all {
+			var m omni.Message
+			if decode(r.Data, &m) == nil && m.Type == omni.KindSessionMeta {
+				return &Cut{Head: m, Seq: seq}, nil
+			}
+		}
+	}
+	return c, err
 }
 
 // checkPosition reports whether FLOE_SESSIONS holds a message of the
@@ -104,15 +115,15 @@ func checkPosition(ctx context.Context, js jetstream.JetStream, sessionID string
 // errPast ends a stream read at the sequence wanted.
 var errPast = errors.New("past the cut")
 
-// prefix returns the Session's records up to atSeq (all when 0) and the
-// sequence they end at.
-func prefix(ctx context.Context, js jetstream.JetStream, home, sessionID string, atSeq uint64) ([]Record, uint64, error) {
+// prefix returns the Session's records up to atSeq (all when 0), all its
+// records, and the sequence the first end at.
+func prefix(ctx context.Context, js jetstream.JetStream, home, sessionID string, atSeq uint64) (recs, all []Record, seq uint64, err error) {
 	h, err := Load(ctx, js, home, sessionID, Options{})
 	if err != nil {
-		return nil, 0, err
+		return nil, nil, 0, err
 	}
 	if atSeq == 0 {
-		return h.Records, h.LastSeq, nil
+		return h.Records, h.Records, h.LastSeq, nil
 	}
 	nFile := 0
 	for nFile < len(h.Records) && h.Records[nFile].Seq == 0 {
@@ -121,14 +132,14 @@ func prefix(ctx context.Context, js jetstream.JetStream, home, sessionID string,
 	if nFile == 0 || !h.HavePos || atSeq >= h.Pos.Seq {
 		// The cut is in the stream part (or the files have no stream
 		// position at all: an imported Trace, carried whole).
-		out := h.Records[:nFile]
+		out := h.Records[:nFile:nFile]
 		for _, r := range h.Records[nFile:] {
 			if r.Seq > atSeq {
 				break
 			}
 			out = append(out, r)
 		}
-		return out, atSeq, nil
+		return out, h.Records, atSeq, nil
 	}
 	// The cut falls inside the Trace files: the stream's records up to the
 	// position are the files' last ones, with their sequences.
@@ -144,10 +155,10 @@ func prefix(ctx context.Context, js jetstream.JetStream, home, sessionID string,
 		return nil
 	})
 	if err != nil && !errors.Is(err, errPast) {
-		return nil, 0, fmt.Errorf("trace: cut %s at %d: %w", sessionID, atSeq, err)
+		return nil, nil, 0, fmt.Errorf("trace: cut %s at %d: %w", sessionID, atSeq, err)
 	}
 	if len(tail) > nFile {
-		return nil, 0, fmt.Errorf("trace: cut %s at %d: the stream holds %d records up to the trace position, the trace files %d", sessionID, atSeq, len(tail), nFile)
+		return nil, nil, 0, fmt.Errorf("trace: cut %s at %d: the stream holds %d records up to the trace position, the trace files %d", sessionID, atSeq, len(tail), nFile)
 	}
 	out := h.Records[:nFile-len(tail) : nFile-len(tail)]
 	for _, r := range tail {
@@ -156,7 +167,7 @@ func prefix(ctx context.Context, js jetstream.JetStream, home, sessionID string,
 		}
 		out = append(out, r)
 	}
-	return out, atSeq, nil
+	return out, h.Records, atSeq, nil
 }
 
 // Close takes the records of a Session's history up to a cut at seq and

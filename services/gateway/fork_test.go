@@ -180,6 +180,11 @@ func TestForkRejectsABadAtSeqAndCreatesNothing(t *testing.T) {
 	if err != nil || len(list) != 2 {
 		t.Errorf("sessions after refused forks: %d, %v; want the two", len(list), err)
 	}
+	// A Session no Task ran in forks into an empty one with its settings.
+	fresh := createSession(t, g.Alice, client.CreateSession{MaxTurns: 3})
+	if fork, err := g.Alice.Fork(ctxT(t), fresh.ID, 0); err != nil || fork.MaxTurns != 3 || fork.ForkedFrom == nil || fork.ForkedFrom.SessionID != fresh.ID {
+		t.Errorf("fork of a fresh Session = %+v, %v", fork, err)
+	}
 	// Someone who cannot see the Session cannot fork it.
 	var ae *client.APIError
 	if _, err := g.Bob.Fork(ctxT(t), parent.ID, 0); !errors.As(err, &ae) || ae.Status != http.StatusNotFound {

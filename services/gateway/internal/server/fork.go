@@ -98,8 +98,14 @@ func (s *Server) forkSeq(ctx context.Context, raw json.RawMessage) (uint64, *api
 // them.
 func (s *Server) fork(ctx context.Context, src *omni.SessionRecord, at uint64, parentID string, depth int, created *[]string) (*omni.SessionRecord, error) {
 	cut, err := trace.CutAt(ctx, s.js, s.opts.Home, src.ID, at, parentID == "")
-	if err != nil {
+	empty := errors.Is(err, trace.ErrNoHead) && parentID == ""
+	if err != nil && !empty {
 		return nil, err
+	}
+	if empty {
+		// Nothing of the Session yet (no Task ran): the fork is a new
+		// Session with its settings, and no Trace until its first Task.
+		cut = &trace.Cut{Seq: at}
 	}
 	now := time.Now()
 	rec := &omni.SessionRecord{
@@ -111,6 +117,13 @@ func (s *Server) fork(ctx context.Context, src *omni.SessionRecord, at uint64, p
 		ForkedFrom:    &omni.ForkedFrom{SessionID: src.ID, Seq: cut.Seq},
 	}
 	rec.ID = omni.NewSessionID(now, randHex(4))
+	if empty {
+		*created = append(*created, rec.ID)
+		if err := s.sessions.Create(ctx, rec); err != nil {
+			return nil, fmt.Errorf("create session: %w", err)
+		}
+		return rec, nil
+	}
 	records := cut.Records
 	if len(cut.Children) > 0 {
 		records = append([][]byte(nil), records...)
