@@ -180,7 +180,8 @@ func withDirectClient(ctx context.Context, c *common, fn func(*client.Client) er
 	if tok := gateway.ClientToken(os.Getenv("FLOE_API_TOKEN")); tok != "" {
 		opts = append(opts, client.WithToken(tok))
 	}
-	return fn(client.New("http://floe.local", opts...))
+	// A loopback host: the gateway refuses Host names it does not serve.
+	return fn(client.New("http://floe.localhost", opts...))
 }
 
 // handlerTransport answers requests with an http.Handler in-process.
