@@ -15,6 +15,10 @@ import (
 	"floe.dev/services/gateway/client"
 )
 
+// attachTasks is how many of the last Tasks attach renders by default:
+// the Web App's window.
+const attachTasks = 50
+
 // cmdAttach renders a Session live from a gateway, like `floe run` does:
 // it connects SSE first, fetches the history, renders it, then the live
 // events the history did not cover; it ends when the running Task ends
@@ -23,7 +27,8 @@ func cmdAttach(ctx context.Context, _ context.CancelFunc, name string, args []st
 	fs := newFlags(name)
 	url := fs.String("url", "", "gateway URL (default http://$FLOE_HTTP_ADDR)")
 	follow := fs.Bool("follow", false, "keep rendering after the running Task ends")
-	history := fs.Bool("history", true, "render the Session's history first")
+	history := fs.Bool("history", true, "render the Session's history first (its last --tasks Tasks)")
+	tasks := fs.Int("tasks", attachTasks, "how many of the last Tasks --history renders (0: all)")
 	if err := parse(fs, args); err != nil {
 		return 2, err
 	}
@@ -44,13 +49,21 @@ func cmdAttach(ctx context.Context, _ context.CancelFunc, name string, args []st
 	if err != nil {
 		return 1, err
 	}
-	hist, err := c.Messages(ctx, sid)
+	var hist *client.Messages
+	if *tasks > 0 {
+		hist, err = c.MessagesWindow(ctx, sid, *tasks, "")
+	} else {
+		hist, err = c.Messages(ctx, sid)
+	}
 	if err != nil {
 		return 1, err
 	}
 	r := render.New(os.Stdout, isTTY(os.Stdout))
 	var cursor uint64
 	if *history {
+		if hist.Window != nil && hist.Window.More {
+			fmt.Fprintf(os.Stdout, "… earlier Tasks not shown (--tasks 0 shows all)\n")
+		}
 		for _, raw := range hist.Messages {
 			var m omni.Message
 			if omni.Unmarshal(raw, &m) == nil {

@@ -501,9 +501,10 @@ func (ch *chat) banner(resumed bool) {
 const historyTurns = 3
 
 // showHistory renders the last few turns of the Session from /messages
-// (and what a running Task has streamed so far).
+// (the newest window of historyTurns Tasks, so a long Session costs no
+// more than a short one) and what a running Task has streamed so far.
 func (ch *chat) showHistory(ctx context.Context) error {
-	h, err := ch.cl.Messages(ctx, ch.sess.ID)
+	h, err := ch.cl.MessagesWindow(ctx, ch.sess.ID, historyTurns, "")
 	if err != nil {
 		return fmt.Errorf("session history: %w", err)
 	}
@@ -514,19 +515,10 @@ func (ch *chat) showHistory(ctx context.Context) error {
 			msgs = append(msgs, m)
 		}
 	}
-	var starts []int
+	if h.Window != nil && h.Window.More {
+		ch.say("… earlier turns not shown")
+	}
 	for i := range msgs {
-		p := &msgs[i].Payload
-		if len(msgs[i].Origin) == 0 && msgs[i].Type == omni.KindModel && p.Type == omni.TypeText && p.Role == omni.RoleUser && !strings.HasPrefix(p.Text, "[") {
-			starts = append(starts, i)
-		}
-	}
-	from := 0
-	if len(starts) > historyTurns {
-		from = starts[len(starts)-historyTurns]
-		ch.say("… %d earlier turns not shown", len(starts)-historyTurns)
-	}
-	for i := from; i < len(msgs); i++ {
 		ch.show(ctx, &msgs[i])
 	}
 	if h.Live != nil {
