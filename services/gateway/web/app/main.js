@@ -9,6 +9,7 @@ import { toolSummary, toolDiff, lineCount } from './toolview.js';
 
 const $ = (id) => document.getElementById(id);
 const WINDOW = 200; // transcript items drawn at first; "Show earlier" adds more
+const TAIL_TASKS = 50; // Tasks of history fetched at first; earlier pages on scroll (docs/history-window.md)
 
 // ---- HTTP ---------------------------------------------------------------
 
@@ -456,7 +457,7 @@ async function loadHistory(c) {
   c.fetching = true;
   const gen = c.feed.resyncs; // a resync meanwhile makes this answer stale
   try {
-    const h = await api('GET', '/api/sessions/' + enc(c.id) + '/messages');
+    const h = await api('GET', '/api/sessions/' + enc(c.id) + '/messages?tailTasks=' + TAIL_TASKS);
     if (c.closed) return;
     if (!c.feed.loaded && gen === c.feed.resyncs) {
       const t1 = performance.now();
@@ -474,6 +475,30 @@ async function loadHistory(c) {
     c.fetching = false;
   }
   schedule(c);
+}
+
+// loadEarlier fetches the page of TAIL_TASKS Tasks before what the view
+// holds and puts it first, keeping what is on screen where it is.
+async function loadEarlier(c) {
+  const before = c.feed.earlier;
+  if (!before || c.fetchingEarlier || !c.feed.loaded) return;
+  c.fetchingEarlier = true;
+  const gen = c.feed.resyncs;
+  try {
+    const h = await api('GET', '/api/sessions/' + enc(c.id) + '/messages?tailTasks=' + TAIL_TASKS + '&before=' + enc(before));
+    if (c.closed || gen !== c.feed.resyncs || c.feed.earlier !== before) return;
+    const shown = c.feed.model.items.length;
+    c.feed.prepend(h);
+    c.limit += Math.max(0, c.feed.model.items.length - shown);
+    const log = $('transcript');
+    const fromBottom = log.scrollHeight - log.scrollTop;
+    draw(c);
+    log.scrollTop = log.scrollHeight - fromBottom;
+  } catch (err) {
+    // the next scroll to the top asks again
+  } finally {
+    c.fetchingEarlier = false;
+  }
 }
 
 let frame = 0;
@@ -562,8 +587,8 @@ function draw(c) {
 
   const items = m.items;
   const from = Math.max(0, items.length - c.limit);
-  $('show-earlier').hidden = from === 0;
-  $('show-earlier').textContent = 'Show earlier (' + from + ')';
+  $('show-earlier').hidden = from === 0 && !c.feed.earlier;
+  $('show-earlier').textContent = from > 0 ? 'Show earlier (' + from + ')' : 'Show earlier Tasks';
   drawList(log, items.slice(from), c.cache, c);
   followOutputs(log);
   if (c.feed.loaded && log.dataset.ready !== 'true') {
@@ -700,8 +725,18 @@ function followOutputs(log) {
 
 $('show-earlier').addEventListener('click', () => {
   if (!current) return;
+  if (current.feed.model.items.length <= current.limit) {
+    loadEarlier(current);
+    return;
+  }
   current.limit += WINDOW;
   draw(current);
+});
+
+// Scrolled to the top with everything fetched drawn: fetch the page before.
+$('transcript').addEventListener('scroll', () => {
+  const c = current;
+  if (c && $('transcript').scrollTop < 40 && c.feed.model.items.length <= c.limit) loadEarlier(c);
 });
 
 // drawList makes container's children the elements of items, in order,

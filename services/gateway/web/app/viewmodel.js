@@ -549,7 +549,11 @@ function parse(data) {
 //
 //   feed.event({id, server, data, receivedAt}) → 'resync' when the caller
 //     must fetch /messages again, else undefined;
-//   feed.history({messages, live}) rebuilds the Transcript.
+//   feed.history({messages, live, window?}) rebuilds the Transcript; with a
+//     windowed answer (GET /messages?tailTasks=N), feed.earlier is the
+//     cursor of the page before it ('' when there is none);
+//   feed.prepend({messages, window}) puts that page before everything the
+//     Transcript holds (docs/history-window.md).
 export class SessionFeed {
   constructor() {
     this.model = new Transcript();
@@ -557,6 +561,9 @@ export class SessionFeed {
     this.buffer = [];
     this.lastEventId = '';
     this.resyncs = 0;
+    this.earlier = '';
+    this.older = []; // parsed messages of the pages before the first window
+    this.ops = []; // what built the Transcript since the first window, in order
   }
 
   event(ev) {
@@ -579,13 +586,38 @@ export class SessionFeed {
   }
 
   apply(e) {
-    if (e.server) this.model.applyServer(e.data);
-    else this.model.applyMessage(e.data, { receivedAt: e.receivedAt });
+    this.op(() => {
+      if (e.server) this.model.applyServer(e.data);
+      else this.model.applyMessage(e.data, { receivedAt: e.receivedAt });
+    });
+  }
+
+  // op runs f on the Transcript and keeps it, so prepend can build the
+  // Transcript again with an earlier page first.
+  op(f) {
+    this.ops.push(f);
+    f();
+  }
+
+  prepend(h) {
+    const page = [];
+    for (const raw of (h && h.messages) || []) {
+      const m = parse(raw);
+      if (m) page.push(m);
+    }
+    this.older = page.concat(this.older);
+    this.earlier = h && h.window && h.window.more ? h.window.start : '';
+    this.model.reset();
+    for (const m of this.older) this.model.applyMessage(m);
+    for (const f of this.ops) f();
   }
 
   history(h) {
     const model = this.model;
     model.reset();
+    this.ops = [];
+    this.older = [];
+    this.earlier = h && h.window && h.window.more ? h.window.start : '';
     const seen = new Map(); // canonical JSON of a history complete message → count
     const messages = (h && h.messages) || [];
     for (const raw of messages) {
@@ -595,14 +627,19 @@ export class SessionFeed {
         const k = JSON.stringify(m);
         seen.set(k, (seen.get(k) || 0) + 1);
       }
-      model.applyMessage(m);
+      this.op(() => model.applyMessage(m));
     }
     const live = h && h.live;
     let cut = null;
     if (live) {
-      for (const f of live.fragments || []) model.applyMessage(parse(f));
+      for (const f of live.fragments || []) {
+        const m = parse(f);
+        this.op(() => model.applyMessage(m));
+      }
       cut = cursorSeq(live.cursor);
-      model.taskState = 'running';
+      this.op(() => {
+        model.taskState = 'running';
+      });
     }
     for (const e of this.buffer) {
       if (!e.server) {
@@ -613,7 +650,7 @@ export class SessionFeed {
           const n = seen.get(k) || 0;
           if (n > 0) {
             seen.set(k, n - 1);
-            model.dropOpenFor(e.data);
+            this.op(() => model.dropOpenFor(e.data));
             continue;
           }
         }

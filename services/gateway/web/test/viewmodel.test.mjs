@@ -332,3 +332,25 @@ test('tool output images are kept on the card, data:image URLs only', () => {
   t.applyMessage(model({ type: 'tool_call_output', role: 'user', output: 'shot', tool_call_id: 'c1', stop_reason: 'completed', images: ['data:image/png;base64,iVBORw0KGgo=', 'javascript:alert(1)', 'data:text/html;base64,PHA+', 42] }));
   assert.deepEqual(tool(t, 'c1').images, ['data:image/png;base64,iVBORw0KGgo=']);
 });
+
+test('a windowed history with the pages before it prepended is the whole history, live events included', () => {
+  const msgs = [];
+  for (let i = 0; i < 6; i++) msgs.push(user('prompt ' + i), begin(), text('answer ' + i), end());
+  const raw = msgs.map((m) => JSON.stringify(m));
+  const whole = new SessionFeed();
+  whole.history({ messages: raw });
+  const after = [user('prompt 6'), begin(), text('answer 6'), end()];
+  for (const e of stream(after, 100)) whole.event(e);
+
+  const paged = new SessionFeed();
+  paged.history({ messages: raw.slice(16), window: { start: '16', more: true } });
+  assert.equal(paged.earlier, '16');
+  for (const e of stream(after, 100)) paged.event(e);
+  paged.prepend({ messages: raw.slice(8, 16), window: { start: '8', more: true } });
+  assert.equal(paged.earlier, '8');
+  paged.prepend({ messages: raw.slice(0, 8), window: { start: '0', more: false } });
+  assert.equal(paged.earlier, '');
+  const texts = (f) => f.model.items.map((i) => i.kind + ':' + (i.text || ''));
+  assert.deepEqual(texts(paged), texts(whole));
+  assert.equal(paged.model.items.length, 14);
+});
