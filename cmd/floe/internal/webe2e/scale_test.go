@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -16,9 +17,10 @@ import (
 )
 
 // A 5,000-message Session opens quickly and stays responsive: the page
-// folds every message but draws only the latest items, with "Show
-// earlier" for the rest. The load time is measured and logged (no speed
-// assertion): navigation start → transcript drawn.
+// fetches the newest 50 Tasks (GET /messages?tailTasks=50) and draws them,
+// and fetches the Tasks before them on "Show earlier Tasks" or a scroll to
+// the top, keeping the whole history in order. The load time is measured
+// and logged (no speed assertion): navigation start → transcript drawn.
 func TestLargeSessionLoads(t *testing.T) {
 	s := newServer(t, nil)
 	c := s.api("")
@@ -92,12 +94,26 @@ func TestLargeSessionLoads(t *testing.T) {
 	if last != "The last answer." {
 		t.Fatalf("last item %q", last)
 	}
-	// Responsive: "Show earlier" draws 200 more at once.
+	// The newest 50 Tasks: 49 of 3 items, the last of 2.
+	if drawn != 3*49+2 {
+		t.Fatalf("%d items drawn, want the newest 50 Tasks' %d", drawn, 3*49+2)
+	}
+	// "Show earlier Tasks" fetches the 50 before them, a scroll to the top
+	// the 50 before those; the first item drawn is then Question 475.
 	tb.until("Show earlier", `!document.getElementById('show-earlier').hidden`)
 	start := time.Now()
-	tb.click("", fmt.Sprintf("Show earlier (%d)", 3*(turns-1)+2-drawn))
-	tb.until("200 more items", fmt.Sprintf(`document.querySelectorAll('#transcript > li').length === %d`, drawn+200))
-	t.Logf("Show earlier: 200 more items drawn in %v", time.Since(start).Round(time.Millisecond))
+	tb.click("", "Show earlier Tasks")
+	tb.until("50 Tasks more", fmt.Sprintf(`document.querySelectorAll('#transcript > li').length === %d`, drawn+150))
+	t.Logf("Show earlier Tasks: 50 Tasks fetched and drawn in %v", time.Since(start).Round(time.Millisecond))
+	eval[int](tb, `document.getElementById("transcript").scrollTop = 0`)
+	tb.until("50 Tasks more on scrolling to the top", fmt.Sprintf(`document.querySelectorAll('#transcript > li').length === %d`, drawn+300))
+	first := eval[string](tb, `document.querySelector('#transcript > li').textContent`)
+	if want := fmt.Sprintf("Question %d: what does file %d say?", turns-150, turns-150); !strings.Contains(first, want) {
+		t.Fatalf("first item after two earlier pages %q, want %q", first, want)
+	}
+	if last := eval[string](tb, `document.querySelector('#transcript > li:last-child').textContent`); last != "The last answer." {
+		t.Fatalf("last item after two earlier pages %q", last)
+	}
 	// The composer still works on it (the demo model answers).
 	heap := eval[float64](tb, `performance.memory ? performance.memory.usedJSHeapSize / 1048576 : 0`)
 	t.Logf("JS heap after loading: %.1f MiB; loads %v", heap, loads)

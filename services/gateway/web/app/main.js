@@ -492,6 +492,9 @@ async function loadEarlier(c) {
     c.limit += Math.max(0, c.feed.model.items.length - shown);
     const log = $('transcript');
     const fromBottom = log.scrollHeight - log.scrollTop;
+    // The Transcript was built again: its items have new keys.
+    c.cache.clear();
+    log.replaceChildren();
     draw(c);
     log.scrollTop = log.scrollHeight - fromBottom;
   } catch (err) {
@@ -736,8 +739,8 @@ $('show-earlier').addEventListener('click', () => {
 // Scrolled to the top with everything fetched drawn: fetch the page before.
 $('transcript').addEventListener('scroll', () => {
   const c = current;
-  if (c && $('transcript').scrollTop < 40 && c.feed.model.items.length <= c.limit) loadEarlier(c);
-});
+  if (c && $('transcript').scrollTop < NEAR_BOTTOM && c.feed.model.items.length <= c.limit) loadEarlier(c);
+}, { passive: true });
 
 // drawList makes container's children the elements of items, in order,
 // (re)building only the items whose rev changed.
