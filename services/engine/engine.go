@@ -24,6 +24,7 @@ import (
 	"floe.dev/pkg/omni"
 	"floe.dev/pkg/trace"
 	"floe.dev/services/engine/internal/fold"
+	"floe.dev/services/engine/internal/hooks"
 	"floe.dev/services/engine/internal/model"
 	"floe.dev/services/engine/internal/provider"
 	"floe.dev/services/engine/internal/snapshot"
@@ -64,6 +65,10 @@ type Config struct {
 	MaxSubagentDepth int
 	// Metrics receives the engine's series (nil: none are served).
 	Metrics prometheus.Registerer
+	// HooksFile is the deployment's hooks (FLOE_HOOKS, SPEC §7 "Hooks"):
+	// user_prompt, pre_tool_use and stop hooks, commands or NATS services.
+	// Empty: none.
+	HooksFile string
 }
 
 // Defaults fills unset fields.
@@ -119,6 +124,11 @@ func (c *Config) Validate() error {
 	if !omni.ValidSessionID(c.Pool) {
 		return fmt.Errorf("engine: pool %q is not a valid subject token", c.Pool)
 	}
+	if c.HooksFile != "" {
+		if _, err := hooks.Load(c.HooksFile); err != nil {
+			return fmt.Errorf("engine: FLOE_HOOKS: %w", err)
+		}
+	}
 	if c.AckWait > 0 && c.AckWait < 300*time.Millisecond {
 		return fmt.Errorf("engine: ack wait %v (FLOE_ENGINE_ACK_WAIT_MS) is below 300 ms: the engine acks progress every third of it", c.AckWait)
 	}
@@ -172,7 +182,16 @@ func Run(ctx context.Context, nc *nats.Conn, cfg Config, log zerolog.Logger) err
 	} else {
 		defer srv.Stop()
 	}
+	var hookCfg *hooks.Config
+	if cfg.HooksFile != "" {
+		if hookCfg, err = hooks.Load(cfg.HooksFile); err != nil {
+			return fmt.Errorf("engine: FLOE_HOOKS: %w", err)
+		}
+	}
+	// Hook commands run unconfined until the toolrunner's sandbox can be
+	// shared with the engine (hooks.Confiner is the seam).
 	e.deps = &task.Deps{
+		Hooks:      hooks.New(hookCfg, nc, nil),
 		NC:         nc,
 		JS:         js,
 		PubJS:      pubJS,
@@ -428,6 +447,9 @@ func EnvConfig(c *Config) error {
 			*dst = time.Duration(n) * time.Millisecond
 		}
 		return nil
+	}
+	if c.HooksFile == "" {
+		c.HooksFile = os.Getenv("FLOE_HOOKS")
 	}
 	if err := ms("FLOE_RETRY_BASE_MS", &c.RetryBase); err != nil {
 		return err

@@ -12,6 +12,7 @@ import (
 	"floe.dev/pkg/bus"
 	"floe.dev/pkg/omni"
 	"floe.dev/pkg/omni/cmdpolicy"
+	"floe.dev/services/engine/internal/hooks"
 )
 
 var errAborted = errors.New("task aborted by user")
@@ -57,14 +58,15 @@ type approval struct {
 // and pendingEvents are called by the control inbox's goroutine. mu guards
 // pending; toolPerms is set by setTools before the first loop starts.
 type approvals struct {
-	d     *Deps
-	log   zerolog.Logger
-	sid   string
-	rec   *omni.SessionRecord
-	prod  *producers
-	calls *calls
-	subs  *subagents
-	abort *abortScope
+	d      *Deps
+	log    zerolog.Logger
+	sid    string
+	taskID string
+	rec    *omni.SessionRecord
+	prod   *producers
+	calls  *calls
+	subs   *subagents
+	abort  *abortScope
 
 	toolPerms map[string]string
 	workers   sync.WaitGroup
@@ -110,7 +112,14 @@ func (a *approvals) wait() { a.workers.Wait() }
 // forwarding ends with actx.
 func (a *approvals) one(ctx, actx context.Context, tc omni.Message) error {
 	id := tc.Payload.ToolCallID
-	decision, err := a.decide(actx, tc)
+	denied, err := a.preToolUse(actx, tc)
+	if err != nil {
+		return err
+	}
+	decision := omni.DecisionDeny
+	if denied == "" {
+		decision, err = a.decide(actx, tc)
+	}
 	if errors.Is(err, errCallLost) {
 		return nil // gone with its failed attempt: nothing to ask
 	}
@@ -138,7 +147,10 @@ func (a *approvals) one(ctx, actx context.Context, tc omni.Message) error {
 	}
 	if decision != omni.DecisionAllow {
 		text := omni.DeniedByUser
-		if decision == omni.DecisionForbidden {
+		switch {
+		case denied != "":
+			text = denied
+		case decision == omni.DecisionForbidden:
 			text = omni.DeniedByPolicy
 		}
 		out := omni.ToolCallOutput(id, text, omni.StatusAborted)
@@ -154,6 +166,31 @@ func (a *approvals) one(ctx, actx context.Context, tc omni.Message) error {
 		return nil
 	}
 	return a.calls.dispatch(actx, tc, a.rec.Workspace)
+}
+
+// preToolUse runs the pre_tool_use hooks on tc (SPEC §7), before the
+// command policy and the approval mode, and stores their records right
+// after the call, before its decision. A deny wins outright: it returns
+// the call's output, "Tool call denied by the <name> hook: <reason>.";
+// "" leaves the call to the policy and the mode (an allow included).
+func (a *approvals) preToolUse(actx context.Context, tc omni.Message) (denied string, err error) {
+	if !a.d.Hooks.Has(omni.HookPreToolUse) {
+		return "", nil
+	}
+	p := &tc.Payload
+	out := a.d.Hooks.Run(actx, hooks.Input{Point: omni.HookPreToolUse, SessionID: a.sid, TaskID: a.taskID,
+		Workspace: a.rec.Workspace, ToolName: p.Name, ToolCallID: p.ToolCallID, Arguments: p.Arguments})
+	if a.abort.aborted() {
+		return "", errAborted
+	}
+	if err := publishHookRecords(actx, a.prod, out.Records); err != nil {
+		return "", err
+	}
+	if !out.Deny {
+		return "", nil
+	}
+	a.log.Info().Str("tool_call_id", p.ToolCallID).Str("hook", out.By).Msg("a pre_tool_use hook denies the call")
+	return omni.DeniedByHook(out.By, out.Reason), nil
 }
 
 // decide applies the Session's command policy, then its approval mode,

@@ -242,13 +242,31 @@ func describe(msgs []omni.Message, outputs map[string]string) string {
 // deliverSteering publishes queued steering input as user texts; it
 // reports whether there was any. With orClose (the end of a run), when
 // nothing is queued steering intake closes (control.takeSteering).
-func (r *Runner) deliverSteering(orClose bool) bool {
+//
+// With user_prompt hooks, each input is theirs first: a deny drops it (the
+// refusal is shown, never fed to the model), their context goes before it.
+// actx bounds the hooks.
+func (r *Runner) deliverSteering(actx context.Context, orClose bool) bool {
 	queued := r.ctl.takeSteering(orClose)
+	delivered := false
 	for _, text := range queued {
+		if r.d.Hooks.Has(omni.HookUserPrompt) {
+			out := r.promptHooks(actx, text)
+			if out.Deny {
+				m := refusal("steering", out)
+				r.prod.publish(&m, "")
+				continue
+			}
+			for _, c := range out.Context {
+				m := harnessText(c)
+				r.prod.publish(&m, "")
+			}
+		}
 		m := omni.UserText(omni.Block(omni.TagUserSteering, text))
 		r.prod.publish(&m, "")
+		delivered = true
 	}
-	return len(queued) > 0
+	return delivered
 }
 
 // errorText is a failure's message without the status prefix the

@@ -50,6 +50,7 @@ import (
 	"floe.dev/pkg/omni"
 	"floe.dev/pkg/trace"
 	"floe.dev/services/engine/internal/fold"
+	"floe.dev/services/engine/internal/hooks"
 	"floe.dev/services/engine/internal/model"
 	"floe.dev/services/engine/internal/snapshot"
 )
@@ -99,6 +100,8 @@ type Deps struct {
 	// context snapshot plus what came after it; nil folds the whole
 	// history (trace.Replay) every time.
 	Snapshots *snapshot.Store
+	// Hooks runs the deployment's hooks (nil: none).
+	Hooks *hooks.Runner
 }
 
 // Outcome statuses of a Task.
@@ -170,7 +173,7 @@ func New(d *Deps, t omni.Task) *Runner {
 	abort := new(abortScope)
 	c := newCalls(d, log, sid, h, prod, abort)
 	subs := newSubagents(d, log, t, rec, prod, abort)
-	appr := &approvals{d: d, log: log, sid: sid, rec: rec, prod: prod, calls: c, subs: subs, abort: abort,
+	appr := &approvals{d: d, log: log, sid: sid, taskID: t.ID, rec: rec, prod: prod, calls: c, subs: subs, abort: abort,
 		pending: make(map[string]*approval)}
 	lad := newLadder(d.Settings)
 	return &Runner{
@@ -398,12 +401,15 @@ func (r *Runner) run(ctx, actx context.Context) string {
 			return Aborted
 		}
 	}
-	redelivered, err := r.publishInput(ctx)
+	redelivered, refused, err := r.publishInput(ctx, actx)
 	if err != nil {
 		if r.abort.aborted() {
 			return Aborted
 		}
 		r.log.Error().Err(err).Msg("task input could not be published")
+		return Failed
+	}
+	if refused {
 		return Failed
 	}
 	if !redelivered {
@@ -423,6 +429,7 @@ func (r *Runner) run(ctx, actx context.Context) string {
 		}
 		if maxTurns > 0 && turn >= maxTurns {
 			r.publishMaxTurnsNotice(maxTurns)
+			r.stopHooks(ctx, actx, false)
 			return r.atBoundary(ctx, actx, Failed)
 		}
 		// Mid-Task a compaction runs only before a request, and discard
@@ -433,19 +440,29 @@ func (r *Runner) run(ctx, actx context.Context) string {
 			}
 			// A failed compaction keeps the old context; the run goes on.
 		}
-		r.deliverSteering(false)
+		r.deliverSteering(actx, false)
 		status, calls := r.request(ctx, actx)
 		switch status {
 		case omni.StatusCompleted:
 		case omni.StatusAborted, statusShutdown:
 			return Aborted
 		default:
+			r.stopHooks(ctx, actx, false)
 			return Failed
 		}
 		if len(calls) == 0 {
 			// Steering that came during the answer is the next input;
-			// without any the run ends and takes no more.
-			if r.deliverSteering(true) {
+			// then a stop hook's continue; without either the run ends
+			// and takes no more.
+			if r.deliverSteering(actx, false) {
+				continue
+			}
+			if input := r.stopHooks(ctx, actx, true); input != "" {
+				m := harnessText(input)
+				r.prod.publish(&m, "")
+				continue
+			}
+			if r.deliverSteering(actx, true) {
 				continue
 			}
 			return r.atBoundary(ctx, actx, Completed)
@@ -570,8 +587,33 @@ func (r *Runner) start(ctx, actx context.Context) error {
 // publishInput publishes the Task's user input, each part with a Msg-Id
 // derived from the Task (a redelivered Task does not publish it twice). It
 // reports whether the stream had the input already: the Task was
-// redelivered after its engine stopped.
-func (r *Runner) publishInput(ctx context.Context) (redelivered bool, err error) {
+// redelivered after its engine stopped. The user_prompt hooks see the
+// input's text first: their context goes before it as harness texts, and
+// a deny publishes the refusal instead of the input (refused).
+func (r *Runner) publishInput(ctx, actx context.Context) (redelivered, refused bool, err error) {
+	if r.d.Hooks.Has(omni.HookUserPrompt) {
+		var texts []string
+		for _, in := range r.task.Input {
+			if in.Type != "image_url" {
+				texts = append(texts, in.Text)
+			}
+		}
+		out := r.promptHooks(actx, strings.Join(texts, "\n"))
+		if r.abort.aborted() {
+			return false, false, errAborted
+		}
+		if out.Deny {
+			m := refusal("prompt", out)
+			_, err := r.prod.publishOnce(ctx, &m, r.task.ID+"/refused")
+			return false, true, err
+		}
+		for i, c := range out.Context {
+			m := harnessText(c)
+			if _, err := r.prod.publishOnce(ctx, &m, fmt.Sprintf("%s/hook-context/%d", r.task.ID, i)); err != nil {
+				return false, false, err
+			}
+		}
+	}
 	for i, in := range r.task.Input {
 		var m omni.Message
 		switch in.Type {
@@ -582,11 +624,11 @@ func (r *Runner) publishInput(ctx context.Context) (redelivered bool, err error)
 		}
 		dup, err := r.prod.publishOnce(ctx, &m, fmt.Sprintf("%s/in/%d", r.task.ID, i))
 		if err != nil {
-			return false, err
+			return false, false, err
 		}
 		redelivered = redelivered || dup
 	}
-	return redelivered, nil
+	return redelivered, false, nil
 }
 
 // closeDeadSegments ends the model segment a dead engine left open (a
