@@ -144,8 +144,13 @@ func TestStopHookContinuesUntilDone(t *testing.T) {
 	if len(rs) != 2 || rs[0].Decision != omni.DecisionContinue || rs[0].Reason != "not yet" || rs[1].Decision != omni.DecisionStop {
 		t.Fatalf("records %+v%s", rs, dump(msgs))
 	}
-	in := index(msgs, func(m *omni.Message) bool { return m.Payload.Type == omni.TypeText && m.Payload.Text == "run the tests again" })
-	first := index(msgs, func(m *omni.Message) bool { r, ok := m.Payload.Hook(); return ok && r.Decision == omni.DecisionContinue })
+	in := index(msgs, func(m *omni.Message) bool {
+		return m.Payload.Type == omni.TypeText && m.Payload.Text == "run the tests again"
+	})
+	first := index(msgs, func(m *omni.Message) bool {
+		r, ok := m.Payload.Hook()
+		return ok && r.Decision == omni.DecisionContinue
+	})
 	if in < 0 || first > in || msgs[in].Payload.Sender != omni.SenderHarness || msgs[in].Payload.Role != omni.RoleUser {
 		t.Fatalf("the continue input@%d after its record@%d%s", in, first, dump(msgs))
 	}
@@ -175,7 +180,9 @@ func TestStopHookContinueIsBoundedByMaxTurns(t *testing.T) {
 		t.Fatalf("%d requests, want 2", n)
 	}
 	msgs := h.messages(sid)
-	if index(msgs, func(m *omni.Message) bool { return m.Payload.Text == omni.MaxTurnsNotice(2) && m.Payload.Type == omni.TypeText }) < 0 {
+	if index(msgs, func(m *omni.Message) bool {
+		return m.Payload.Text == omni.MaxTurnsNotice(2) && m.Payload.Type == omni.TypeText
+	}) < 0 {
 		t.Fatalf("no max-turns notice%s", dump(msgs))
 	}
 	if rs := hookRecords(msgs); len(rs) != 3 {
