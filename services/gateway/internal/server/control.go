@@ -130,30 +130,41 @@ func (s *Server) handleAbort(w http.ResponseWriter, r *http.Request) *apiError {
 	if e := s.decodeBody(w, r, &req, true); e != nil {
 		return e
 	}
-	rep, last, err := s.controlWhileRunning(r.Context(), rec.ID, omni.CtlAbort, omni.Control{})
+	interrupted, e := s.abortTask(r.Context(), rec)
+	if e != nil {
+		return e
+	}
+	if interrupted {
+		w.WriteHeader(http.StatusAccepted)
+	} else {
+		w.WriteHeader(http.StatusNoContent)
+	}
+	return nil
+}
+
+// abortTask interrupts the Session's running Task (see handleAbort): true
+// when a Task was interrupted, false when the Session was idle.
+func (s *Server) abortTask(ctx context.Context, rec *omni.SessionRecord) (bool, *apiError) {
+	rep, last, err := s.controlWhileRunning(ctx, rec.ID, omni.CtlAbort, omni.Control{})
 	if err != nil {
-		return controlFailed("abort", err)
+		return false, controlFailed("abort", err)
 	}
 	if rep != nil {
 		if rep.OK {
-			w.WriteHeader(http.StatusAccepted)
-			return nil
+			return true, nil
 		}
 		if rep.Code == omni.CodeNotRunning {
-			w.WriteHeader(http.StatusNoContent)
-			return nil
+			return false, nil
 		}
-		return replyError(rep)
+		return false, replyError(rep)
 	}
 	if stateOf(last) == omni.StateIdle || last.Deleted {
-		w.WriteHeader(http.StatusNoContent)
-		return nil
+		return false, nil
 	}
-	if err := s.cancelOrphan(r.Context(), last); err != nil {
-		return unavailable("cancel task", err)
+	if err := s.cancelOrphan(ctx, last); err != nil {
+		return false, unavailable("cancel task", err)
 	}
-	w.WriteHeader(http.StatusAccepted)
-	return nil
+	return true, nil
 }
 
 // cancelOrphan releases a record held by a Task no engine answers for.

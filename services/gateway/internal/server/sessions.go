@@ -126,10 +126,23 @@ func (s *Server) handleCreate(w http.ResponseWriter, r *http.Request) *apiError 
 	if e := s.decodeBody(w, r, &req, true); e != nil {
 		return e
 	}
+	rec, e := s.createSession(r.Context(), req)
+	if e != nil {
+		return e
+	}
+	w.Header().Set("Location", "/api/sessions/"+rec.ID)
+	writeJSON(w, http.StatusCreated, view(rec))
+	return nil
+}
+
+// createSession checks req and stores a new Session of the caller's
+// principal: the one way Sessions are created (REST, AG-UI threads, A2A
+// contexts).
+func (s *Server) createSession(ctx context.Context, req client.CreateSession) (*omni.SessionRecord, *apiError) {
 	rec := &omni.SessionRecord{
 		Model: req.Model, Workspace: req.Workspace, ApprovalMode: req.ApprovalMode,
 		SystemPrompt: req.SystemPrompt, MaxTurns: req.MaxTurns, Title: req.Title,
-		Principal: principal(r.Context()), State: omni.StateIdle,
+		Principal: principal(ctx), State: omni.StateIdle,
 		CommandPolicy: s.opts.CommandPolicy,
 	}
 	if rec.CommandPolicy == nil {
@@ -140,26 +153,26 @@ func (s *Server) handleCreate(w http.ResponseWriter, r *http.Request) *apiError 
 	}
 	var e *apiError
 	if rec.Model, e = s.checkModel(rec.Model); e != nil {
-		return e
+		return nil, e
 	}
 	if rec.ApprovalMode == "" {
 		rec.ApprovalMode = omni.ApproveAllowAll
 	}
 	if !omni.ValidApprovalMode(rec.ApprovalMode) {
-		return badRequest("approvalMode %q is not allow-all, deny-all, read-only or always-ask", rec.ApprovalMode)
+		return nil, badRequest("approvalMode %q is not allow-all, deny-all, read-only or always-ask", rec.ApprovalMode)
 	}
 	if rec.MaxTurns < 0 {
-		return badRequest("maxTurns must not be negative")
+		return nil, badRequest("maxTurns must not be negative")
 	}
 	if len(rec.Title) > maxTitle {
-		return badRequest("title is longer than %d bytes", maxTitle)
+		return nil, badRequest("title is longer than %d bytes", maxTitle)
 	}
 	if c := req.Compaction; c != nil {
 		if c.MaxContextLength < 0 || c.MaxSessionTurns < 0 {
-			return badRequest("compaction limits must not be negative")
+			return nil, badRequest("compaction limits must not be negative")
 		}
 		if c.Mode != "" && c.Mode != omni.ModeSummarize && c.Mode != omni.ModeDiscard {
-			return badRequest("compaction mode %q is not summarize or discard", c.Mode)
+			return nil, badRequest("compaction mode %q is not summarize or discard", c.Mode)
 		}
 		rec.Compaction = omni.CompactionConfig{MaxContextLength: c.MaxContextLength, MaxSessionTurns: c.MaxSessionTurns, Mode: c.Mode}
 	}
@@ -168,7 +181,7 @@ func (s *Server) handleCreate(w http.ResponseWriter, r *http.Request) *apiError 
 		// inside an allowed root, and the Session keeps its resolved path.
 		ws, err := confine.Workspace(rec.Workspace, s.opts.WorkspaceRoots)
 		if err != nil {
-			return badRequest("%v", err)
+			return nil, badRequest("%v", err)
 		}
 		rec.Workspace = ws
 	}
@@ -184,14 +197,14 @@ func (s *Server) handleCreate(w http.ResponseWriter, r *http.Request) *apiError 
 		}
 		if req.Workspace == "" {
 			if err := os.MkdirAll(ws, 0o755); err != nil {
-				return internalError("create workspace", err)
+				return nil, internalError("create workspace", err)
 			}
 		}
 		rec.Workspace = filepath.Clean(ws)
 		if rec.Instructions, err = omni.ReadInstructions(rec.Workspace); err != nil {
-			return badRequest("workspace: %v", err)
+			return nil, badRequest("workspace: %v", err)
 		}
-		err = s.sessions.Create(r.Context(), rec)
+		err = s.sessions.Create(ctx, rec)
 		if !errors.Is(err, bus.ErrSessionExists) {
 			break
 		}
@@ -201,12 +214,10 @@ func (s *Server) handleCreate(w http.ResponseWriter, r *http.Request) *apiError 
 		}
 	}
 	if err != nil {
-		return unavailable("create session", err)
+		return nil, unavailable("create session", err)
 	}
 	s.log.Info().Str("session_id", rec.ID).Str("model", rec.Model).Msg("session created")
-	w.Header().Set("Location", "/api/sessions/"+rec.ID)
-	writeJSON(w, http.StatusCreated, view(rec))
-	return nil
+	return rec, nil
 }
 
 func randHex(n int) string {

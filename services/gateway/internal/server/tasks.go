@@ -143,21 +143,32 @@ func (s *Server) fitsBus(task *omni.Task) *apiError {
 // and waits for the stream's ack. If queueing fails the record goes back to
 // idle and the caller gets 503.
 func (s *Server) submit(w http.ResponseWriter, r *http.Request, rec *omni.SessionRecord, state string, task omni.Task) *apiError {
-	if st := stateOf(rec); st != omni.StateIdle {
-		return busyError(st)
+	id, e := s.submitTask(r.Context(), rec, state, task)
+	if e != nil {
+		return e
 	}
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), submitTimeout)
+	writeJSON(w, http.StatusAccepted, client.TaskAccepted{TaskID: id})
+	return nil
+}
+
+// submitTask is submit without the HTTP answer: it returns the queued
+// Task's id. The standard protocols (AG-UI, A2A) queue their Tasks here.
+func (s *Server) submitTask(rctx context.Context, rec *omni.SessionRecord, state string, task omni.Task) (string, *apiError) {
+	if st := stateOf(rec); st != omni.StateIdle {
+		return "", busyError(st)
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(rctx), submitTimeout)
 	defer cancel()
 	task.ID = "task-" + randHex(8)
 	if _, err := s.sessions.Begin(ctx, rec.ID, state, task.ID); err != nil {
 		var busy *bus.ErrBusy
 		switch {
 		case errors.As(err, &busy):
-			return busyError(busy.State)
+			return "", busyError(busy.State)
 		case errors.Is(err, bus.ErrSessionNotFound):
-			return errNotFound
+			return "", errNotFound
 		}
-		return unavailable("begin task", err)
+		return "", unavailable("begin task", err)
 	}
 	msg, err := bus.PackMsg(omni.TaskSubject(rec.ID), &task)
 	if err == nil {
@@ -168,9 +179,8 @@ func (s *Server) submit(w http.ResponseWriter, r *http.Request, rec *omni.Sessio
 		if endErr := s.sessions.End(ctx, rec.ID, task.ID, rec.LastStatus); endErr != nil {
 			s.log.Error().Err(endErr).Str("session_id", rec.ID).Str("task_id", task.ID).Msg("release session after failed submit")
 		}
-		return unavailable("queue task", err)
+		return "", unavailable("queue task", err)
 	}
 	s.log.Info().Str("session_id", rec.ID).Str("task_id", task.ID).Str("kind", task.Kind).Msg("task queued")
-	writeJSON(w, http.StatusAccepted, client.TaskAccepted{TaskID: task.ID})
-	return nil
+	return task.ID, nil
 }
