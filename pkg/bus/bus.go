@@ -183,6 +183,15 @@ func setupBucket(ctx context.Context, js jetstream.JetStream, c Config) (*Sessio
 	if err != nil {
 		return nil, fmt.Errorf("bus: create bucket %s: %w", omni.SessionsBucket, err)
 	}
+	if _, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
+		Bucket:      omni.ProtocolsBucket,
+		Description: "Floe's AG-UI and A2A bindings to Sessions and Tasks",
+		History:     1,
+		Storage:     c.storage(),
+		Replicas:    c.replicas(),
+	}); err != nil {
+		return nil, fmt.Errorf("bus: create bucket %s: %w", omni.ProtocolsBucket, err)
+	}
 	return &Sessions{kv: kv}, nil
 }
 

@@ -29,6 +29,10 @@ const (
 	// SHA-256 (hex) of the sign-in cookie: the gateway's own records, each
 	// kept at most SignInTTL (the bucket's max age).
 	SignInsBucket = "floe_signins"
+	// ProtocolsBucket is the KV bucket of the standard protocols' bindings
+	// (AG-UI threads and runs, A2A tasks) to Sessions and Tasks: JSON
+	// values, written by the gateway.
+	ProtocolsBucket = "floe_protocols"
 	// DefaultPool is the runner pool tool jobs go to unless routed elsewhere.
 	DefaultPool = "default"
 )

@@ -85,6 +85,9 @@ type Server struct {
 	// badRecords holds "id@revision" of undecodable records already logged.
 	badRecords sync.Map
 
+	protoMu sync.Mutex
+	proto   *bindings // guarded by protoMu: nil until first opened
+
 	// ctx ends when the server closes: long-lived handlers (SSE) end with it.
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -200,6 +203,7 @@ func (s *Server) routes() {
 	m.HandleFunc("GET /api/sessions/{id}/traces/{index}", s.serve(s.handleTrace))
 	m.HandleFunc("POST /api/traces/import", s.serve(s.handleImport))
 	m.HandleFunc("POST /api/sessions/{id}/fork", s.serve(s.handleFork))
+	s.protocolRoutes(m)
 	s.webRoutes(m)
 }
 

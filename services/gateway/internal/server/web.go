@@ -40,6 +40,8 @@ var openRoutes = map[string]bool{
 	"GET /app/":        true,
 	"POST /api/login":  true,
 	"POST /api/logout": true,
+	// The A2A Agent Card is public: it says how to authenticate.
+	"GET /.well-known/agent-card.json": true,
 }
 
 func (s *Server) webRoutes(m *http.ServeMux) {

@@ -1,0 +1,586 @@
+// Package agui maps a Session's stream to AG-UI 1.0 events (SPEC §9).
+//
+// A Mapper is fed one Task's messages of the Session's client stream in
+// stream order (from before the Task's task_state running up to its
+// task_state idle) and returns, for each message, the AG-UI events it
+// yields. It is a pure fold: no clock, no random ids. Message ids are
+// derived from stream sequences and tool-call ids are the stream's, so a
+// replay of the same messages yields the same events, and every gateway
+// replica computes the same thing.
+//
+// Runs: one Floe Task spans its first AG-UI run and the runs that resume it.
+// The Mapper numbers them (Segment, from 1). A run ends with RUN_FINISHED
+// at the Task's end (outcome success, or cancelled for an abort), with
+// RUN_ERROR for a failed Task, or with the interrupt outcome when an
+// approval is pending and nothing is open (no model request, text,
+// reasoning or tool call in progress in any lane): the next Segment starts
+// at that same message with its RUN_STARTED, re-opening the subagents the
+// interrupt suspended. Which message cuts a run is a function of the
+// stream alone, so every reader agrees on it.
+package agui
+
+import (
+	"encoding/json"
+	"fmt"
+	"slices"
+
+	"floe.dev/pkg/omni"
+)
+
+// Event is one AG-UI event, marshalled as its JSON object.
+type Event map[string]any
+
+// Event types of AG-UI 1.0.
+const (
+	RunStarted            = "RUN_STARTED"
+	RunFinished           = "RUN_FINISHED"
+	RunError              = "RUN_ERROR"
+	StepStarted           = "STEP_STARTED"
+	StepFinished          = "STEP_FINISHED"
+	TextMessageStart      = "TEXT_MESSAGE_START"
+	TextMessageContent    = "TEXT_MESSAGE_CONTENT"
+	TextMessageEnd        = "TEXT_MESSAGE_END"
+	ReasoningStart        = "REASONING_START"
+	ReasoningMessageStart = "REASONING_MESSAGE_START"
+	ReasoningMessageCont  = "REASONING_MESSAGE_CONTENT"
+	ReasoningMessageEnd   = "REASONING_MESSAGE_END"
+	ReasoningEnd          = "REASONING_END"
+	ToolCallStart         = "TOOL_CALL_START"
+	ToolCallArgs          = "TOOL_CALL_ARGS"
+	ToolCallEnd           = "TOOL_CALL_END"
+	ToolCallResult        = "TOOL_CALL_RESULT"
+	SubagentStarted       = "SUBAGENT_STARTED"
+	SubagentFinished      = "SUBAGENT_FINISHED"
+	SubagentError         = "SUBAGENT_ERROR"
+)
+
+// InterruptReason is the reason of a pending tool approval's interrupt.
+const InterruptReason = "tool_approval"
+
+// Out is one event with its place: the stream sequence of the message it
+// comes from, its index among that message's events (Index of Of), and the
+// run (Segment) it belongs to.
+type Out struct {
+	Seq     uint64
+	Index   int
+	Of      int
+	Segment int
+	Event   Event
+}
+
+// ID is the event's SSE id: <epoch>-<seq>, with :<index> appended when
+// its message yields several events.
+func (o Out) ID(epoch int64) string {
+	if o.Of <= 1 {
+		return fmt.Sprintf("%d-%d", epoch, o.Seq)
+	}
+	return fmt.Sprintf("%d-%d:%d", epoch, o.Seq, o.Index)
+}
+
+// Terminal reports whether e ends its run.
+func Terminal(e Event) bool {
+	t := e["type"]
+	return t == RunFinished || t == RunError
+}
+
+// lane is the open state of one producer: the Session itself ("") or a
+// subagent (its Session id).
+type lane struct {
+	sub       string
+	text      string // open text message id
+	reasoning string // open reasoning message id
+	tool      string // open tool call id
+	step      string // open step name (a model request)
+	lastText  string // the assistant text of the current request, parent of its tool calls
+	skipText  int    // complete texts already streamed as partials
+	skipThink int
+	streamed  map[string]bool // tool calls streamed as partials
+	subCalls  []string        // run_subagent calls without output yet
+}
+
+func (l *lane) quiet() bool {
+	return l.text == "" && l.reasoning == "" && l.tool == "" && l.step == ""
+}
+
+type interrupt struct {
+	id, name, args, sub string
+}
+
+// Mapper folds one Task's messages into AG-UI events. The zero value is
+// not usable: use New.
+type Mapper struct {
+	taskID    string
+	started   bool
+	done      bool
+	segment   int
+	lanes     map[string]*lane
+	pending   []interrupt     // approvals asked and not decided, in order
+	announced map[string]bool // pending approvals already in an interrupt outcome
+	active    []string        // subagents started and not finished, outer first
+	parentOf  map[string]string
+	childOf   map[string]string // run_subagent tool call id → child Session
+	out       []Event
+}
+
+// New returns a Mapper of the Task taskID.
+func New(taskID string) *Mapper {
+	return &Mapper{taskID: taskID, lanes: map[string]*lane{}, announced: map[string]bool{},
+		parentOf: map[string]string{}, childOf: map[string]string{}}
+}
+
+// Segment is the run in progress (0 before the Task started).
+func (m *Mapper) Segment() int { return m.segment }
+
+// Done reports whether the Task has ended.
+func (m *Mapper) Done() bool { return m.done }
+
+// Started reports whether the Task's task_state running was seen.
+func (m *Mapper) Started() bool { return m.started }
+
+// Feed folds one message of the Session's client stream (server marks the
+// server class) and returns its events. Messages before the Task's start
+// and after its end, and malformed ones, yield nothing.
+func (m *Mapper) Feed(seq uint64, server bool, data []byte) []Out {
+	if m.done {
+		return nil
+	}
+	var segs []int
+	emit := func(e Event) {
+		m.out = append(m.out, e)
+		segs = append(segs, m.segment)
+	}
+	m.out = m.out[:0]
+	if server {
+		m.server(data, emit)
+	} else if m.started {
+		if msg, err := omni.Decode(data); err == nil {
+			m.message(seq, &msg, emit)
+			m.maybeCut(emit)
+		}
+	}
+	if len(m.out) == 0 {
+		return nil
+	}
+	outs := make([]Out, len(m.out))
+	for i, e := range m.out {
+		outs[i] = Out{Seq: seq, Index: i, Of: len(m.out), Segment: segs[i], Event: e}
+	}
+	return outs
+}
+
+func (m *Mapper) lane(sub string) *lane {
+	l := m.lanes[sub]
+	if l == nil {
+		l = &lane{sub: sub, streamed: map[string]bool{}}
+		m.lanes[sub] = l
+	}
+	return l
+}
+
+// ev builds an event of lane l (subagentRunId set for a subagent's).
+func (l *lane) ev(typ string, kv ...any) Event {
+	e := Event{"type": typ}
+	for i := 0; i+1 < len(kv); i += 2 {
+		e[kv[i].(string)] = kv[i+1]
+	}
+	if l.sub != "" {
+		e["subagentRunId"] = l.sub
+	}
+	return e
+}
+
+func (m *Mapper) server(data []byte, emit func(Event)) {
+	var ev omni.ServerEvent
+	if json.Unmarshal(data, &ev) != nil {
+		return
+	}
+	switch ev.Type {
+	case omni.ServerTaskState:
+		if len(ev.Origin) > 0 || ev.TaskID != m.taskID {
+			return
+		}
+		switch {
+		case !m.started && ev.State == omni.StateRunning:
+			m.started, m.segment = true, 1
+			emit(Event{"type": RunStarted})
+		case m.started && ev.State == omni.StateIdle:
+			m.finish(ev.Status, emit)
+		}
+	case omni.ServerApprovalRequest:
+		if !m.started {
+			return
+		}
+		tc, err := omni.Decode(ev.ToolCall)
+		if err != nil || tc.Payload.ToolCallID == "" {
+			return
+		}
+		sub := ""
+		if n := len(ev.Origin); n > 0 {
+			sub = ev.Origin[n-1]
+		}
+		for _, p := range m.pending {
+			if p.id == tc.Payload.ToolCallID {
+				return
+			}
+		}
+		m.pending = append(m.pending, interrupt{id: tc.Payload.ToolCallID, name: tc.Payload.Name, args: tc.Payload.Arguments, sub: sub})
+		m.maybeCut(emit)
+	}
+}
+
+// message maps one OmniMessage of the running Task.
+func (m *Mapper) message(seq uint64, msg *omni.Message, emit func(Event)) {
+	sub := ""
+	if n := len(msg.Origin); n > 0 {
+		sub = msg.Origin[n-1]
+	}
+	l := m.lane(sub)
+	p := &msg.Payload
+	switch p.Type {
+	case omni.TypeRequestBegin:
+		l.closeAll(emit)
+		l.step = fmt.Sprintf("model-request-%d", seq)
+		l.lastText = ""
+		emit(l.ev(StepStarted, "stepName", l.step))
+	case omni.TypeRequestEnd:
+		l.closeSegments(emit)
+		if l.step != "" {
+			emit(l.ev(StepFinished, "stepName", l.step))
+			l.step = ""
+		}
+	case omni.TypePartialText:
+		if p.Role == omni.RoleUser {
+			return
+		}
+		switch p.EventType {
+		case omni.EventStart:
+			l.endText(emit)
+			l.openText(fmt.Sprintf("msg-%d", seq), emit)
+			l.textDelta(p.Text, emit)
+		case omni.EventDelta:
+			if l.text == "" {
+				l.openText(fmt.Sprintf("msg-%d", seq), emit)
+			}
+			l.textDelta(p.Text, emit)
+		case omni.EventStop:
+			if l.text != "" {
+				l.textDelta(p.Text, emit)
+				l.endText(emit)
+				l.skipText++
+			}
+		}
+	case omni.TypeText:
+		if p.Role != omni.RoleAssistant {
+			return // the Prompt, steering and harness inputs: the client's own
+		}
+		if l.skipText > 0 {
+			l.skipText--
+			return
+		}
+		l.endText(emit)
+		l.openText(fmt.Sprintf("msg-%d", seq), emit)
+		l.textDelta(p.Text, emit)
+		l.endText(emit)
+	case omni.TypePartialThinking:
+		switch p.EventType {
+		case omni.EventStart:
+			l.endReasoning(emit)
+			l.openReasoning(fmt.Sprintf("reasoning-%d", seq), emit)
+			l.reasoningDelta(p.Thinking, emit)
+		case omni.EventDelta:
+			if l.reasoning == "" {
+				l.openReasoning(fmt.Sprintf("reasoning-%d", seq), emit)
+			}
+			l.reasoningDelta(p.Thinking, emit)
+		case omni.EventStop:
+			if l.reasoning != "" {
+				l.reasoningDelta(p.Thinking, emit)
+				l.endReasoning(emit)
+				l.skipThink++
+			}
+		}
+	case omni.TypeThinking:
+		if l.skipThink > 0 {
+			l.skipThink--
+			return
+		}
+		l.endReasoning(emit)
+		l.openReasoning(fmt.Sprintf("reasoning-%d", seq), emit)
+		l.reasoningDelta(p.Thinking, emit)
+		l.endReasoning(emit)
+	case omni.TypePartialToolCall:
+		switch p.EventType {
+		case omni.EventStart:
+			l.endTool(emit)
+			l.openTool(p.ToolCallID, p.Name, emit)
+			l.toolArgs(p.Arguments, emit)
+		case omni.EventDelta:
+			if l.tool == "" {
+				l.openTool(p.ToolCallID, p.Name, emit)
+			}
+			l.toolArgs(p.Arguments, emit)
+		case omni.EventStop:
+			if l.tool != "" {
+				l.toolArgs(p.Arguments, emit)
+				l.streamed[l.tool] = true
+				l.endTool(emit)
+			}
+		}
+	case omni.TypeToolCall:
+		if p.Name == "run_subagent" {
+			l.subCalls = append(l.subCalls, p.ToolCallID)
+		}
+		if l.streamed[p.ToolCallID] {
+			delete(l.streamed, p.ToolCallID)
+			return
+		}
+		l.endTool(emit)
+		l.openTool(p.ToolCallID, p.Name, emit)
+		l.toolArgs(p.Arguments, emit)
+		l.endTool(emit)
+	case omni.TypeToolCallOutput:
+		if child, ok := m.childOf[p.ToolCallID]; ok {
+			delete(m.childOf, p.ToolCallID)
+			m.endSubagent(child, p.Stop() == omni.StatusCompleted, p.Output, emit)
+		}
+		l.subCalls = slices.DeleteFunc(l.subCalls, func(id string) bool { return id == p.ToolCallID })
+		emit(l.ev(ToolCallResult, "messageId", fmt.Sprintf("result-%d", seq), "toolCallId", p.ToolCallID,
+			"content", p.Output, "role", "tool"))
+	case omni.TypeSubagent:
+		child := p.SessionID
+		if child == "" || slices.Contains(m.active, child) {
+			return
+		}
+		e := Event{"type": SubagentStarted, "subagentRunId": child, "name": "run_subagent"}
+		if n := len(l.subCalls); n > 0 {
+			call := l.subCalls[n-1]
+			e["parentToolCallId"] = call
+			m.childOf[call] = child
+		}
+		if sub != "" {
+			e["parentSubagentRunId"] = sub
+			m.parentOf[child] = sub
+		}
+		m.active = append(m.active, child)
+		emit(e)
+	case omni.TypeApprovalDecision:
+		m.pending = slices.DeleteFunc(m.pending, func(i interrupt) bool { return i.id == p.ToolCallID })
+		delete(m.announced, p.ToolCallID)
+	}
+}
+
+func (l *lane) openText(id string, emit func(Event)) {
+	l.text, l.lastText = id, id
+	emit(l.ev(TextMessageStart, "messageId", id, "role", "assistant"))
+}
+
+func (l *lane) textDelta(s string, emit func(Event)) {
+	if s != "" && l.text != "" {
+		emit(l.ev(TextMessageContent, "messageId", l.text, "delta", s))
+	}
+}
+
+func (l *lane) endText(emit func(Event)) {
+	if l.text != "" {
+		emit(l.ev(TextMessageEnd, "messageId", l.text))
+		l.text = ""
+	}
+}
+
+func (l *lane) openReasoning(id string, emit func(Event)) {
+	l.reasoning = id
+	emit(l.ev(ReasoningStart, "messageId", id))
+	emit(l.ev(ReasoningMessageStart, "messageId", id, "role", "reasoning"))
+}
+
+func (l *lane) reasoningDelta(s string, emit func(Event)) {
+	if s != "" && l.reasoning != "" {
+		emit(l.ev(ReasoningMessageCont, "messageId", l.reasoning, "delta", s))
+	}
+}
+
+func (l *lane) endReasoning(emit func(Event)) {
+	if l.reasoning != "" {
+		emit(l.ev(ReasoningMessageEnd, "messageId", l.reasoning))
+		emit(l.ev(ReasoningEnd, "messageId", l.reasoning))
+		l.reasoning = ""
+	}
+}
+
+func (l *lane) openTool(id, name string, emit func(Event)) {
+	if id == "" {
+		id = "call-unnamed"
+	}
+	l.tool = id
+	e := l.ev(ToolCallStart, "toolCallId", id, "toolCallName", name)
+	if l.lastText != "" {
+		e["parentMessageId"] = l.lastText
+	}
+	emit(e)
+}
+
+func (l *lane) toolArgs(s string, emit func(Event)) {
+	if s != "" && l.tool != "" {
+		emit(l.ev(ToolCallArgs, "toolCallId", l.tool, "delta", s))
+	}
+}
+
+func (l *lane) endTool(emit func(Event)) {
+	if l.tool != "" {
+		emit(l.ev(ToolCallEnd, "toolCallId", l.tool))
+		l.tool = ""
+	}
+}
+
+// closeSegments ends the lane's open text, reasoning and tool call.
+func (l *lane) closeSegments(emit func(Event)) {
+	l.endText(emit)
+	l.endReasoning(emit)
+	l.endTool(emit)
+}
+
+// closeAll also finishes the lane's open step.
+func (l *lane) closeAll(emit func(Event)) {
+	l.closeSegments(emit)
+	if l.step != "" {
+		emit(l.ev(StepFinished, "stepName", l.step))
+		l.step = ""
+	}
+}
+
+// endSubagent finishes child (and the subagents it started).
+func (m *Mapper) endSubagent(child string, ok bool, output string, emit func(Event)) {
+	if !slices.Contains(m.active, child) {
+		return
+	}
+	for _, grand := range slices.Clone(m.active) {
+		if m.parentOf[grand] == child {
+			m.endSubagent(grand, ok, "", emit)
+		}
+	}
+	if l := m.lanes[child]; l != nil {
+		l.closeAll(emit)
+	}
+	m.active = slices.DeleteFunc(m.active, func(s string) bool { return s == child })
+	if ok {
+		emit(Event{"type": SubagentFinished, "subagentRunId": child, "outcome": map[string]any{"type": "success"}})
+		return
+	}
+	msg := output
+	if msg == "" {
+		msg = "the subagent did not complete"
+	}
+	emit(Event{"type": SubagentError, "subagentRunId": child, "message": msg})
+}
+
+// finish ends the Task: everything open is closed, then the run's last
+// event.
+func (m *Mapper) finish(status string, emit func(Event)) {
+	for _, l := range m.sortedLanes() {
+		l.closeAll(emit)
+	}
+	for i := len(m.active) - 1; i >= 0; i-- {
+		child := m.active[i]
+		if status == omni.StatusCompleted {
+			emit(Event{"type": SubagentFinished, "subagentRunId": child, "outcome": map[string]any{"type": "success"}})
+		} else {
+			emit(Event{"type": SubagentError, "subagentRunId": child, "message": "the task ended " + statusOr(status)})
+		}
+	}
+	m.active = nil
+	m.done = true
+	switch status {
+	case omni.StatusCompleted, "":
+		emit(Event{"type": RunFinished, "outcome": map[string]any{"type": "success"}})
+	case omni.StatusAborted:
+		emit(Event{"type": RunFinished, "outcome": map[string]any{"type": "cancelled"}})
+	default:
+		emit(Event{"type": RunError, "message": "the task ended " + status, "code": status})
+	}
+}
+
+func statusOr(s string) string {
+	if s == "" {
+		return "without a status"
+	}
+	return s
+}
+
+// sortedLanes returns the lanes in a fixed order: the Session's own first,
+// then subagents innermost first as they were started (reverse).
+func (m *Mapper) sortedLanes() []*lane {
+	var out []*lane
+	for i := len(m.active) - 1; i >= 0; i-- {
+		if l := m.lanes[m.active[i]]; l != nil {
+			out = append(out, l)
+		}
+	}
+	var rest []string
+	for k := range m.lanes {
+		if k != "" && !slices.Contains(m.active, k) {
+			rest = append(rest, k)
+		}
+	}
+	slices.Sort(rest)
+	for _, k := range rest {
+		out = append(out, m.lanes[k])
+	}
+	if l := m.lanes[""]; l != nil {
+		out = append(out, l)
+	}
+	return out
+}
+
+// maybeCut ends the run with the interrupt outcome when an approval not yet
+// announced is pending and nothing is open, and starts the next run.
+func (m *Mapper) maybeCut(emit func(Event)) {
+	if !m.started || m.done {
+		return
+	}
+	var fresh []interrupt
+	for _, p := range m.pending {
+		if !m.announced[p.id] {
+			fresh = append(fresh, p)
+		}
+	}
+	if len(fresh) == 0 {
+		return
+	}
+	for _, l := range m.lanes {
+		if !l.quiet() {
+			return
+		}
+	}
+	ids := make([]string, len(fresh))
+	ints := make([]any, len(fresh))
+	for i, p := range fresh {
+		m.announced[p.id] = true
+		ids[i] = p.id
+		in := map[string]any{"id": p.id, "reason": InterruptReason, "toolCallId": p.id,
+			"message": "approve the tool call " + p.name + "?",
+			"payload": map[string]any{"name": p.name, "arguments": p.args}}
+		if p.sub != "" {
+			in["subagentRunId"] = p.sub
+		}
+		ints[i] = in
+	}
+	for i := len(m.active) - 1; i >= 0; i-- {
+		emit(Event{"type": SubagentFinished, "subagentRunId": m.active[i],
+			"outcome": map[string]any{"type": "suspended", "interruptIds": ids}})
+	}
+	emit(Event{"type": RunFinished, "outcome": map[string]any{"type": "interrupt", "interrupts": ints}})
+	m.segment++
+	emit(Event{"type": RunStarted})
+	for _, child := range m.active {
+		e := Event{"type": SubagentStarted, "subagentRunId": child, "name": "run_subagent"}
+		for call, c := range m.childOf {
+			if c == child {
+				e["parentToolCallId"] = call
+			}
+		}
+		if p := m.parentOf[child]; p != "" {
+			e["parentSubagentRunId"] = p
+		}
+		emit(e)
+	}
+}
