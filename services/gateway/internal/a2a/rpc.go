@@ -133,8 +133,8 @@ func CheckMessage(m *Message) *Error {
 	if m.MessageID == "" {
 		return Errorf(CodeInvalidParams, "message.messageId is missing")
 	}
-	if m.Role != "" && m.Role != RoleUser && m.Role != "user" {
-		return Errorf(CodeInvalidParams, "message.role %q is not ROLE_USER", m.Role)
+	if m.Role == RoleAgent || m.Role == "agent" {
+		return Errorf(CodeInvalidParams, "message.role is %s: messages to the agent are ROLE_USER", m.Role)
 	}
 	if len(m.Parts) == 0 {
 		return Errorf(CodeInvalidParams, "message.parts is empty")

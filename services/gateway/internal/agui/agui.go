@@ -557,8 +557,9 @@ func (m *Mapper) maybeCut(emit func(Event)) {
 		m.announced[p.id] = true
 		ids[i] = p.id
 		in := map[string]any{"id": p.id, "reason": InterruptReason, "toolCallId": p.id,
-			"message": "approve the tool call " + p.name + "?",
-			"payload": map[string]any{"name": p.name, "arguments": p.args}}
+			"message":  "approve the tool call " + p.name + "?",
+			"payload":  map[string]any{"name": p.name, "arguments": p.args},
+			"metadata": map[string]any{"name": p.name, "arguments": p.args}}
 		if p.sub != "" {
 			in["subagentRunId"] = p.sub
 		}
