@@ -67,6 +67,10 @@ type Config struct {
 	// (default 32 MiB); that route's body cap is its base64 size plus 64
 	// KiB, and a larger body or file gets 413.
 	MaxImport int64
+	// MaxImports is how many Trace imports run at once (default 2); more
+	// get 429 with Retry-After. An import holds about one record in
+	// memory (the file is checked into a temporary file as it arrives).
+	MaxImports int
 	// Home is $FLOE_HOME (required): Traces are read under Home/traces,
 	// the tracer's positions under Home/tracer, and default Workspaces are
 	// created under Home/workspaces/<session id>.
@@ -148,6 +152,9 @@ func (c *Config) Defaults() {
 	}
 	if c.MaxImport == 0 {
 		c.MaxImport = DefaultMaxImport
+	}
+	if c.MaxImports == 0 {
+		c.MaxImports = 2
 	}
 	if c.DefaultModel == "" {
 		c.DefaultModel = DefaultModel
@@ -252,7 +259,7 @@ func isLoopback(host string) bool {
 func (c *Config) options() server.Options {
 	return server.Options{
 		Addr: c.Addr, PublicURL: c.PublicURL, AllowedHosts: c.AllowedHosts,
-		Tokens: c.Tokens, MaxBody: c.MaxBody, MaxImport: c.MaxImport, Home: c.Home, DefaultModel: c.DefaultModel,
+		Tokens: c.Tokens, MaxBody: c.MaxBody, MaxImport: c.MaxImport, MaxImports: c.MaxImports, Home: c.Home, DefaultModel: c.DefaultModel,
 		WorkspaceRoots: c.WorkspaceRoots, ScriptsDir: c.ScriptsDir, ReadBodyTimeout: c.ReadBodyTimeout,
 		Heartbeat: c.Heartbeat, ControlTimeout: c.ControlTimeout, QueueWait: c.QueueWait,
 		ClientBuffer: c.ClientBuffer, WriteTimeout: c.WriteTimeout, DetachSSE: c.DetachSSE, Metrics: c.Metrics, Gatherer: c.Gatherer, CommandPolicy: c.CommandPolicy,

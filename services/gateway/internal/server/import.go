@@ -1,10 +1,10 @@
 package server
 
 import (
-	"bytes"
-	"encoding/base64"
+	"bufio"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"net/http"
 	"os"
@@ -34,30 +34,58 @@ func importBodyLimit(maxFile int64) int64 {
 // written by Floe or by the original harness becomes a new Session whose
 // history is that file, landed as index 1 in the date directory of its
 // first record. Nothing is created unless the whole request is good.
+//
+// At most Options.MaxImports run at once (429 with Retry-After beyond);
+// the body is read as a stream into a temporary file (importbody.go); one
+// Session id is imported once however many requests race for it.
 func (s *Server) handleImport(w http.ResponseWriter, r *http.Request) *apiError {
-	var req client.ImportTrace
-	if e := s.decodeBodyLimit(w, r, &req, false, importBodyLimit(s.opts.MaxImport)); e != nil {
-		return e
+	select {
+	case s.imports <- struct{}{}:
+		defer func() { <-s.imports }()
+	default:
+		w.Header().Set("Retry-After", "1")
+		return errorf(http.StatusTooManyRequests, omni.CodeRateLimited, "%d imports are running; retry later", cap(s.imports))
 	}
-	enc := strings.TrimSpace(req.DataBase64)
-	if int64(base64.StdEncoding.DecodedLen(len(enc))) > s.opts.MaxImport+2 {
-		return errorf(http.StatusRequestEntityTooLarge, omni.CodeTooLarge, "the Trace file is larger than %d bytes", s.opts.MaxImport)
+	limit := importBodyLimit(s.opts.MaxImport)
+	if r.ContentLength > limit {
+		return errorf(http.StatusRequestEntityTooLarge, omni.CodeTooLarge, "request body is larger than %d bytes", limit)
 	}
-	data, err := base64.StdEncoding.DecodeString(enc)
+	if !isJSON(r.Header.Get("Content-Type")) {
+		return errorf(http.StatusUnsupportedMediaType, omni.CodeUnsupportedMedia, "request body must be application/json")
+	}
+	rc := http.NewResponseController(w)
+	if s.opts.ReadBodyTimeout > 0 {
+		_ = rc.SetReadDeadline(time.Now().Add(s.opts.ReadBodyTimeout))
+	}
+	tmp, err := importTemp(s.opts.Home)
 	if err != nil {
-		return badRequest("dataBase64 is not base64: %v", err)
+		return internalError("write trace file", err)
 	}
-	if int64(len(data)) > s.opts.MaxImport {
-		return errorf(http.StatusRequestEntityTooLarge, omni.CodeTooLarge, "the Trace file is larger than %d bytes", s.opts.MaxImport)
-	}
-	imp, e := parseImport(data)
-	if e != nil {
+	defer func() {
+		tmp.Close()
+		os.Remove(tmp.Name())
+	}()
+	var imp *imported
+	body := bufio.NewReaderSize(http.MaxBytesReader(w, r.Body, limit), 64<<10)
+	req, e := readImportBody(body, func(src io.Reader) *apiError {
+		var e *apiError
+		imp, e = importFile(src, tmp, s.opts.MaxImport)
 		return e
+	})
+	if e != nil {
+		return s.bodyError(w, e)
+	}
+	_ = rc.SetReadDeadline(time.Time{})
+	if imp == nil {
+		return badRequest("the Trace holds no record; the first must be session_meta")
+	}
+	if err := tmp.Sync(); err != nil {
+		return internalError("write trace file", err)
 	}
 	meta := &imp.meta.Payload
 	sid := meta.SessionID
 
-	ref := req.Model
+	ref := req.model
 	if ref == "" {
 		if meta.ModelID == "" {
 			return badRequest("the Trace's session_meta names no model_id; pass model")
@@ -68,7 +96,7 @@ func (s *Server) handleImport(w http.ResponseWriter, r *http.Request) *apiError 
 	if e != nil {
 		return e
 	}
-	ws := req.Workspace
+	ws := req.workspace
 	if ws == "" {
 		ws = meta.Workspace
 	}
@@ -77,13 +105,20 @@ func (s *Server) handleImport(w http.ResponseWriter, r *http.Request) *apiError 
 	}
 	ws, err = confine.Workspace(ws, s.opts.WorkspaceRoots)
 	if err != nil {
-		if req.Workspace == "" {
+		if req.workspace == "" {
 			return badRequest("the Trace's %v; pass workspace to choose one here", err)
 		}
 		return badRequest("%v", err)
 	}
 
 	ctx := r.Context()
+	// One import of an id at a time, across gateways sharing this home:
+	// the claim is a file created exclusively; the loser gets 409.
+	unclaim, e := s.claimImport(sid)
+	if e != nil {
+		return e
+	}
+	defer unclaim()
 	if e := s.importFree(r, sid); e != nil {
 		return e
 	}
@@ -101,7 +136,7 @@ func (s *Server) handleImport(w http.ResponseWriter, r *http.Request) *apiError 
 		return internalError("write trace file", err)
 	}
 	path := trace.File(s.opts.Home, imp.first, sid, 1)
-	if err := writeNew(path, imp.content); err != nil {
+	if err := linkNew(tmp.Name(), path); err != nil {
 		if errors.Is(err, fs.ErrExist) {
 			return traceExists(sid)
 		}
@@ -121,6 +156,46 @@ func (s *Server) handleImport(w http.ResponseWriter, r *http.Request) *apiError 
 	writeJSON(w, http.StatusCreated, client.Imported{SessionID: sid, Index: 1, Date: imp.first.UTC().Format("2006-01-02")})
 	return nil
 }
+
+// bodyError turns a failure to read the body (too large, too slow) into
+// its answer; any other error is e itself.
+func (s *Server) bodyError(w http.ResponseWriter, e *apiError) *apiError {
+	var mbe *http.MaxBytesError
+	switch {
+	case errors.As(e.Err, &mbe):
+		return errorf(http.StatusRequestEntityTooLarge, omni.CodeTooLarge, "request body is larger than %d bytes", mbe.Limit)
+	case errors.Is(e.Err, os.ErrDeadlineExceeded):
+		w.Header().Set("Connection", "close")
+		return &apiError{Status: http.StatusRequestTimeout, Code: omni.CodeRequestTimeout,
+			Message: fmt.Sprintf("request body not received within %v", s.opts.ReadBodyTimeout), Err: e.Err}
+	}
+	return e
+}
+
+// claimImport claims Session id sid for this import until the returned
+// function runs; 409 while another import holds it. A claim left by a
+// crashed gateway expires after staleClaim.
+func (s *Server) claimImport(sid string) (func(), *apiError) {
+	path := filepath.Join(s.opts.Home, "traces", ".import-"+sid+".claim")
+	for attempt := 0; ; attempt++ {
+		f, err := os.OpenFile(path, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
+		if err == nil {
+			f.Close()
+			return func() { os.Remove(path) }, nil
+		}
+		if !errors.Is(err, fs.ErrExist) {
+			return nil, internalError("claim the session id", err)
+		}
+		if fi, serr := os.Stat(path); attempt == 0 && serr == nil && time.Since(fi.ModTime()) > staleClaim {
+			os.Remove(path)
+			continue
+		}
+		return nil, errorf(http.StatusConflict, omni.CodeTraceExists, "session %s is being imported", sid)
+	}
+}
+
+// staleClaim is the age past which an import claim is a crashed gateway's.
+const staleClaim = 10 * time.Minute
 
 func traceExists(sid string) *apiError {
 	return errorf(http.StatusConflict, omni.CodeTraceExists, "a session %s already exists", sid)
@@ -167,73 +242,7 @@ func importModel(provider, modelID string) string {
 type imported struct {
 	meta    omni.Message
 	first   time.Time // the first record's timestamp
-	content []byte    // the file as it is written: torn last line dropped
 	records int
-}
-
-// parseImport checks a Trace file: every line a valid record (a torn last
-// line, without its newline, is dropped), none longer than maxImportLine,
-// the first a session_meta with a usable session id and timestamp, and no
-// session_meta of another Session.
-func parseImport(data []byte) (*imported, *apiError) {
-	imp := &imported{}
-	end := 0 // content kept so far
-	for n, rest := 1, data; len(rest) > 0; n++ {
-		line := rest
-		complete := false
-		if i := bytes.IndexByte(rest, '\n'); i >= 0 {
-			line, rest, complete = rest[:i], rest[i+1:], true
-		} else {
-			rest = nil
-		}
-		if len(line) > maxImportLine {
-			return nil, badRequest("line %d is longer than %d bytes", n, maxImportLine)
-		}
-		text := bytes.TrimSpace(line)
-		if len(text) == 0 {
-			end += len(line)
-			if complete {
-				end++
-			}
-			continue
-		}
-		m, err := omni.Decode(text)
-		if err != nil {
-			if !complete {
-				break // a torn last line: a write cut short by a crash
-			}
-			return nil, badRequest("line %d is not a valid record: %v", n, err)
-		}
-		if imp.records == 0 {
-			if m.Type != omni.KindSessionMeta {
-				return nil, badRequest("line %d: the first record is %s, want session_meta", n, m.Type)
-			}
-			sid := m.Payload.SessionID
-			if !omni.ValidSessionID(sid) || strings.ContainsAny(sid, `/\`) || sid != filepath.Base(sid) {
-				return nil, badRequest("line %d: session id %q cannot name a Session here", n, sid)
-			}
-			t, err := time.Parse(time.RFC3339Nano, m.Timestamp)
-			if err != nil {
-				return nil, badRequest("line %d: timestamp %q is not ISO-8601", n, m.Timestamp)
-			}
-			imp.meta, imp.first = m, t.UTC()
-		} else if m.Type == omni.KindSessionMeta && m.Payload.SessionID != imp.meta.Payload.SessionID {
-			return nil, badRequest("line %d: session_meta of another session (%s)", n, m.Payload.SessionID)
-		}
-		imp.records++
-		end += len(line)
-		if complete {
-			end++
-		}
-	}
-	if imp.records == 0 {
-		return nil, badRequest("the Trace holds no record; the first must be session_meta")
-	}
-	imp.content = data[:end:end]
-	if end > 0 && data[end-1] != '\n' {
-		imp.content = append(imp.content, '\n')
-	}
-	return imp, nil
 }
 
 // writeNew writes a file that must not exist yet, whole or not at all: a
@@ -259,6 +268,15 @@ func writeNew(path string, data []byte) error {
 	}
 	if err != nil {
 		return fmt.Errorf("write %s: %w", tmp, err)
+	}
+	return os.Link(tmp, path)
+}
+
+// linkNew links the checked temporary file tmp to path, which must not
+// exist yet (fs.ErrExist when it does).
+func linkNew(tmp, path string) error {
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return err
 	}
 	return os.Link(tmp, path)
 }

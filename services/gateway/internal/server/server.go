@@ -42,7 +42,9 @@ type Options struct {
 	// MaxImport caps a Trace file imported by POST /api/traces/import
 	// (its request body is capped at the file's base64 size plus room
 	// for the other fields).
-	MaxImport       int64
+	MaxImport int64
+	// MaxImports is how many imports run at once (more get 429).
+	MaxImports      int
 	Home            string
 	DefaultModel    string
 	WorkspaceRoots  []string // resolved by the caller: never nil in use
@@ -80,6 +82,7 @@ type Server struct {
 	events   eventsHub // /api/events
 	tail     *tail
 	replays  chan struct{} // a slot per running replay (maxReplays)
+	imports  chan struct{} // a slot per running import (Options.MaxImports)
 	promh    http.Handler
 	micro    micro.Service // nil when the registration failed
 	// badRecords holds "id@revision" of undecodable records already logged.
@@ -132,6 +135,7 @@ func New(ctx context.Context, nc *nats.Conn, opts Options, log zerolog.Logger) (
 	s.fails = newFailLimiter()
 	s.tail = newTail(s)
 	s.replays = make(chan struct{}, maxReplays)
+	s.imports = make(chan struct{}, max(opts.MaxImports, 1))
 	if srv, err := ops.Register(nc, "gateway", "Floe gateway: HTTP API and SSE", s.status); err != nil {
 		log.Warn().Err(err).Msg("not registered as a NATS micro service")
 	} else {
