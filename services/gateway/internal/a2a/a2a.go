@@ -264,8 +264,8 @@ func (f *Folder) server(data []byte) []StreamResult {
 		case !f.started && ev.State == omni.StateRunning:
 			f.started = true
 			return []StreamResult{f.status(StateWorking, nil)}
-		case f.started && ev.State == omni.StateIdle:
-			f.pending = nil
+		case ev.State == omni.StateIdle: // also a Task cancelled while queued
+			f.started, f.pending = true, nil
 			switch ev.Status {
 			case omni.StatusCompleted, "":
 				return []StreamResult{f.status(StateCompleted, nil)}

@@ -203,7 +203,11 @@ func (m *Mapper) server(data []byte, emit func(Event)) {
 		case !m.started && ev.State == omni.StateRunning:
 			m.started, m.segment = true, 1
 			emit(Event{"type": RunStarted})
-		case m.started && ev.State == omni.StateIdle:
+		case ev.State == omni.StateIdle:
+			if !m.started { // cancelled while queued: the run still starts and ends
+				m.started, m.segment = true, 1
+				emit(Event{"type": RunStarted})
+			}
 			m.finish(ev.Status, emit)
 		}
 	case omni.ServerApprovalRequest:

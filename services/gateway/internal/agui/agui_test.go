@@ -231,6 +231,14 @@ func TestMapperEndsRuns(t *testing.T) {
 	}
 }
 
+func TestMapperEndsATaskCancelledWhileQueued(t *testing.T) {
+	m := New("task-1")
+	outs := feedAll(m, []msg{srv(t, omni.ServerEvent{Type: omni.ServerTaskState, State: omni.StateIdle, Status: omni.StatusAborted, TaskID: "task-1"})})
+	if got := types(outs, 1); got != "RUN_STARTED RUN_FINISHED" || !m.Done() {
+		t.Errorf("a Task cancelled before it ran: %s (done %v), want RUN_STARTED RUN_FINISHED", got, m.Done())
+	}
+}
+
 func TestMapperSubagents(t *testing.T) {
 	child := "session-child"
 	msgs := []msg{

@@ -181,7 +181,7 @@ func (s *Server) cancelOrphan(ctx context.Context, rec *omni.SessionRecord) erro
 	if err := s.sessions.End(ctx, rec.ID, rec.TaskID, omni.StatusAborted); err != nil {
 		return err
 	}
-	ev, _ := json.Marshal(omni.ServerEvent{Type: omni.ServerTaskState, State: omni.StateIdle, Status: omni.StatusAborted})
+	ev, _ := json.Marshal(omni.ServerEvent{Type: omni.ServerTaskState, State: omni.StateIdle, Status: omni.StatusAborted, TaskID: rec.TaskID})
 	if _, err := s.js.Publish(ctx, omni.SessionSubject(rec.ID, omni.ClassServer), ev); err != nil {
 		return err
 	}
