@@ -11,6 +11,8 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"floe.dev/pkg/bus/retry"
 )
 
 // TailOptions tunes Tail. The zero value is the default.
@@ -149,20 +151,14 @@ func (t *Tail) replace(stopped context.Context) {
 	if cons != nil {
 		go DeleteConsumer(t.js, cons) // its server may be gone: never wait on it
 	}
-	wait := 100 * time.Millisecond
-	for {
+	_, _ = retry.Do(stopped, retry.Exponential(100*time.Millisecond, 2*time.Second), 0, func() (struct{}, error) {
 		err := t.create(stopped, g)
 		if err == nil || stopped.Err() != nil {
-			return
+			return struct{}{}, nil
 		}
 		t.report(err, true)
-		select {
-		case <-time.After(wait):
-		case <-stopped.Done():
-			return
-		}
-		wait = min(2*wait, 2*time.Second)
-	}
+		return struct{}{}, err
+	}, nil)
 }
 
 // create makes generation g's consumer, starting at t.next, and consumes it.

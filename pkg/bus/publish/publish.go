@@ -54,6 +54,8 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/synadia-io/orbit.go/jetstreamext"
+
+	"floe.dev/pkg/bus/retry"
 )
 
 // Options tune a Publisher. Zero values take the defaults.
@@ -404,9 +406,7 @@ func (p *Publisher) add(m *nats.Msg) {
 // open batches refuses the start without storing it: that is back-pressure,
 // and the start is sent again until AckTimeout.
 func (p *Publisher) open(m *nats.Msg) error {
-	deadline := time.Now().Add(p.o.AckTimeout)
-	wait := 5 * time.Millisecond
-	for {
+	_, err := retry.Do(context.Background(), retry.Exponential(5*time.Millisecond, 200*time.Millisecond), p.o.AckTimeout, func() (struct{}, error) {
 		p.asyncMu.Lock()
 		p.asyncGen++
 		gen := p.asyncGen
@@ -416,21 +416,20 @@ func (p *Publisher) open(m *nats.Msg) error {
 			jetstreamext.FastPublishFlowControl{Flow: p.o.Flow, MaxOutstandingAcks: p.o.MaxOutstanding, AckTimeout: p.o.AckTimeout},
 			jetstreamext.WithFastPublisherErrorHandler(func(err error) { p.onAsyncError(gen, err) }))
 		if err != nil {
-			return err
+			return struct{}{}, retry.Permanent(err)
 		}
 		_, err = fp.AddMsg(m)
 		if err == nil {
 			p.fp, p.sent = fp, 1
-			return nil
+			return struct{}{}, nil
 		}
 		var apiErr *jetstream.APIError
-		if errors.As(err, &apiErr) && apiErr.ErrorCode == jetstreamext.JSErrCodeBatchPublishTooManyInflight && time.Now().Before(deadline) {
-			time.Sleep(wait)
-			wait = min(2*wait, 200*time.Millisecond)
-			continue
+		if errors.As(err, &apiErr) && apiErr.ErrorCode == jetstreamext.JSErrCodeBatchPublishTooManyInflight {
+			return struct{}{}, err // back-pressure: sent again
 		}
-		return err
-	}
+		return struct{}{}, retry.Permanent(err)
+	}, nil)
+	return err
 }
 
 // onAsyncError runs on the NATS callback goroutine: it only records an
@@ -471,9 +470,13 @@ func (p *Publisher) commit() {
 // it is stored or SyncDeadline passes: a retry of a stored message is a
 // duplicate the stream drops.
 func (p *Publisher) publishIdempotent(m *nats.Msg) (Ack, error) {
-	deadline := time.Now().Add(p.o.SyncDeadline)
-	wait := 50 * time.Millisecond
-	for {
+	tries := 0
+	return retry.Do(context.Background(), retry.Exponential(50*time.Millisecond, 2*time.Second), p.o.SyncDeadline, func() (Ack, error) {
+		// A retry after a wait checks the lease again: a stall may
+		// have lost it meanwhile.
+		if tries++; tries > 1 && p.o.Fence != nil && !p.o.Fence() {
+			return Ack{}, retry.Permanent(ErrFenced)
+		}
 		ctx, cancel := context.WithTimeout(context.Background(), p.o.AckTimeout)
 		ack, err := p.js.PublishMsg(ctx, m)
 		cancel()
@@ -482,15 +485,8 @@ func (p *Publisher) publishIdempotent(m *nats.Msg) (Ack, error) {
 		}
 		var apiErr *jetstream.APIError
 		if errors.As(err, &apiErr) && apiErr.Code >= 400 && apiErr.Code < 500 && apiErr.Code != 408 && apiErr.Code != 429 {
-			return Ack{}, err // the stream refused it: retrying cannot help
+			return Ack{}, retry.Permanent(err) // the stream refused it: retrying cannot help
 		}
-		if time.Now().After(deadline) {
-			return Ack{}, err
-		}
-		time.Sleep(wait)
-		wait = min(2*wait, 2*time.Second)
-		if p.o.Fence != nil && !p.o.Fence() {
-			return Ack{}, ErrFenced
-		}
-	}
+		return Ack{}, err
+	}, nil)
 }

@@ -21,6 +21,7 @@ import (
 
 	"floe.dev/pkg/bus"
 	"floe.dev/pkg/bus/ops"
+	"floe.dev/pkg/bus/retry"
 )
 
 // EnvOr returns the variable's value, or def when it is unset or empty.
@@ -69,22 +70,17 @@ func WaitLayout(ctx context.Context, nc *nats.Conn, waiting func(error)) {
 	if err != nil {
 		return // only fails on invalid options; Run reports the same
 	}
-	for attempt := 0; ; attempt++ {
+	first := true
+	_, _ = retry.Do(ctx, retry.Constant(time.Second), 0, func() (struct{}, error) {
 		octx, cancel := context.WithTimeout(ctx, 5*time.Second)
 		_, err := bus.Open(octx, js)
 		cancel()
-		if err == nil {
-			return
-		}
-		if attempt == 0 && waiting != nil {
+		if err != nil && first && waiting != nil {
 			waiting(err)
 		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-time.After(time.Second):
-		}
-	}
+		first = false
+		return struct{}{}, err
+	}, nil)
 }
 
 // Close flushes what is still buffered (at most 10 s) and closes nc.
