@@ -20,6 +20,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"floe.dev/pkg/bus"
+	"floe.dev/pkg/bus/retry"
 	"floe.dev/pkg/bus/ops"
 	"floe.dev/pkg/omni"
 	"floe.dev/pkg/trace"
@@ -258,7 +259,7 @@ func (e *engine) loop(ctx context.Context, cons jetstream.Consumer) error {
 				break
 			}
 			e.log.Warn().Err(err).Msg("task fetch failed")
-			sleep(ctx, time.Second)
+			_ = retry.Sleep(ctx, time.Second)
 			continue
 		}
 		for msg := range batch.Messages() {
@@ -364,34 +365,25 @@ func (e *engine) mcpServers(ctx context.Context) ([]string, error) {
 // attempt at once).
 func (e *engine) askTools(ctx context.Context, body []byte) (omni.ToolList, error) {
 	deadline := time.Now().Add(e.deps.Settings.ToolListTimeout)
-	for {
+	return retry.Do(ctx, retry.Constant(200*time.Millisecond), 0, func() (omni.ToolList, error) {
 		rctx, cancel := context.WithDeadline(ctx, deadline)
 		reply, err := e.nc.RequestWithContext(rctx, omni.ToolListSubject(e.cfg.Pool), body)
 		cancel()
 		if err == nil {
 			var list omni.ToolList
 			if err := omni.Unpack(reply.Data, &list); err != nil {
-				return omni.ToolList{}, fmt.Errorf("tool list: %w", err)
+				return omni.ToolList{}, retry.Permanent(fmt.Errorf("tool list: %w", err))
 			}
 			return list, nil
 		}
 		if ctx.Err() != nil {
-			return omni.ToolList{}, ctx.Err()
+			return omni.ToolList{}, retry.Permanent(ctx.Err())
 		}
 		if time.Now().After(deadline) {
-			return omni.ToolList{}, fmt.Errorf("no tool runner answered on pool %q: %w", e.cfg.Pool, err)
+			return omni.ToolList{}, retry.Permanent(fmt.Errorf("no tool runner answered on pool %q: %w", e.cfg.Pool, err))
 		}
-		sleep(ctx, 200*time.Millisecond)
-	}
-}
-
-func sleep(ctx context.Context, d time.Duration) {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-	case <-ctx.Done():
-	}
+		return omni.ToolList{}, err
+	}, nil)
 }
 
 // TaskConsumerConfig is the shared task consumer every engine replica

@@ -12,6 +12,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"floe.dev/pkg/bus"
+	"floe.dev/pkg/bus/retry"
 	"floe.dev/pkg/omni"
 )
 
@@ -358,23 +359,17 @@ func (c *calls) dispatch(actx context.Context, tc omni.Message, workspace string
 // call is declared not dispatched only when the stream refused it or
 // stayed silent that long.
 func (c *calls) enqueue(actx context.Context, nm *nats.Msg) (*jetstream.PubAck, error) {
-	deadline := time.Now().Add(time.Minute)
-	wait := 100 * time.Millisecond
-	for {
+	return retry.Do(actx, retry.Exponential(100*time.Millisecond, 2*time.Second), time.Minute, func() (*jetstream.PubAck, error) {
 		ack, err := c.d.JS.PublishMsg(actx, nm)
 		var apiErr *jetstream.APIError
 		refused := errors.As(err, &apiErr) && apiErr.Code >= 400 && apiErr.Code < 500 && apiErr.Code != 408 && apiErr.Code != 429
-		if err == nil || refused || actx.Err() != nil || time.Now().After(deadline) {
-			return ack, err
+		if refused || (err != nil && actx.Err() != nil) {
+			return ack, retry.Permanent(err)
 		}
+		return ack, err
+	}, func(err error, _ time.Duration) {
 		c.log.Warn().Err(err).Str("subject", nm.Subject).Msg("tool job not acknowledged; retrying")
-		select {
-		case <-time.After(wait):
-		case <-actx.Done():
-			return nil, actx.Err()
-		}
-		wait = min(2*wait, 2*time.Second)
-	}
+	})
 }
 
 // undispatched pairs a call on the stream whose job will never be

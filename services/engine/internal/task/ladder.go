@@ -5,6 +5,7 @@ import (
 	"sync"
 	"time"
 
+	"floe.dev/pkg/bus/retry"
 	"floe.dev/pkg/omni"
 )
 
@@ -66,16 +67,7 @@ func (l *ladder) climb(actx context.Context, first int, try func(n int) (status 
 }
 
 // backoffFor is the wait after failed attempt n: base·2^(n-1), capped.
-func (l *ladder) backoffFor(n int) time.Duration {
-	d := l.base
-	for i := 1; i < n && d < l.cap; i++ {
-		d *= 2
-	}
-	if d > l.cap {
-		d = l.cap
-	}
-	return d
-}
+func (l *ladder) backoffFor(n int) time.Duration { return retry.Nth(l.base, l.cap, n) }
 
 // sleep waits d, or less when retry-now arrives; false on abort.
 func (l *ladder) sleep(actx context.Context, d time.Duration) bool {

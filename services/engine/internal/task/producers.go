@@ -14,6 +14,7 @@ import (
 
 	"floe.dev/pkg/bus"
 	"floe.dev/pkg/bus/publish"
+	"floe.dev/pkg/bus/retry"
 	"floe.dev/pkg/omni"
 )
 
@@ -374,10 +375,8 @@ func (p *producers) attemptMsgID(from uint64, attempt int) string {
 // a minute passes. It returns the tool calls of the attempt the stream
 // holds.
 func (p *producers) recoverAttempt(ctx context.Context, from uint64, attempt int, tu, end *omni.Message) map[string]bool {
-	deadline := time.Now().Add(time.Minute)
-	wait := 200 * time.Millisecond
 	base := p.attemptMsgID(from, attempt)
-	for {
+	stored, err := retry.Do(ctx, retry.Exponential(200*time.Millisecond, 2*time.Second), time.Minute, func() (map[string]bool, error) {
 		p.pub.Resume()
 		stored, err := p.closeUnfinished(ctx, from)
 		if err == nil {
@@ -385,17 +384,17 @@ func (p *producers) recoverAttempt(ctx context.Context, from uint64, attempt int
 				_, err = p.publishOnce(ctx, end, base+"/end")
 			}
 		}
-		if err == nil {
-			return stored
+		if errors.Is(err, publish.ErrFenced) || (err != nil && ctx.Err() != nil) {
+			return stored, retry.Permanent(err)
 		}
-		if errors.Is(err, publish.ErrFenced) || ctx.Err() != nil || time.Now().After(deadline) {
-			p.log.Error().Err(err).Msg("could not close the failed attempt on the stream")
-			return stored
-		}
+		return stored, err
+	}, func(err error, _ time.Duration) {
 		p.log.Warn().Err(err).Msg("closing the failed attempt; retrying")
-		time.Sleep(wait)
-		wait = min(2*wait, 2*time.Second)
+	})
+	if err != nil {
+		p.log.Error().Err(err).Msg("could not close the failed attempt on the stream")
 	}
+	return stored
 }
 
 // errCallLost: the stream lost a call's own message (its attempt failed).
@@ -435,7 +434,7 @@ func (p *producers) publishDecision(ctx context.Context, ad *omni.Message, id st
 				p.pub.Resume()
 				break
 			}
-			time.Sleep(50 * time.Millisecond)
+			_ = retry.Sleep(ctx, 50*time.Millisecond)
 		}
 		gen = p.pub.Token()
 		// Only a successful read decides: during an election the read may
@@ -449,7 +448,7 @@ func (p *producers) publishDecision(ctx context.Context, ad *omni.Message, id st
 			if ctx.Err() != nil || time.Now().After(deadline) {
 				return rerr
 			}
-			time.Sleep(200 * time.Millisecond)
+			_ = retry.Sleep(ctx, 200*time.Millisecond)
 		}
 		if !stored[id] {
 			return errCallLost
@@ -466,10 +465,7 @@ func (p *producers) awaitStored(actx context.Context, gen uint64) {
 		return
 	}
 	for p.inAttempt.Load() && actx.Err() == nil {
-		select {
-		case <-time.After(50 * time.Millisecond):
-		case <-actx.Done():
-		}
+		_ = retry.Sleep(actx, 50*time.Millisecond)
 	}
 }
 

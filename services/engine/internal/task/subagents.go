@@ -14,6 +14,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"floe.dev/pkg/bus"
+	"floe.dev/pkg/bus/retry"
 	"floe.dev/pkg/omni"
 )
 
@@ -305,10 +306,7 @@ func (s *subagents) abortChild(ctx context.Context, child, childTask string) {
 		if rec, _, gerr := s.d.Sessions.Get(ctx, child); gerr == nil && rec.TaskID != childTask {
 			return // the child's Task already ended
 		}
-		select {
-		case <-ctx.Done():
-		case <-time.After(50 * time.Millisecond):
-		}
+		_ = retry.Sleep(ctx, 50*time.Millisecond)
 	}
 }
 
@@ -335,6 +333,6 @@ func (s *subagents) abortAll(ctx context.Context) {
 				delete(children, child)
 			}
 		}
-		time.Sleep(20 * time.Millisecond)
+		_ = retry.Sleep(ctx, 20*time.Millisecond)
 	}
 }

@@ -47,6 +47,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"floe.dev/pkg/bus"
+	"floe.dev/pkg/bus/retry"
 	"floe.dev/pkg/omni"
 	"floe.dev/pkg/trace"
 	"floe.dev/services/engine/internal/fold"
@@ -194,10 +195,8 @@ func (r *Runner) Run(ctx context.Context) (status string, err error) {
 	// seen the Begin of this Task yet: look again for a moment before
 	// dropping the Task as not the Session's.
 	for i := 0; err == nil && rec.TaskID != r.task.ID && i < 10; i++ {
-		select {
-		case <-ctx.Done():
-			return "", ctx.Err()
-		case <-time.After(100 * time.Millisecond):
+		if err := retry.Sleep(ctx, 100*time.Millisecond); err != nil {
+			return "", err
 		}
 		rec, _, err = r.d.Sessions.Get(ctx, r.sid)
 	}
