@@ -267,6 +267,28 @@ func (r *Renderer) event(m *omni.Message, pre string) {
 		r.line(pre + r.paint(dim, "… compaction "+p.Status))
 	case omni.TypeSubagent:
 		r.line(pre + r.paint(dim, "… subagent "+p.SessionID))
+	case omni.TypeHook:
+		// Which hook decided what, and why (a denied call's own output
+		// names the hook too).
+		h, _ := p.Hook()
+		col := dim
+		switch h.Decision {
+		case omni.DecisionDeny:
+			col = red
+		case omni.DecisionContinue:
+			col = yellow
+		}
+		msg := "⚑ " + h.Point + " hook " + h.Name
+		if h.Decision != "" {
+			msg += ": " + h.Decision
+		}
+		if h.Reason != "" {
+			msg += " — " + h.Reason
+		}
+		if h.ToolCallID != "" {
+			msg += " " + r.paint(dim, h.ToolCallID)
+		}
+		r.line(pre + "  " + r.paint(col, msg))
 	case omni.TypeMCPConnectEnd:
 		// Only failures: they say why a server's tools are missing.
 		var results []omni.MCPConnectResult

@@ -114,3 +114,25 @@ func TestSubagentIndent(t *testing.T) {
 		t.Errorf("got %q, want %q", got, want)
 	}
 }
+
+// A hook record says which hook decided what and why.
+func TestHookLine(t *testing.T) {
+	for _, tc := range []struct {
+		r    omni.HookRecord
+		want string
+	}{
+		{omni.HookRecord{Point: omni.HookPreToolUse, Name: "no-push-main", Decision: omni.DecisionDeny, Reason: "pushes to main are not allowed", ToolCallID: "call_1"},
+			"  ⚑ pre_tool_use hook no-push-main: deny — pushes to main are not allowed call_1\n"},
+		{omni.HookRecord{Point: omni.HookStop, Name: "ralph", Decision: omni.DecisionContinue, Reason: "go test fails"},
+			"  ⚑ stop hook ralph: continue — go test fails\n"},
+		{omni.HookRecord{Point: omni.HookStop, Name: "audit", Reason: "hook failed: exit status 1"},
+			"  ⚑ stop hook audit — hook failed: exit status 1\n"},
+	} {
+		var buf bytes.Buffer
+		m := omni.HookEvent(tc.r)
+		New(&buf, false).Message(&m)
+		if buf.String() != tc.want {
+			t.Errorf("got %q, want %q", buf.String(), tc.want)
+		}
+	}
+}

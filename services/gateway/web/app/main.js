@@ -900,8 +900,17 @@ function drawTool(t, c, old) {
     sum.append(ls);
   }
   sum.append(st);
-  if (t.decision) sum.append(text('span', 'decision decision-' + t.decision, t.decision === 'allow' ? 'allowed' : t.decision === 'deny' ? 'denied' : 'forbidden by policy'));
+  if (t.decision) {
+    let label = t.decision === 'allow' ? 'allowed' : t.decision === 'deny' ? 'denied' : 'forbidden by policy';
+    if (t.decision === 'deny' && t.deniedBy) label = 'denied by the ' + t.deniedBy.name + ' hook';
+    sum.append(text('span', 'decision decision-' + t.decision, label));
+  }
   d.append(sum);
+  if (t.deniedBy) {
+    const hd = text('div', 'hook-denial', 'Denied by the ' + t.deniedBy.name + ' hook' + (t.deniedBy.reason ? ': ' + t.deniedBy.reason : '.'));
+    hd.dataset.hook = t.deniedBy.name;
+    d.append(hd);
+  }
   const diff = t.argsDone ? toolDiff(t.name, t.args) : null;
   if (diff) {
     d.append(drawDiff(diff));

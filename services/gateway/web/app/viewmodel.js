@@ -416,6 +416,21 @@ export class Transcript {
       case 'subagent':
         if (p.session_id) this.level([...(m.origin || []), p.session_id]);
         return;
+      case 'hook': {
+        // A hook's record (SPEC §7): a pre_tool_use one of Floe's names its
+        // call, whose card says which hook denied it and why; the others
+        // (stop hooks, the original's records) are notices in the flow.
+        const h = { name: p.name || 'hook', point: p.hook || '', decision: p.decision || '', reason: p.reason || '' };
+        if (h.point === 'pre_tool_use' && p.tool_call_id) {
+          const t = this.tool(lv, p.tool_call_id, '');
+          (t.hooks ||= []).push(h);
+          if (h.decision === 'deny' && !t.deniedBy) t.deniedBy = h;
+          this.touch(t);
+          return;
+        }
+        this.add(lv, { kind: 'notice', notice: 'hook', hook: h, text: hookText(h) });
+        return;
+      }
       default:
         return; // tool_list_ready, mcp_*, unknown events: not shown
     }
@@ -660,4 +675,13 @@ export class SessionFeed {
     this.buffer = [];
     this.loaded = true;
   }
+}
+
+// hookText is one line for a hook record: "stop hook ralph: continue — go
+// test fails".
+export function hookText(h) {
+  let s = (h.point ? h.point + ' hook ' : 'hook ') + h.name;
+  if (h.decision) s += ': ' + h.decision;
+  if (h.reason) s += ' — ' + h.reason;
+  return s;
 }

@@ -354,3 +354,23 @@ test('a windowed history with the pages before it prepended is the whole history
   assert.deepEqual(texts(paged), texts(whole));
   assert.equal(paged.model.items.length, 14);
 });
+
+test('a hook-denied call says which hook and why; other hook records are notices', () => {
+  const t = live([
+    user('push'), begin(),
+    call('c1', 'exec_command', { cmd: 'git push origin main' }),
+    event({ type: 'hook', hook: 'pre_tool_use', name: 'audit', output: { logged: true }, tool_call_id: 'c1' }),
+    event({ type: 'hook', hook: 'pre_tool_use', name: 'no-push-main', decision: 'deny', reason: 'pushes to main are not allowed', tool_call_id: 'c1' }),
+    decision('c1', 'deny'),
+    out('c1', 'Tool call denied by the no-push-main hook: pushes to main are not allowed.', 'aborted'),
+    end(), begin(), text('Refused.'), end(),
+    event({ type: 'hook', hook: 'stop', name: 'ralph', decision: 'continue', reason: 'go test fails' }),
+  ]);
+  const c = tool(t, 'c1');
+  assert.equal(c.status, 'denied');
+  assert.deepEqual(c.deniedBy, { name: 'no-push-main', point: 'pre_tool_use', decision: 'deny', reason: 'pushes to main are not allowed' });
+  assert.equal(c.hooks.length, 2);
+  const n = t.items.filter((i) => i.kind === 'notice' && i.notice === 'hook');
+  assert.equal(n.length, 1);
+  assert.equal(n[0].text, 'stop hook ralph: continue — go test fails');
+});
