@@ -148,3 +148,50 @@ func TestShapesCountsFieldsAndMethods(t *testing.T) {
 		}
 	}
 }
+
+// The task package's doc lists every type with methods (the Runner and
+// the parts it composes) and how a Task flows through them, in under 40
+// lines: a new part is named there, or the doc is wrong.
+func TestTaskDocListsItsTypes(t *testing.T) {
+	fset := token.NewFileSet()
+	files, err := filepath.Glob("internal/task/*.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var doc string
+	withMethods := map[string]bool{}
+	for _, path := range files {
+		if strings.HasSuffix(path, "_test.go") {
+			continue
+		}
+		f, err := parser.ParseFile(fset, path, nil, parser.ParseComments|parser.SkipObjectResolution)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if f.Doc != nil {
+			if doc != "" {
+				t.Errorf("%s has a second package doc", path)
+			}
+			doc = f.Doc.Text()
+		}
+		for _, decl := range f.Decls {
+			if fd, ok := decl.(*ast.FuncDecl); ok && fd.Recv != nil && len(fd.Recv.List) > 0 {
+				withMethods[recvName(fd.Recv.List[0].Type)] = true
+			}
+		}
+	}
+	if n := strings.Count(strings.TrimSpace(doc), "\n") + 1; doc == "" || n >= 40 {
+		t.Errorf("the task package doc has %d lines, want under 40", n)
+	}
+	words := map[string]bool{}
+	for _, w := range strings.FieldsFunc(doc, func(r rune) bool {
+		return !(r == '_' || r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9')
+	}) {
+		words[w] = true
+	}
+	for typ := range withMethods {
+		if !words[typ] {
+			t.Errorf("the task package doc does not name %s", typ)
+		}
+	}
+}

@@ -1,7 +1,8 @@
 // Package task runs one Task of a Session: the agent loop of the seed.
 //
-// A Runner composes one value of each type below; each owns its state and
-// goroutines and states its concurrency contract.
+// A Runner (New takes the engine's Deps) composes one value of each type
+// below; each owns its state and goroutines and states its concurrency
+// contract.
 //
 //   - lease (lease.go): fences the Task to this engine; ends the lease
 //     scope with ErrLeaseLost when another engine took it over.
@@ -11,7 +12,8 @@
 //     request attempt that lost a message.
 //   - history (history.go): the Session's folded context.
 //   - control (control.go): the control inbox (approve, abort, steer,
-//     retry-now, pending) and the steering queue.
+//     retry-now, pending) and the steering queue; an inbox (inbox.go)
+//     serves it and the runners' heartbeats.
 //   - ladder (ladder.go): the reconnect ladder of every model request.
 //   - approvals (approvals.go): decides each call (policy, mode, human)
 //     and dispatches it; abortScope is the user-abort scope.
@@ -19,20 +21,21 @@
 //     back from the stream, pairing, the stop of outstanding jobs.
 //   - compactor (compact.go): compaction triggers and requests.
 //   - subagents (subagents.go): child Sessions of run_subagent calls.
+//   - hooks.go: the Session's hooks, user_prompt and stop run by the
+//     Runner, pre_tool_use by the approvals.
 //
-// How a Task flows: Run loads the Session record, takes the lease, opens
-// the producers, the control inbox and the heartbeats, publishes
-// task_state, replays the history (Trace, then stream) and follows tool
-// outputs. run resolves the model, closes what a dead engine left open,
-// publishes the head and the input, then loops: compactor before a
-// request; request climbs the ladder, each attempt streaming the model
-// into the producers while approvals decide each completed call (stored
-// decision, then job, or subagent) and calls collect outputs; token_usage
-// and request_end follow the model stream; the next request starts when
-// every call has its output. At the end: a boundary compaction, abort
-// (calls stopped, children aborted), steering carried over, intake
-// stopped, producers settled, the Session released, task_state idle.
-// The Trace is written from the stream by the tracer service.
+// How a Task flows: Run (task.go) loads the Session record, takes the
+// lease, opens the producers and inboxes, replays the history (Trace,
+// then stream) and follows tool outputs. run resolves the model, closes
+// what a dead engine left open, publishes the head and input, then loops:
+// compactor before a request; request (request.go) climbs the ladder,
+// each attempt streaming the model into the producers while approvals
+// decide each completed call (stored decision, then job or subagent) and
+// calls collect outputs; the next request starts when every call has its
+// output. At the end: a boundary compaction, abort (calls stopped,
+// children aborted), leftover steering carried over, intake stopped,
+// producers settled, the Session released, task_state idle; the tracer
+// service writes the Trace from the stream.
 package task
 
 import (
