@@ -74,23 +74,78 @@ func CutAt(ctx context.Context, js jetstream.JetStream, home, sessionID string, 
 			return nil, err
 		}
 	}
-	recs, all, seq, err := prefix(ctx, js, home, sessionID, atSeq)
+	// One pass: the records are read and followed as they come, up to
+	// atSeq. Only a cut inside the Trace files (which carry no sequences)
+	// needs the stream to place it, and a second look at the records.
+	h := &History{}
+	c := &cutter{at: atSeq}
+	if err := h.load(ctx, js, home, sessionID, Options{}, &sink{records: &h.Records, each: c.take, reset: c.reset}); err != nil {
+		return nil, err
+	}
+	nFile := 0
+	for nFile < len(h.Records) && h.Records[nFile].Seq == 0 {
+		nFile++
+	}
+	if atSeq == 0 || nFile == 0 || !h.HavePos || atSeq >= h.Pos.Seq {
+		seq := atSeq
+		if seq == 0 {
+			seq = h.LastSeq
+		}
+		if !c.haveHead {
+			return noHead(h.Records, seq)
+		}
+		out := &Cut{Head: c.head, Records: c.records, Seq: seq}
+		out.Close, out.Children = c.st.close()
+		return out, nil
+	}
+	recs, err := placeInFiles(ctx, js, sessionID, atSeq, h, nFile)
 	if err != nil {
 		return nil, err
 	}
-	c, err := Close(recs, seq)
+	out, err := Close(recs, atSeq)
 	if errors.Is(err, ErrNoHead) {
-		// A cut before the Session's first session_meta (its first Task's
-		// task_state): nothing is carried, under the Session's first head.
-		for _, r := range all {
-			var m omni.Message
-			if decode(r.Data, &m) == nil && m.Type == omni.KindSessionMeta {
-				return &Cut{Head: m, Seq: seq}, nil
-			}
+		return noHead(h.Records, atSeq)
+	}
+	return out, err
+}
+
+// noHead is the Cut before a Session's first session_meta (its first
+// Task's task_state): nothing is carried, under the Session's first head.
+// ErrNoHead when the Session has none (no Task ran).
+func noHead(all []Record, seq uint64) (*Cut, error) {
+	for _, r := range all {
+		var m omni.Message
+		if decode(r.Data, &m) == nil && m.Type == omni.KindSessionMeta && len(m.Origin) == 0 {
+			return &Cut{Head: m, Seq: seq}, nil
 		}
 	}
-	return c, err
+	return nil, fmt.Errorf("trace: cut: %w", ErrNoHead)
 }
+
+// A cutter follows a history as it is read, up to sequence at (0: all):
+// the last head, the records after it, and what they leave open.
+type cutter struct {
+	at       uint64
+	head     omni.Message
+	haveHead bool
+	records  [][]byte
+	st       openState
+}
+
+func (c *cutter) take(seq uint64, data []byte, m *omni.Message) {
+	if c.at > 0 && seq > c.at {
+		return // past the cut (records from Trace files have no sequence)
+	}
+	if m.Type == omni.KindSessionMeta && len(m.Origin) == 0 {
+		c.head, c.haveHead = *m, true
+		c.records, c.st = c.records[:0], openState{}
+		return
+	}
+	c.records = append(c.records, data)
+	c.st.apply(len(c.records)-1, m)
+}
+
+func (c *cutter) reset() { *c = cutter{at: c.at} }
 
 // checkPosition reports whether FLOE_SESSIONS holds a message of the
 // Session at seq.
@@ -115,37 +170,14 @@ func checkPosition(ctx context.Context, js jetstream.JetStream, sessionID string
 // errPast ends a stream read at the sequence wanted.
 var errPast = errors.New("past the cut")
 
-// prefix returns the Session's records up to atSeq (all when 0), all its
-// records, and the sequence the first end at.
-func prefix(ctx context.Context, js jetstream.JetStream, home, sessionID string, atSeq uint64) (recs, all []Record, seq uint64, err error) {
-	h, err := Load(ctx, js, home, sessionID, Options{})
-	if err != nil {
-		return nil, nil, 0, err
-	}
-	if atSeq == 0 {
-		return h.Records, h.Records, h.LastSeq, nil
-	}
-	nFile := 0
-	for nFile < len(h.Records) && h.Records[nFile].Seq == 0 {
-		nFile++
-	}
-	if nFile == 0 || !h.HavePos || atSeq >= h.Pos.Seq {
-		// The cut is in the stream part (or the files have no stream
-		// position at all: an imported Trace, carried whole).
-		out := h.Records[:nFile:nFile]
-		for _, r := range h.Records[nFile:] {
-			if r.Seq > atSeq {
-				break
-			}
-			out = append(out, r)
-		}
-		return out, h.Records, atSeq, nil
-	}
-	// The cut falls inside the Trace files: the stream's records up to the
-	// position are the files' last ones, with their sequences.
+// placeInFiles returns the Session's records up to atSeq, a sequence
+// below the tracer's position h.Pos (h.Records, of which the first nFile
+// came from Trace files): the stream's Trace-class records of the Session
+// up to the position are the files' last ones, with their sequences.
+func placeInFiles(ctx context.Context, js jetstream.JetStream, sessionID string, atSeq uint64, h *History, nFile int) ([]Record, error) {
 	var tail []Record
 	var m omni.Message
-	err = bus.Follow(ctx, js, sessionID, omni.TraceClasses, 1, true, func(sm bus.StreamMsg) error {
+	err := bus.Follow(ctx, js, sessionID, omni.TraceClasses, 1, true, func(sm bus.StreamMsg) error {
 		if sm.Seq > h.Pos.Seq {
 			return errPast
 		}
@@ -155,10 +187,10 @@ func prefix(ctx context.Context, js jetstream.JetStream, home, sessionID string,
 		return nil
 	})
 	if err != nil && !errors.Is(err, errPast) {
-		return nil, nil, 0, fmt.Errorf("trace: cut %s at %d: %w", sessionID, atSeq, err)
+		return nil, fmt.Errorf("trace: cut %s at %d: %w", sessionID, atSeq, err)
 	}
 	if len(tail) > nFile {
-		return nil, nil, 0, fmt.Errorf("trace: cut %s at %d: the stream holds %d records up to the trace position, the trace files %d", sessionID, atSeq, len(tail), nFile)
+		return nil, fmt.Errorf("trace: cut %s at %d: the stream holds %d records up to the trace position, the trace files %d", sessionID, atSeq, len(tail), nFile)
 	}
 	out := h.Records[:nFile-len(tail) : nFile-len(tail)]
 	for _, r := range tail {
@@ -167,7 +199,7 @@ func prefix(ctx context.Context, js jetstream.JetStream, home, sessionID string,
 		}
 		out = append(out, r)
 	}
-	return out, h.Records, atSeq, nil
+	return out, nil
 }
 
 // Close takes the records of a Session's history up to a cut at seq and

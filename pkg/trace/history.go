@@ -95,6 +95,9 @@ type sink struct {
 	raw   bool
 	fn    func(m *omni.Message)
 	reset func()
+	// each, when set, is also called with every record (and its sequence)
+	// as it is taken (and reset when the sink restarts).
+	each func(seq uint64, data []byte, m *omni.Message)
 }
 
 // stable reports whether the sink keeps the records' Data, so that a
@@ -102,6 +105,9 @@ type sink struct {
 func (s *sink) stable() bool { return s.records != nil }
 
 func (s *sink) take(seq uint64, data []byte, m *omni.Message) {
+	if s.each != nil {
+		s.each(seq, data, m)
+	}
 	if s.records != nil {
 		*s.records = append(*s.records, Record{Seq: seq, Data: data})
 		return
@@ -112,7 +118,6 @@ func (s *sink) take(seq uint64, data []byte, m *omni.Message) {
 func (s *sink) restart() {
 	if s.records != nil {
 		*s.records = (*s.records)[:0]
-		return
 	}
 	if s.reset != nil {
 		s.reset()
@@ -169,7 +174,7 @@ func (h *History) load(ctx context.Context, js jetstream.JetStream, home, sessio
 			decode(whole.Records[0].Data, &m) == nil && m.Type == omni.KindSessionMeta {
 			out.restart()
 			for _, r := range whole.Records {
-				if !out.stable() {
+				if !out.stable() || out.each != nil {
 					decode(r.Data, &m) // it decoded once already: cannot fail
 				}
 				out.take(r.Seq, r.Data, &m)
