@@ -131,6 +131,21 @@ func slowScript() any {
 	}
 }
 
+// subagentScript delegates to a subagent. The scripted model counts
+// requests per Session, so parent and child play the same entries: entry 0
+// asks for a subagent (the child's own attempt hits the depth limit), entry
+// 1 answers.
+func subagentScript() any {
+	return map[string]any{"requests": []any{
+		map[string]any{"steps": []any{
+			map[string]any{"thinking": "Delegate."},
+			map[string]any{"tool_call": map[string]any{"name": "run_subagent", "id": "sub",
+				"arguments": map[string]any{"description": "helper", "prompt": "count the files"}}},
+		}},
+		map[string]any{"steps": []any{map[string]any{"text": "There are no files.", "chunks": 3}}},
+	}}
+}
+
 func TestStockClients(t *testing.T) {
 	node, err := exec.LookPath("node")
 	if err != nil {
@@ -147,6 +162,12 @@ func TestStockClients(t *testing.T) {
 	slow := filepath.Join(scripts, "slow.json")
 	b, _ := json.Marshal(slowScript())
 	if err := os.WriteFile(slow, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+
+	sub := filepath.Join(scripts, "subagent.json")
+	b, _ = json.Marshal(subagentScript())
+	if err := os.WriteFile(sub, b, 0o644); err != nil {
 		t.Fatal(err)
 	}
 
@@ -242,7 +263,7 @@ func TestStockClients(t *testing.T) {
 	cmd.Dir = dir
 	cmd.Env = append(os.Environ(),
 		"FLOE_A=http://"+addrA, "FLOE_B=http://"+addrB, "FLOE_TOKEN="+token,
-		"FLOE_CONTROL="+ctl.URL, "FLOE_SLOW_MODEL=scripted:"+slow, "SUPPRESS_TRANSFORMATION_WARNINGS=true")
+		"FLOE_CONTROL="+ctl.URL, "FLOE_SLOW_MODEL=scripted:"+slow, "FLOE_SUBAGENT_MODEL=scripted:"+sub, "SUPPRESS_TRANSFORMATION_WARNINGS=true")
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	err = cmd.Run()

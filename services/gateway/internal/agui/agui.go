@@ -23,6 +23,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"slices"
+	"strings"
 
 	"floe.dev/pkg/omni"
 )
@@ -118,7 +119,7 @@ type Mapper struct {
 	announced map[string]bool // pending approvals already in an interrupt outcome
 	active    []string        // subagents started and not finished, outer first
 	parentOf  map[string]string
-	childOf   map[string]string // run_subagent tool call id → child Session
+	childOf   map[string]string // run_subagent call (its AG-UI id) → child Session
 	out       []Event
 }
 
@@ -343,12 +344,12 @@ func (m *Mapper) message(seq uint64, msg *omni.Message, emit func(Event)) {
 		l.toolArgs(p.Arguments, emit)
 		l.endTool(emit)
 	case omni.TypeToolCallOutput:
-		if child, ok := m.childOf[p.ToolCallID]; ok {
-			delete(m.childOf, p.ToolCallID)
+		if child, ok := m.childOf[CallID(sub, p.ToolCallID)]; ok {
+			delete(m.childOf, CallID(sub, p.ToolCallID))
 			m.endSubagent(child, p.Stop() == omni.StatusCompleted, p.Output, emit)
 		}
 		l.subCalls = slices.DeleteFunc(l.subCalls, func(id string) bool { return id == p.ToolCallID })
-		emit(l.ev(ToolCallResult, "messageId", fmt.Sprintf("result-%d", seq), "toolCallId", p.ToolCallID,
+		emit(l.ev(ToolCallResult, "messageId", fmt.Sprintf("result-%d", seq), "toolCallId", CallID(sub, p.ToolCallID),
 			"content", p.Output, "role", "tool"))
 	case omni.TypeSubagent:
 		child := p.SessionID
@@ -357,7 +358,7 @@ func (m *Mapper) message(seq uint64, msg *omni.Message, emit func(Event)) {
 		}
 		e := Event{"type": SubagentStarted, "subagentRunId": child, "name": "run_subagent"}
 		if n := len(l.subCalls); n > 0 {
-			call := l.subCalls[n-1]
+			call := CallID(sub, l.subCalls[n-1])
 			e["parentToolCallId"] = call
 			m.childOf[call] = child
 		}
@@ -411,12 +412,31 @@ func (l *lane) endReasoning(emit func(Event)) {
 	}
 }
 
+// CallID is the AG-UI tool-call id of the stream's tool_call_id raw in the
+// lane of subagent sub: raw itself for the Session's own calls, and
+// "<sub>:<raw>" for a subagent's (each Session numbers its calls on its
+// own, and AG-UI's ids are one space per run).
+func CallID(sub, raw string) string {
+	if sub == "" {
+		return raw
+	}
+	return sub + ":" + raw
+}
+
+// RawCallID undoes CallID: the stream's tool_call_id of an AG-UI id.
+func RawCallID(id string) string {
+	if sub, raw, ok := strings.Cut(id, ":"); ok && strings.HasPrefix(sub, "session-") {
+		return raw
+	}
+	return id
+}
+
 func (l *lane) openTool(id, name string, emit func(Event)) {
 	if id == "" {
 		id = "call-unnamed"
 	}
 	l.tool = id
-	e := l.ev(ToolCallStart, "toolCallId", id, "toolCallName", name)
+	e := l.ev(ToolCallStart, "toolCallId", CallID(l.sub, id), "toolCallName", name)
 	if l.lastText != "" {
 		e["parentMessageId"] = l.lastText
 	}
@@ -425,13 +445,13 @@ func (l *lane) openTool(id, name string, emit func(Event)) {
 
 func (l *lane) toolArgs(s string, emit func(Event)) {
 	if s != "" && l.tool != "" {
-		emit(l.ev(ToolCallArgs, "toolCallId", l.tool, "delta", s))
+		emit(l.ev(ToolCallArgs, "toolCallId", CallID(l.sub, l.tool), "delta", s))
 	}
 }
 
 func (l *lane) endTool(emit func(Event)) {
 	if l.tool != "" {
-		emit(l.ev(ToolCallEnd, "toolCallId", l.tool))
+		emit(l.ev(ToolCallEnd, "toolCallId", CallID(l.sub, l.tool)))
 		l.tool = ""
 	}
 }
@@ -559,8 +579,9 @@ func (m *Mapper) maybeCut(emit func(Event)) {
 	ints := make([]any, len(fresh))
 	for i, p := range fresh {
 		m.announced[p.id] = true
-		ids[i] = p.id
-		in := map[string]any{"id": p.id, "reason": InterruptReason, "toolCallId": p.id,
+		id := CallID(p.sub, p.id)
+		ids[i] = id
+		in := map[string]any{"id": id, "reason": InterruptReason, "toolCallId": id,
 			"message":  "approve the tool call " + p.name + "?",
 			"payload":  map[string]any{"name": p.name, "arguments": p.args},
 			"metadata": map[string]any{"name": p.name, "arguments": p.args}}

@@ -273,6 +273,10 @@ func TestMapperSubagents(t *testing.T) {
 			if e["subagentRunId"] != child || e["parentToolCallId"] != "sub_1" {
 				t.Errorf("SUBAGENT_STARTED = %v", e)
 			}
+		case ToolCallStart:
+			if o.Seq == 7 && e["toolCallId"] != child+":w_1" {
+				t.Errorf("the child's TOOL_CALL_START = %v, want its id in the child's namespace", e)
+			}
 		case TextMessageStart, StepStarted:
 			if o.Seq >= 6 && o.Seq <= 12 && e["subagentRunId"] != child {
 				t.Errorf("the child's %v has no subagentRunId", e)
@@ -280,10 +284,43 @@ func TestMapperSubagents(t *testing.T) {
 		case SubagentFinished:
 			if o.Segment == 1 {
 				oc := e["outcome"].(map[string]any)
-				if oc["type"] != "suspended" || !reflect.DeepEqual(oc["interruptIds"], []string{"w_1"}) {
+				if oc["type"] != "suspended" || !reflect.DeepEqual(oc["interruptIds"], []string{child + ":w_1"}) {
 					t.Errorf("the cut's SUBAGENT_FINISHED = %v, want suspended on w_1", e)
 				}
 			}
+		}
+	}
+}
+
+// Each Session numbers its tool calls on its own: a child's call with the
+// parent's id is the child's, and its output does not end the subagent.
+func TestMapperKeepsTheChildsCallIDsApart(t *testing.T) {
+	child := "session-child"
+	msgs := []msg{
+		srv(t, omni.ServerEvent{Type: omni.ServerTaskState, State: omni.StateRunning, TaskID: "task-1"}),
+		model(t, omni.Payload{Type: omni.TypeToolCall, Role: omni.RoleAssistant, Name: "run_subagent", Arguments: `{}`, ToolCallID: "sub"}),
+		event(t, omni.Payload{Type: omni.TypeSubagent, SessionID: child}),
+		model(t, omni.Payload{Type: omni.TypeToolCall, Role: omni.RoleAssistant, Name: "run_subagent", Arguments: `{}`, ToolCallID: "sub"}, child),
+		model(t, omni.Payload{Type: omni.TypeToolCallOutput, Role: omni.RoleUser, Output: "too deep", ToolCallID: "sub", StopReason: omni.StatusFailed}, child),
+		model(t, omni.Payload{Type: omni.TypeToolCallOutput, Role: omni.RoleUser, Output: "done", ToolCallID: "sub"}),
+		srv(t, omni.ServerEvent{Type: omni.ServerTaskState, State: omni.StateIdle, Status: omni.StatusCompleted, TaskID: "task-1"}),
+	}
+	outs := feedAll(New("task-1"), msgs)
+	want := "RUN_STARTED TOOL_CALL_START TOOL_CALL_ARGS TOOL_CALL_END SUBAGENT_STARTED TOOL_CALL_START TOOL_CALL_ARGS TOOL_CALL_END TOOL_CALL_RESULT SUBAGENT_FINISHED TOOL_CALL_RESULT RUN_FINISHED"
+	if got := types(outs, 1); got != want {
+		t.Errorf("events = %s\nwant %s", got, want)
+	}
+	for _, o := range outs {
+		if o.Seq == 5 && o.Event["toolCallId"] != child+":sub" {
+			t.Errorf("the child's result = %v, want toolCallId %s:sub", o.Event, child)
+		}
+	}
+}
+
+func TestCallIDRoundTrips(t *testing.T) {
+	for _, c := range []struct{ sub, raw string }{{"", "call_1"}, {"session-x", "call_1"}, {"session-x", "a:b"}, {"", "toolu:9"}} {
+		if got := RawCallID(CallID(c.sub, c.raw)); got != c.raw {
+			t.Errorf("RawCallID(CallID(%q, %q)) = %q", c.sub, c.raw, got)
 		}
 	}
 }

@@ -116,7 +116,7 @@ func (s *Server) handleAGUIRun(w http.ResponseWriter, r *http.Request) *apiError
 	if resuming {
 		for _, rs := range in.Resume {
 			d, _ := rs.Decision() // checked by ParseInput
-			rep, err := s.control(ctx, rec.ID, omni.CtlApprove, omni.Control{ToolCallID: rs.InterruptID, Decision: d}, s.opts.ControlTimeout)
+			rep, err := s.control(ctx, rec.ID, omni.CtlApprove, omni.Control{ToolCallID: agui.RawCallID(rs.InterruptID), Decision: d}, s.opts.ControlTimeout)
 			switch {
 			case bus.IsNoResponders(err):
 				// The Task's engine is gone or failing over; the run shows

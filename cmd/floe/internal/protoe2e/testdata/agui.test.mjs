@@ -5,7 +5,7 @@ import test from "node:test";
 import assert from "node:assert/strict";
 import { randomUUID } from "node:crypto";
 import { HttpAgent } from "@ag-ui/client";
-import { A, B, auth, api, createSession, restartB, collect, verify, isRunEnd, assertIncreasing, SLOW_MODEL } from "./helpers.mjs";
+import { A, B, auth, api, createSession, restartB, collect, verify, isRunEnd, assertIncreasing, SLOW_MODEL, SUBAGENT_MODEL } from "./helpers.mjs";
 
 const T = { timeout: 90_000 };
 
@@ -155,6 +155,31 @@ test("a connection cut mid-run resumes on the other replica, nothing missing or 
 
 test("a connection cut mid-run resumes after a gateway restart", T, async () => {
   await cutAndResume(B, B, restartB);
+});
+
+test("a subagent: SUBAGENT_STARTED and _FINISHED around its events, suspended and re-opened across approvals", T, async () => {
+  for (const approvalMode of ["allow-all", "always-ask"]) {
+    const s = await createSession(A, { model: SUBAGENT_MODEL, approvalMode });
+    const a = agentOn(A, s.id, [{ id: "u1", role: "user", content: "how many files? ask a helper" }]);
+    const all = [];
+    let r = await run(a);
+    all.push(...r.types);
+    const runs = [r];
+    while (r.finished.outcome === "interrupt") {
+      r = await run(a, { resume: a.pendingInterrupts.map((i) => ({ interruptId: i.id, status: "resolved", payload: { decision: "allow" } })) });
+      all.push(...r.types);
+      runs.push(r);
+      assert.ok(runs.length < 10, "the approvals end");
+    }
+    assert.equal(r.finished.outcome, "success", approvalMode);
+    assert.ok(all.includes("SUBAGENT_STARTED") && all.includes("SUBAGENT_FINISHED"), `${approvalMode}: ${all.join(" ")}`);
+    if (approvalMode === "always-ask") assert.ok(runs.length >= 2, "always-ask interrupts");
+    // Every run, replayed raw, passes the verifier as the live one did.
+    const thread = s.id;
+    const body = await api(A, "GET", `/api/sessions/${thread}/messages`);
+    const tc = body.messages.find((m) => m.payload.type === "tool_call" && m.payload.name === "run_subagent");
+    assert.equal(tc.payload.tool_call_id, "sub");
+  }
 });
 
 test("bad input: a malformed RunAgentInput is a 400 with a clear error", T, async () => {

@@ -9,6 +9,7 @@ export const B = process.env.FLOE_B;
 export const TOKEN = process.env.FLOE_TOKEN;
 export const CONTROL = process.env.FLOE_CONTROL;
 export const SLOW_MODEL = process.env.FLOE_SLOW_MODEL;
+export const SUBAGENT_MODEL = process.env.FLOE_SUBAGENT_MODEL;
 export const auth = { Authorization: `Bearer ${TOKEN}` };
 
 // api calls Floe's REST API and returns the parsed answer (null for 204).
