@@ -67,8 +67,12 @@ func Do[T any](ctx context.Context, b backoff.BackOff, within time.Duration, op 
 func Permanent(err error) error { return backoff.Permanent(err) }
 
 // Sleep waits d, or until ctx ends; it returns ctx.Err() then, nil
-// otherwise.
+// otherwise. A d of 0 or less does not wait (and starts no timer): it
+// only reports whether ctx has ended.
 func Sleep(ctx context.Context, d time.Duration) error {
+	if d <= 0 {
+		return ctx.Err()
+	}
 	t := time.NewTimer(d)
 	defer t.Stop()
 	select {

@@ -96,4 +96,10 @@ func TestSleepEndsWithTheContext(t *testing.T) {
 	if err := Sleep(ctx, time.Hour); !errors.Is(err, context.Canceled) {
 		t.Fatalf("Sleep with an ended ctx = %v, want context.Canceled", err)
 	}
+	if err := Sleep(ctx, 0); !errors.Is(err, context.Canceled) {
+		t.Fatalf("Sleep(0) with an ended ctx = %v, want context.Canceled", err)
+	}
+	if err := Sleep(context.Background(), -time.Second); err != nil {
+		t.Fatalf("Sleep(-1s) = %v, want nil", err)
+	}
 }

@@ -5,6 +5,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"floe.dev/pkg/bus/retry"
 	"floe.dev/pkg/omni"
 	"floe.dev/services/engine/internal/model"
 )
@@ -33,9 +34,9 @@ func (pl *player) play(ctx context.Context, steps []step) error {
 func (pl *player) step(ctx context.Context, st *step) error {
 	switch st.kind {
 	case stepDelay:
-		return sleep(ctx, st.delay)
+		return retry.Sleep(ctx, st.delay)
 	case stepError:
-		if err := sleep(ctx, st.delay); err != nil {
+		if err := retry.Sleep(ctx, st.delay); err != nil {
 			return err
 		}
 		return &model.Error{Status: st.err.status, Message: st.err.message, HTTPStatus: st.err.httpStatus}
@@ -138,7 +139,7 @@ func (pl *player) calls(ctx context.Context, calls []call, interleave, open bool
 
 // send waits delay, then emits d unless ctx has ended.
 func (pl *player) send(ctx context.Context, delay time.Duration, d model.Delta) error {
-	if err := sleep(ctx, delay); err != nil {
+	if err := retry.Sleep(ctx, delay); err != nil {
 		return err
 	}
 	if err := ctx.Err(); err != nil {
@@ -148,20 +149,6 @@ func (pl *player) send(ctx context.Context, delay time.Duration, d model.Delta) 
 	return pl.emit(d)
 }
 
-// sleep waits d or until ctx ends, returning ctx.Err() then.
-func sleep(ctx context.Context, d time.Duration) error {
-	if d <= 0 {
-		return ctx.Err()
-	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
-		return nil
-	}
-}
 
 // split cuts s into n pieces of near-equal length in code points (fewer when
 // s has fewer code points, one when s is empty), or into pieces of
