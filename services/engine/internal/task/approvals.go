@@ -56,7 +56,8 @@ type approval struct {
 // the approvals own; the loop and every subagent run it starts are counted
 // in workers, which wait joins (Run, before the Task finishes). resolve
 // and pendingEvents are called by the control inbox's goroutine. mu guards
-// pending; toolPerms is set by setTools before the first loop starts.
+// pending and denials (preToolUse runs on the model stream's consumer);
+// toolPerms is set by setTools before the first loop starts.
 type approvals struct {
 	d      *Deps
 	log    zerolog.Logger
@@ -73,6 +74,7 @@ type approvals struct {
 
 	mu      sync.Mutex
 	pending map[string]*approval
+	denials map[string]string // tool_call_id → a pre_tool_use hook's denied output
 }
 
 // setTools records the permission of each tool the Task offers.
@@ -112,11 +114,9 @@ func (a *approvals) wait() { a.workers.Wait() }
 // forwarding ends with actx.
 func (a *approvals) one(ctx, actx context.Context, tc omni.Message) error {
 	id := tc.Payload.ToolCallID
-	denied, err := a.preToolUse(actx, tc)
-	if err != nil {
-		return err
-	}
+	denied := a.takeDenial(id)
 	decision := omni.DecisionDeny
+	var err error
 	if denied == "" {
 		decision, err = a.decide(actx, tc)
 	}
@@ -169,28 +169,45 @@ func (a *approvals) one(ctx, actx context.Context, tc omni.Message) error {
 }
 
 // preToolUse runs the pre_tool_use hooks on tc (SPEC §7), before the
-// command policy and the approval mode, and stores their records right
-// after the call, before its decision. A deny wins outright: it returns
-// the call's output, "Tool call denied by the <name> hook: <reason>.";
-// "" leaves the call to the policy and the mode (an allow included).
-func (a *approvals) preToolUse(actx context.Context, tc omni.Message) (denied string, err error) {
+// command policy and the approval mode. It is called by the model stream's
+// consumer right after it published the call, and holds the stream while
+// the hooks run, so their records come right after the call (the original's
+// order) and before its decision. A deny wins outright: the call's output
+// will be "Tool call denied by the <name> hook: <reason>." (takeDenial).
+func (a *approvals) preToolUse(actx context.Context, tc *omni.Message) {
 	if !a.d.Hooks.Has(omni.HookPreToolUse) {
-		return "", nil
+		return
 	}
 	p := &tc.Payload
 	out := a.d.Hooks.Run(actx, hooks.Input{Point: omni.HookPreToolUse, SessionID: a.sid, TaskID: a.taskID,
 		Workspace: a.rec.Workspace, ToolName: p.Name, ToolCallID: p.ToolCallID, Arguments: p.Arguments})
 	if a.abort.aborted() {
-		return "", errAborted
+		return // the records of hooks cut by the abort are not stored
 	}
-	if err := publishHookRecords(actx, a.prod, out.Records); err != nil {
-		return "", err
+	for _, rec := range out.Records {
+		m := omni.HookEvent(rec)
+		a.prod.publish(&m, "")
 	}
 	if !out.Deny {
-		return "", nil
+		return
 	}
 	a.log.Info().Str("tool_call_id", p.ToolCallID).Str("hook", out.By).Msg("a pre_tool_use hook denies the call")
-	return omni.DeniedByHook(out.By, out.Reason), nil
+	a.mu.Lock()
+	if a.denials == nil {
+		a.denials = make(map[string]string)
+	}
+	a.denials[p.ToolCallID] = omni.DeniedByHook(out.By, out.Reason)
+	a.mu.Unlock()
+}
+
+// takeDenial returns (and forgets) the output of a call a pre_tool_use
+// hook denied; "" when none did.
+func (a *approvals) takeDenial(id string) string {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	d := a.denials[id]
+	delete(a.denials, id)
+	return d
 }
 
 // decide applies the Session's command policy, then its approval mode,

@@ -10,10 +10,11 @@ import (
 )
 
 // The Task's side of the hooks (SPEC §7 "Hooks"): user_prompt before the
-// Prompt and each steering input is published, pre_tool_use in approvals
-// before the command policy and the approval mode, stop when the Task is
-// about to end. Records of pre_tool_use and stop hooks are published on
-// the Task's stream, each stored before the Task goes on.
+// Prompt and each steering input is published, pre_tool_use right after a
+// committed call is published (approvals.preToolUse, before the command
+// policy and the approval mode), stop when the Task is about to end.
+// Records of pre_tool_use and stop hooks are published on the Task's
+// stream.
 
 // hookInput is the part of a hook's input every point has.
 func (r *Runner) hookInput(point string) hooks.Input {

@@ -80,6 +80,7 @@ func (r *Runner) attempt(ctx, actx context.Context, attempt int, retried string)
 		if m.Payload.Type == omni.TypeToolCall && m.Payload.Stop() == omni.StatusCompleted {
 			calls = append(calls, m.Payload.ToolCallID)
 			r.calls.add(m.Payload.ToolCallID, m.Payload.Name, gen, r.prod.attemptFrom.Load())
+			r.appr.preToolUse(actx, m)
 			queue <- *m
 		}
 		return nil
