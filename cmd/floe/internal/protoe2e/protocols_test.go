@@ -146,12 +146,18 @@ func subagentScript() any {
 	}}
 }
 
-func TestStockClients(t *testing.T) {
-	node, err := exec.LookPath("node")
-	if err != nil {
-		t.Skip("node is not installed")
-	}
-	mods := clientsDir(t)
+// env is a whole Floe with two gateway replicas, A (the stack's) and B,
+// on one embedded nats-server.
+type env struct {
+	a, b     string // base URLs
+	slow     string // the slow script's model reference
+	subagent string // the subagent script's model reference
+	ctl      string // POST ctl+"/restart-b" restarts replica B
+	restarts func() int
+}
+
+func start(t *testing.T) *env {
+	var err error
 	home := t.TempDir()
 	t.Setenv("HOME", home) // the tools' login shell loads no profile of the machine
 	ws := filepath.Join(home, "ws")
@@ -235,6 +241,17 @@ func TestStockClients(t *testing.T) {
 	}))
 	t.Cleanup(ctl.Close)
 
+	return &env{a: "http://" + addrA, b: "http://" + addrB, slow: "scripted:" + slow, subagent: "scripted:" + sub, ctl: ctl.URL,
+		restarts: func() int { mu.Lock(); defer mu.Unlock(); return restarts }}
+}
+
+func TestStockClients(t *testing.T) {
+	node, err := exec.LookPath("node")
+	if err != nil {
+		t.Skip("node is not installed")
+	}
+	mods := clientsDir(t)
+	e := start(t)
 	dir := t.TempDir()
 	if err := os.Symlink(mods, filepath.Join(dir, "node_modules")); err != nil {
 		t.Fatal(err)
@@ -262,8 +279,8 @@ func TestStockClients(t *testing.T) {
 	cmd := exec.CommandContext(ctx, node, append([]string{"--test", "--test-concurrency=1", "--test-reporter=spec"}, args...)...)
 	cmd.Dir = dir
 	cmd.Env = append(os.Environ(),
-		"FLOE_A=http://"+addrA, "FLOE_B=http://"+addrB, "FLOE_TOKEN="+token,
-		"FLOE_CONTROL="+ctl.URL, "FLOE_SLOW_MODEL=scripted:"+slow, "FLOE_SUBAGENT_MODEL=scripted:"+sub, "SUPPRESS_TRANSFORMATION_WARNINGS=true")
+		"FLOE_A="+e.a, "FLOE_B="+e.b, "FLOE_TOKEN="+token,
+		"FLOE_CONTROL="+e.ctl, "FLOE_SLOW_MODEL="+e.slow, "FLOE_SUBAGENT_MODEL="+e.subagent, "SUPPRESS_TRANSFORMATION_WARNINGS=true")
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	err = cmd.Run()
@@ -271,9 +288,7 @@ func TestStockClients(t *testing.T) {
 	if err != nil {
 		t.Fatalf("the stock-client tests failed: %v", err)
 	}
-	mu.Lock()
-	defer mu.Unlock()
-	if restarts == 0 {
+	if e.restarts() == 0 {
 		t.Errorf("the node tests never restarted replica B")
 	}
 }
