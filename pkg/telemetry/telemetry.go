@@ -91,7 +91,7 @@ func FromEnv(ctx context.Context, service string, getenv func(string) string) (*
 	if err != nil {
 		return nil, fmt.Errorf("telemetry: OTLP trace exporter: %w", err)
 	}
-	tp := sdktrace.NewTracerProvider(sdktrace.WithResource(res),
+	tp := sdktrace.NewTracerProvider(sdktrace.WithResource(res), sdktrace.WithIDGenerator(idGenerator{}),
 		sdktrace.WithBatcher(spans, sdktrace.WithBatchTimeout(time.Second)))
 	p := &Provider{tp: tp, tracer: tp.Tracer(instrumentation),
 		capture: strings.EqualFold(strings.TrimSpace(getenv(EnvCaptureContent)), "true")}

@@ -140,3 +140,32 @@ func TestExtractAcceptsCanonicalizedKeys(t *testing.T) {
 		}
 	}
 }
+
+func TestSeededRootsShareTheirTraceID(t *testing.T) {
+	rcv := otlptest.New(t)
+	t.Setenv(telemetry.EnvEndpoint, rcv.URL)
+	p, err := telemetry.FromEnv(context.Background(), "floe-engine", env(map[string]string{telemetry.EnvEndpoint: rcv.URL}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Two engines start the same Task, one after the other's crash.
+	ctx := telemetry.WithTraceSeed(context.Background(), "task-1")
+	_, a := p.Tracer().Start(ctx, "invoke_agent")
+	_, b := p.Tracer().Start(ctx, "invoke_agent")
+	_, other := p.Tracer().Start(telemetry.WithTraceSeed(context.Background(), "task-2"), "invoke_agent")
+	_, random := p.Tracer().Start(context.Background(), "x")
+	want := telemetry.SeededTraceID("task-1")
+	if a.SpanContext().TraceID() != want || b.SpanContext().TraceID() != want {
+		t.Errorf("seeded roots %s, %s; want %s", a.SpanContext().TraceID(), b.SpanContext().TraceID(), want)
+	}
+	if a.SpanContext().SpanID() == b.SpanContext().SpanID() {
+		t.Error("two spans share a span id")
+	}
+	if other.SpanContext().TraceID() == want || random.SpanContext().TraceID() == want {
+		t.Error("another seed or no seed gave the same trace id")
+	}
+	for _, s := range []trace.Span{a, b, other, random} {
+		s.End()
+	}
+	_ = p.Shutdown(context.Background())
+}
