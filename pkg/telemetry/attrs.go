@@ -75,3 +75,6 @@ func ProviderOf(ref string) (provider, model string) {
 	}
 	return p, m
 }
+
+// KV is an attribute, so callers need not import the attribute package.
+type KV = attribute.KeyValue

@@ -245,3 +245,19 @@ func InjectMeta(ctx context.Context, meta map[string]any) {
 		meta[k] = v
 	}
 }
+
+// Run runs f with the Provider of service as the environment configures
+// it (FromEnv with os.Getenv), then flushes and stops it within 5 s: the
+// wiring of a service's main.
+func Run(ctx context.Context, service string, getenv func(string) string, f func(*Provider) error) error {
+	p, err := FromEnv(ctx, service, getenv)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		_ = p.Shutdown(sctx)
+	}()
+	return f(p)
+}

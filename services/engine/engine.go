@@ -23,6 +23,7 @@ import (
 	"floe.dev/pkg/bus/retry"
 	"floe.dev/pkg/bus/ops"
 	"floe.dev/pkg/omni"
+	"floe.dev/pkg/telemetry"
 	"floe.dev/pkg/trace"
 	"floe.dev/services/engine/internal/fold"
 	"floe.dev/services/engine/internal/hooks"
@@ -70,6 +71,8 @@ type Config struct {
 	// user_prompt, pre_tool_use and stop hooks, commands or NATS services.
 	// Empty: none.
 	HooksFile string
+	// Telemetry traces each Task (nil: off; see pkg/telemetry).
+	Telemetry *telemetry.Provider
 }
 
 // Defaults fills unset fields.
@@ -202,6 +205,7 @@ func Run(ctx context.Context, nc *nats.Conn, cfg Config, log zerolog.Logger) err
 		Tools:      e.listTools,
 		MCPServers: e.mcpServers,
 		Snapshots:  snapshot.Open(ctx, js, cfg.Home, log),
+		Tel:        cfg.Telemetry,
 		Settings: task.Settings{
 			Pool:             cfg.Pool,
 			RetryBase:        cfg.RetryBase,
@@ -303,7 +307,9 @@ func (e *engine) handle(ctx context.Context, msg jetstream.Msg) {
 	runner := task.New(e.deps, t)
 	e.runners.Store(t.SessionID, runner)
 	e.metrics.tasks.Set(float64(e.running.Add(1)))
-	status, err := runner.Run(ctx)
+	sctx, span := e.startTask(ctx, msg, t)
+	status, err := runner.Run(sctx)
+	endTask(span, status, err)
 	e.metrics.tasks.Set(float64(e.running.Add(-1)))
 	if err == nil {
 		e.metrics.outcomes.WithLabelValues(status).Inc()

@@ -37,6 +37,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"floe.dev/pkg/omni"
+	"floe.dev/pkg/telemetry"
 	"floe.dev/services/gateway/internal/confine"
 	"floe.dev/services/gateway/internal/server"
 )
@@ -121,6 +122,9 @@ type Config struct {
 	// nil: a registry of the gateway's own, with the Go runtime's series.
 	Metrics  prometheus.Registerer
 	Gatherer prometheus.Gatherer
+	// Telemetry traces each request and hands the trace to the Tasks it
+	// submits (nil: off; see pkg/telemetry).
+	Telemetry *telemetry.Provider
 	// WriteTimeout bounds one write to an SSE client (default 15s); a
 	// client that accepts nothing for that long is disconnected.
 	WriteTimeout time.Duration
@@ -263,6 +267,7 @@ func (c *Config) options() server.Options {
 		WorkspaceRoots: c.WorkspaceRoots, ScriptsDir: c.ScriptsDir, ReadBodyTimeout: c.ReadBodyTimeout,
 		Heartbeat: c.Heartbeat, ControlTimeout: c.ControlTimeout, QueueWait: c.QueueWait,
 		ClientBuffer: c.ClientBuffer, WriteTimeout: c.WriteTimeout, DetachSSE: c.DetachSSE, Metrics: c.Metrics, Gatherer: c.Gatherer, CommandPolicy: c.CommandPolicy,
+		Telemetry: c.Telemetry,
 	}
 }
 

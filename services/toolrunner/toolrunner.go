@@ -34,6 +34,7 @@ import (
 
 	"floe.dev/pkg/bus/ops"
 	"floe.dev/pkg/omni"
+	"floe.dev/pkg/telemetry"
 	"floe.dev/services/toolrunner/internal/mcptools"
 	"floe.dev/services/toolrunner/internal/runner"
 	"floe.dev/services/toolrunner/internal/tools"
@@ -85,6 +86,8 @@ type Config struct {
 	MCPConfig string
 	// Metrics receives the toolrunner's series (nil: none are served).
 	Metrics prometheus.Registerer
+	// Telemetry traces each tool call (nil: off; see pkg/telemetry).
+	Telemetry *telemetry.Provider
 }
 
 // Defaults sets every zero field to its default.
@@ -192,6 +195,7 @@ func Run(ctx context.Context, nc *nats.Conn, cfg Config, log zerolog.Logger) err
 		HeartbeatInterval: cfg.HeartbeatInterval,
 		ShutdownGrace:     cfg.ShutdownGrace,
 		Tools:             measured{box, m},
+		Telemetry:         cfg.Telemetry,
 	}, log)
 }
 

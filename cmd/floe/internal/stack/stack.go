@@ -20,6 +20,7 @@ import (
 	"floe.dev/pkg/bus/embed"
 	"floe.dev/pkg/bus/ops"
 	"floe.dev/pkg/omni"
+	"floe.dev/pkg/telemetry"
 	"floe.dev/services/engine"
 	"floe.dev/services/gateway"
 	"floe.dev/services/toolrunner"
@@ -79,6 +80,7 @@ type Stack struct {
 	errs   []error
 	failed chan struct{} // closed when the first service stops on its own
 	conns  []*nats.Conn
+	tel    []*telemetry.Provider // the services' OpenTelemetry, flushed at stop
 }
 
 // Start brings the stack up. Services run until Stop.
@@ -173,13 +175,25 @@ func Start(ctx context.Context, o Options, log zerolog.Logger) (*Stack, error) {
 		return nil
 	}
 	reg := ops.NewRegistry()
+	// Each service traces under its own name, when OTEL_* asks for it.
+	tel := func(service string) *telemetry.Provider {
+		p, err := telemetry.FromEnv(ctx, "floe-"+service, os.Getenv)
+		if err != nil {
+			log.Error().Err(err).Str("service", service).Msg("OpenTelemetry not exported")
+			return nil
+		}
+		if telemetry.Enabled(p) {
+			s.tel = append(s.tel, p)
+		}
+		return p
+	}
 	if o.Engine != nil {
 		c := *o.Engine
-		c.Metrics, o.Engine = reg, &c
+		c.Metrics, c.Telemetry, o.Engine = reg, tel("engine"), &c
 	}
 	if o.Toolrunner != nil {
 		c := *o.Toolrunner
-		c.Metrics, o.Toolrunner = reg, &c
+		c.Metrics, c.Telemetry, o.Toolrunner = reg, tel("toolrunner"), &c
 	}
 	if o.Tracer != nil {
 		c := *o.Tracer
@@ -187,7 +201,10 @@ func Start(ctx context.Context, o Options, log zerolog.Logger) (*Stack, error) {
 	}
 	if o.Gateway != nil {
 		c := *o.Gateway
-		c.Metrics, c.Gatherer, o.Gateway = reg, reg, &c
+		c.Metrics, c.Gatherer, c.Telemetry, o.Gateway = reg, reg, tel("gateway"), &c
+	}
+	if len(s.tel) > 0 {
+		log.Info().Msg("OpenTelemetry export on (OTEL_EXPORTER_OTLP_ENDPOINT)")
 	}
 	if o.MetricsAddr != "" {
 		s.wg.Add(1)
@@ -262,6 +279,12 @@ func (s *Stack) stop(grace time.Duration) {
 		}
 	} else {
 		<-done
+	}
+	// What the services traced goes out before the process does.
+	for _, p := range s.tel {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		_ = p.Shutdown(ctx)
+		cancel()
 	}
 	for _, c := range s.conns {
 		_ = c.Drain()

@@ -31,6 +31,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"floe.dev/pkg/bus/svc"
+	"floe.dev/pkg/telemetry"
 	"floe.dev/services/engine"
 )
 
@@ -61,6 +62,9 @@ func run() error {
 		return err
 	}
 	return m.Run(func(ctx context.Context, nc *nats.Conn, log zerolog.Logger) error {
-		return engine.Run(ctx, nc, cfg, log)
+		return telemetry.Run(ctx, "floe-engine", os.Getenv, func(tel *telemetry.Provider) error {
+			cfg.Telemetry = tel
+			return engine.Run(ctx, nc, cfg, log)
+		})
 	})
 }

@@ -153,6 +153,8 @@ func (a *approvals) one(ctx, actx context.Context, tc omni.Message) error {
 		case decision == omni.DecisionForbidden:
 			text = omni.DeniedByPolicy
 		}
+		_, span := startTool(actx, a.d.Tel, a.sid, tc, decision)
+		endTool(a.d.Tel, span, omni.StatusAborted, text)
 		out := omni.ToolCallOutput(id, text, omni.StatusAborted)
 		return a.prod.publishSync(actx, &out, bus.OutputMsgID(a.sid, id))
 	}
@@ -161,7 +163,10 @@ func (a *approvals) one(ctx, actx context.Context, tc omni.Message) error {
 		a.workers.Add(1)
 		go func() {
 			defer a.workers.Done()
-			a.subs.run(ctx, actx, tc)
+			_, span := startTool(actx, a.d.Tel, a.sid, tc, decision)
+			sctx, sactx := withSpan(ctx, actx, span)
+			status, output := a.subs.run(sctx, sactx, tc)
+			endTool(a.d.Tel, span, status, output)
 		}()
 		return nil
 	}

@@ -14,6 +14,7 @@ import (
 	"floe.dev/pkg/bus"
 	"floe.dev/pkg/bus/retry"
 	"floe.dev/pkg/omni"
+	"floe.dev/pkg/telemetry"
 )
 
 // callState tracks one tool call of the running Task.
@@ -342,6 +343,7 @@ func (c *calls) dispatch(actx context.Context, tc omni.Message, workspace string
 		return err
 	}
 	nm.Header.Set(jetstream.MsgIDHeader, c.sid+"/"+id+"/job")
+	telemetry.Inject(actx, nm.Header) // the runner's execute_tool span is the Task's child
 	ack, err := c.enqueue(actx, nm)
 	if err != nil {
 		// The call can never run: pair it with a failed output.

@@ -6,7 +6,11 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
+
 	"floe.dev/pkg/omni"
+	"floe.dev/pkg/telemetry"
 	"floe.dev/services/engine/internal/fold"
 	"floe.dev/services/engine/internal/model"
 )
@@ -75,13 +79,21 @@ func (c *compactor) run(ctx, actx context.Context, reason string) string {
 	begin := omni.CompactionBegin(reason, mode, last, turns)
 	c.prod.publish(&begin, "")
 
+	_, span := c.d.Tel.Tracer().Start(actx, telemetry.OpCompaction, trace.WithAttributes(
+		telemetry.ConversationID.String(c.sid), telemetry.CompactionReason.String(reason), telemetry.CompactionMode.String(mode)))
+	sctx, sactx := withSpan(ctx, actx, span) // its summary requests are its children
 	res := compaction{status: omni.StatusCompleted, final: true}
 	if mode == omni.ModeSummarize {
-		res = c.summarize(ctx, actx)
+		res = c.summarize(sctx, sactx)
 	}
 	if res.status != omni.StatusCompleted && res.status != omni.StatusAborted {
 		res.status = omni.StatusFailed
 	}
+	span.SetAttributes(telemetry.CompactionStatus.String(res.status), telemetry.Attempt.Int64(res.attempt))
+	if res.status == omni.StatusFailed {
+		span.SetStatus(codes.Error, res.errMsg)
+	}
+	span.End()
 	end := omni.CompactionEnd(reason, mode, res.status)
 	end.Payload.Attempt = res.attempt
 	if res.status != omni.StatusCompleted {

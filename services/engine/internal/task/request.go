@@ -25,10 +25,15 @@ func (r *Runner) request(ctx, actx context.Context) (string, []string) {
 		retried = omni.Block(omni.TagTurnRetried, "The previous attempt was interrupted before it completed.")
 	}
 	var calls []string
+	var prev string // the previous attempt's status
+	if first > 1 {
+		prev = omni.StatusFailed // the dead engine's attempt
+	}
 	status, _ := r.ladder.climb(actx, first, func(attempt int) (string, bool) {
 		var status string
 		var final bool
-		status, calls, retried, final = r.attempt(ctx, actx, attempt, retried)
+		status, calls, retried, final = r.attempt(ctx, actx, attempt, retried, prev)
+		prev = status
 		return status, final
 	})
 	if status != omni.StatusCompleted {
@@ -41,7 +46,9 @@ func (r *Runner) request(ctx, actx context.Context) (string, []string) {
 // [turn_retried] block of the previous one. It returns the attempt's
 // status, the calls it committed, the [turn_retried] block for the next
 // attempt, and final when the ladder must stop whatever the status.
-func (r *Runner) attempt(ctx, actx context.Context, attempt int, retried string) (status string, calls []string, next string, final bool) {
+//
+// retryOf is the status of the attempt this one retries ("" for a first).
+func (r *Runner) attempt(ctx, actx context.Context, attempt int, retried, retryOf string) (status string, calls []string, next string, final bool) {
 	// A loss before this attempt is not its own: resume the Task's
 	// stream. Everything of the attempt comes after sequence from.
 	from := r.prod.settleOrResume(ctx)
@@ -95,10 +102,12 @@ func (r *Runner) attempt(ctx, actx context.Context, attempt int, retried string)
 		ThinkingLevel: r.task.ThinkingLevel,
 		IDs:           &r.llm.ids,
 	}
-	res, err := r.llm.prov.Stream(actx, req, seg.Add)
+	sctx, span := startChat(actx, r.d.Tel, r.llm.info, attempt, retryOf, req)
+	res, err := r.llm.prov.Stream(sctx, req, func(d model.Delta) error { span.chunk(); return seg.Add(d) })
 	if ctx.Err() != nil {
 		// The engine is shutting down: leave the request open; the
 		// engine that takes the Task over closes it as failed and retries.
+		span.end(ctx, statusShutdown, "the engine stopped", res.Usage, nil)
 		close(queue)
 		<-approvalsDone
 		return statusShutdown, nil, "", true
@@ -135,6 +144,7 @@ func (r *Runner) attempt(ctx, actx context.Context, attempt int, retried string)
 		status, errMsg = omni.StatusTimeout, "the stream did not store part of this request: "+perr.Error()
 	}
 
+	span.end(ctx, status, errMsg, res.Usage, seg.Completed)
 	r.llm.usage = r.llm.usage.Add(res.Usage)
 	tu := omni.TokenUsage(r.llm.usage, res.Usage)
 	wait, _ := r.ladder.retryIn(attempt, status)

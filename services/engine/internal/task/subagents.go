@@ -16,6 +16,7 @@ import (
 	"floe.dev/pkg/bus"
 	"floe.dev/pkg/bus/retry"
 	"floe.dev/pkg/omni"
+	"floe.dev/pkg/telemetry"
 )
 
 // SubagentTool is the engine's own tool: it runs a child Session.
@@ -82,10 +83,12 @@ func (s *subagents) pendingEvents() [][]byte {
 // subject with the child id prepended to origin, its approval requests
 // surfaced here with origin. The call's output is the child's final answer.
 // ctx is the lease scope (forwarding outlives an abort), actx the abort
-// scope.
-func (s *subagents) run(ctx, actx context.Context, tc omni.Message) {
+// scope. It returns the call's status and output, for its span ("" and
+// aborted when the call was interrupted).
+func (s *subagents) run(ctx, actx context.Context, tc omni.Message) (status, output string) {
 	id := tc.Payload.ToolCallID
 	fail := func(text string) {
+		status, output = omni.StatusFailed, text
 		out := omni.ToolCallOutput(id, text, omni.StatusFailed)
 		if err := s.prod.publishSync(context.WithoutCancel(actx), &out, bus.OutputMsgID(s.sid, id)); err != nil {
 			s.log.Error().Err(err).Msg("could not publish subagent output")
@@ -134,6 +137,8 @@ func (s *subagents) run(ctx, actx context.Context, tc omni.Message) {
 
 	nm, err := bus.PackMsg(omni.TaskSubject(child), &childTask)
 	if err == nil {
+		telemetry.Inject(actx, nm.Header) // the child's invoke_agent joins this trace
+
 		_, err = s.d.JS.PublishMsg(actx, nm)
 	}
 	if err != nil {
@@ -167,22 +172,22 @@ func (s *subagents) run(ctx, actx context.Context, tc omni.Message) {
 		case <-fctx.Done():
 		}
 	}()
-	answer, status, err := s.forward(fctx, child, childTask.ID)
+	answer, childStatus, err := s.forward(fctx, child, childTask.ID)
 	stopForwarding()
 	<-watched
 	if actx.Err() != nil {
 		// Abort (the child was stopped too; the call counts as
 		// interrupted) or shutdown (the Task is resumed elsewhere).
-		return
+		return omni.StatusAborted, ""
 	}
 	if err != nil {
 		fail(fmt.Sprintf("run_subagent: lost the child Session %s: %v", child, err))
 		return
 	}
 	stop := ""
-	if status != omni.StatusCompleted {
+	if childStatus != omni.StatusCompleted {
 		stop = omni.StatusFailed
-		answer = fmt.Sprintf("[subagent %s %s] %s", child, status, answer)
+		answer = fmt.Sprintf("[subagent %s %s] %s", child, childStatus, answer)
 	}
 	if strings.TrimSpace(answer) == "" {
 		answer = omni.NoOutput
@@ -191,6 +196,7 @@ func (s *subagents) run(ctx, actx context.Context, tc omni.Message) {
 	if err := s.prod.publishSync(actx, &out, bus.OutputMsgID(s.sid, id)); err != nil && !s.abort.aborted() {
 		s.log.Error().Err(err).Msg("could not publish subagent output")
 	}
+	return out.Payload.Stop(), answer
 }
 
 // forward republishes the child's stream under this Session until

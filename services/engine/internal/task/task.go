@@ -48,10 +48,12 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
+	oteltrace "go.opentelemetry.io/otel/trace"
 
 	"floe.dev/pkg/bus"
 	"floe.dev/pkg/bus/retry"
 	"floe.dev/pkg/omni"
+	"floe.dev/pkg/telemetry"
 	"floe.dev/pkg/trace"
 	"floe.dev/services/engine/internal/fold"
 	"floe.dev/services/engine/internal/hooks"
@@ -106,6 +108,8 @@ type Deps struct {
 	Snapshots *snapshot.Store
 	// Hooks runs the deployment's hooks (nil: none).
 	Hooks *hooks.Runner
+	// Tel puts the Task's work on its trace (nil: off).
+	Tel *telemetry.Provider
 }
 
 // Outcome statuses of a Task.
@@ -357,6 +361,8 @@ func (r *Runner) run(ctx, actx context.Context) string {
 		r.prod.publish(&m, "")
 		return Failed
 	}
+	oteltrace.SpanFromContext(ctx).SetAttributes(telemetry.ProviderName.String(r.llm.info.Provider),
+		telemetry.RequestModel.String(r.llm.info.ModelID))
 	// A compaction left open by an engine that died is closed as failed
 	// before anything else is appended.
 	var reason, mode string

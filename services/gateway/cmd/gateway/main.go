@@ -32,6 +32,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"floe.dev/pkg/bus/svc"
+	"floe.dev/pkg/telemetry"
 	"floe.dev/pkg/omni/cmdpolicy"
 	"floe.dev/services/gateway"
 )
@@ -66,6 +67,9 @@ func run() error {
 		return err
 	}
 	return m.Run(func(ctx context.Context, nc *nats.Conn, log zerolog.Logger) error {
-		return gateway.Run(ctx, nc, cfg, log)
+		return telemetry.Run(ctx, "floe-gateway", os.Getenv, func(tel *telemetry.Provider) error {
+			cfg.Telemetry = tel
+			return gateway.Run(ctx, nc, cfg, log)
+		})
 	})
 }

@@ -277,12 +277,15 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if route == "" {
 		route = "unmatched"
 	}
+	ctx, span := s.startSpan(r, route)
+	r = r.WithContext(ctx)
 	defer func() {
 		st := rec.status
 		if st == 0 {
 			st = http.StatusOK
 		}
 		s.metrics.request(route, st)
+		endSpan(span, st)
 	}()
 	if !s.guard.check(rec, r, pattern) {
 		return

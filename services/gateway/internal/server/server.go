@@ -27,6 +27,7 @@ import (
 	"floe.dev/pkg/bus"
 	"floe.dev/pkg/bus/ops"
 	"floe.dev/pkg/omni"
+	"floe.dev/pkg/telemetry"
 )
 
 // Options are the server's settings; the gateway's Config fills them with
@@ -63,6 +64,8 @@ type Options struct {
 	// serves; nil: a registry of the gateway's own.
 	Metrics  prometheus.Registerer
 	Gatherer prometheus.Gatherer
+	// Telemetry traces each request as a server span (nil: off).
+	Telemetry *telemetry.Provider
 }
 
 // Server serves the API. It is an http.Handler.

@@ -11,6 +11,7 @@ import (
 
 	"floe.dev/pkg/bus"
 	"floe.dev/pkg/omni"
+	"floe.dev/pkg/telemetry"
 	"floe.dev/services/gateway/client"
 )
 
@@ -173,6 +174,7 @@ func (s *Server) submitTask(rctx context.Context, rec *omni.SessionRecord, state
 	msg, err := bus.PackMsg(omni.TaskSubject(rec.ID), &task)
 	if err == nil {
 		msg.Header.Set(jetstream.MsgIDHeader, task.ID)
+		telemetry.Inject(ctx, msg.Header) // the Task's invoke_agent is this request's child
 		_, err = s.js.PublishMsg(ctx, msg)
 	}
 	if err != nil {

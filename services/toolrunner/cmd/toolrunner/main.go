@@ -31,6 +31,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"floe.dev/pkg/bus/svc"
+	"floe.dev/pkg/telemetry"
 	"floe.dev/services/toolrunner"
 )
 
@@ -59,7 +60,10 @@ func run() error {
 		return err
 	}
 	return m.Run(func(ctx context.Context, nc *nats.Conn, log zerolog.Logger) error {
-		return toolrunner.Run(ctx, nc, cfg, log)
+		return telemetry.Run(ctx, "floe-toolrunner", os.Getenv, func(tel *telemetry.Provider) error {
+			cfg.Telemetry = tel
+			return toolrunner.Run(ctx, nc, cfg, log)
+		})
 	})
 }
 

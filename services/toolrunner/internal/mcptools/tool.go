@@ -17,6 +17,7 @@ import (
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"floe.dev/pkg/omni"
+	"floe.dev/pkg/telemetry"
 	"floe.dev/services/toolrunner/internal/tools"
 )
 
@@ -93,6 +94,7 @@ func (t *Tool) Run(ctx context.Context, _ tools.Call, args json.RawMessage, emit
 
 	params := &sdk.CallToolParams{Name: t.remote, Arguments: args}
 	params.SetProgressToken(token)
+	telemetry.InjectMeta(ctx, params.Meta) // params._meta.traceparent: the server may join the trace
 	res, err := sess.CallTool(ctx, params)
 	if err != nil {
 		if ctx.Err() != nil {

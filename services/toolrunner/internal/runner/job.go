@@ -134,6 +134,7 @@ func (r *runner) process(jobsCtx context.Context, m jetstream.Msg) {
 	defer r.unregister(j)
 	r.beat(j.sid)
 
+	ctx, span := r.startSpan(ctx, m, &tj)
 	begin := time.Now()
 	var res tools.Result
 	if problem := checkJob(&tj); problem != "" {
@@ -157,6 +158,7 @@ func (r *runner) process(jobsCtx context.Context, m jetstream.Msg) {
 		<-flusherDone
 	}
 	j.finish(res)
+	endSpan(r.cfg.Telemetry, span, ctx, res)
 	log.Debug().Bool("failed", res.Failed).Dur("took", time.Since(begin)).Msg("tool job ended")
 }
 

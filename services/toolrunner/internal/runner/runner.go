@@ -31,6 +31,7 @@ import (
 
 	"floe.dev/pkg/bus"
 	"floe.dev/pkg/omni"
+	"floe.dev/pkg/telemetry"
 	"floe.dev/services/toolrunner/internal/tools"
 )
 
@@ -77,6 +78,8 @@ type Config struct {
 	HeartbeatInterval time.Duration
 	ShutdownGrace     time.Duration
 	Tools             Toolbox
+	// Telemetry traces each job as an execute_tool span (nil: off).
+	Telemetry *telemetry.Provider
 
 	// Tuning; zero takes the default.
 	FetchWait  time.Duration // longest wait of one pull request
