@@ -57,12 +57,21 @@ type Receiver struct {
 
 // New starts a receiver; it stops when the test ends.
 func New(t testing.TB) *Receiver {
+	r := Start()
+	t.Cleanup(r.Close)
+	return r
+}
+
+// Start starts a receiver on a loopback port (benchmarks); Close stops it.
+func Start() *Receiver {
 	r := &Receiver{metrics: map[string]int{}}
 	r.srv = httptest.NewServer(http.HandlerFunc(r.serve))
 	r.URL = r.srv.URL
-	t.Cleanup(r.srv.Close)
 	return r
 }
+
+// Close stops the receiver.
+func (r *Receiver) Close() { r.srv.Close() }
 
 func (r *Receiver) serve(w http.ResponseWriter, req *http.Request) {
 	body, err := io.ReadAll(req.Body)

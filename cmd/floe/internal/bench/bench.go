@@ -95,6 +95,7 @@ type Report struct {
 	Idle       *IdleResult
 	Tasks      *TasksIdleResult
 	Tracer     []TracerResult
+	OTel       *OTelResult
 	Errors     []string
 	// LoadBefore and LoadAfter are the machine's 1-minute load averages
 	// when the run started and ended: other work on the machine shows here.
@@ -121,6 +122,11 @@ func Run(ctx context.Context, c Config) (*Report, error) {
 	if want("throughput") && ctx.Err() == nil {
 		if rep.Throughput, err = runThroughput(ctx, &c, p); err != nil {
 			fail("throughput", err)
+		}
+	}
+	if want("otel") && ctx.Err() == nil {
+		if rep.OTel, err = runOTel(ctx, &c, p); err != nil {
+			fail("otel", err)
 		}
 	}
 	if want("latency") && ctx.Err() == nil {

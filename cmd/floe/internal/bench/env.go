@@ -16,6 +16,7 @@ import (
 
 	"floe.dev/cmd/floe/internal/stack"
 	"floe.dev/pkg/bus"
+	"floe.dev/pkg/telemetry"
 	"floe.dev/services/engine"
 	"floe.dev/services/gateway"
 	"floe.dev/services/gateway/client"
@@ -41,6 +42,7 @@ type env struct {
 	served  chan error
 	addr    string // gateway host:port
 	api     *client.Client
+	tel     *telemetry.Provider // the gateway's, from OTEL_* at start (nil: off)
 }
 
 // startEnv starts an env under root/name; services adds engine, toolrunner,
@@ -86,7 +88,11 @@ func startEnvOn(ctx context.Context, root, name string, services bool, natsURL s
 		e.stop()
 		return nil, err
 	}
-	h, release, err := gateway.NewHandler(ctx, e.gwConn, gateway.Config{Home: home, ScriptsDir: home, DetachSSE: true}, log)
+	if e.tel, err = telemetry.FromEnv(ctx, "floe-gateway", os.Getenv); err != nil {
+		e.stop()
+		return nil, err
+	}
+	h, release, err := gateway.NewHandler(ctx, e.gwConn, gateway.Config{Home: home, ScriptsDir: home, DetachSSE: true, Telemetry: e.tel}, log)
 	if err != nil {
 		e.stop()
 		return nil, fmt.Errorf("bench: gateway: %w", err)
@@ -117,9 +123,16 @@ func (e *env) connect(name string) (*nats.Conn, error) {
 	return nats.Connect(e.natsURL, nats.Name(name), nats.ReconnectBufSize(-1))
 }
 
+// flushTelemetry exports what the gateway traced so far (the services'
+// providers flush when the stack stops).
+func (e *env) flushTelemetry(ctx context.Context) {
+	_ = e.tel.ForceFlush(ctx)
+}
+
 // stop shuts the env down (gateway streams, HTTP server, services,
 // connections, server) and removes its home.
 func (e *env) stop() {
+	defer func() { _ = e.tel.Shutdown(context.Background()) }()
 	if e.release != nil {
 		e.release()
 	}

@@ -33,6 +33,9 @@ type Summary struct {
 	IdleSessionFloeRSS10sKiB *float64 `json:"idle_session_floe_rss_10s_kib,omitempty"`
 	IdleSessionNATSRSS10sKiB *float64 `json:"idle_session_nats_rss_10s_kib,omitempty"`
 	ConsumersAfterIdle       *int     `json:"consumers_after_idle,omitempty"`
+	// OTelThroughputRatio is engine → SSE with OpenTelemetry exporting
+	// every span to a local receiver ÷ with it off (median of the pairs).
+	OTelThroughputRatio *float64 `json:"otel_throughput_ratio,omitempty"`
 	Errors                   []string `json:"errors,omitempty"`
 }
 
@@ -42,6 +45,9 @@ func (r *Report) Summary() Summary {
 	var s Summary
 	if t := r.Throughput; t != nil && len(t.Ratios) > 0 {
 		s.ThroughputRatio = f(median(t.Ratios))
+	}
+	if o := r.OTel; o != nil && len(o.Ratios) > 0 {
+		s.OTelThroughputRatio = f(o.Ratio())
 	}
 	for _, l := range r.Latency {
 		if s.LatencyP99us == nil {

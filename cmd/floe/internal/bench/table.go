@@ -35,6 +35,16 @@ func (r *Report) Markdown(w io.Writer, command string) {
 		fmt.Fprintf(w, " POST …/tasks → first partial at the SSE client: %s. Slow-client disconnects resumed with Last-Event-ID (included in the rates), over all runs: %d on the direct path, %d on the engine path.\n\n", dur(t.FirstPartial), t.DirectReconnects, t.EngineReconnects)
 	}
 
+	if o := r.OTel; o != nil {
+		var rs []string
+		for _, x := range o.Ratios {
+			rs = append(rs, fmt.Sprintf("%.2f", x))
+		}
+		fmt.Fprintf(w, "**OpenTelemetry cost**: engine → SSE throughput of two Floes, one exporting every span and the GenAI metrics to a local OTLP/HTTP receiver, one with tracing off, %d pair(s) back to back.\n\n", o.Runs)
+		fmt.Fprintf(w, "| tracing | partials/s (median) |\n|---|---:|\n| off | %s |\n| on (OTLP/HTTP to 127.0.0.1) | %s |\n\n", num(int(o.Off+0.5)), num(int(o.On+0.5)))
+		fmt.Fprintf(w, "On ÷ off, pair by pair: %s (median %.2f). The receiver decoded %d spans in %d export requests.\n\n", strings.Join(rs, ", "), o.Ratio(), o.Spans, o.Requests)
+	}
+
 	if len(r.Latency) > 0 {
 		fmt.Fprintf(w, "**Publish → SSE latency**: partials published as the engine publishes them (omni.Partial, async, one connection) on every Session round-robin at a fixed total rate, one SSE client per Session, after one second of warm-up at the same rate; latency = arrival at the client − stamp taken before publishing.\n\n")
 		fmt.Fprintf(w, "| Sessions | rate per Session | total rate | partials | p50 | p99 | max | bare JetStream p50 | p99 | max | p99 ÷ bare p99 | opening the streams |\n|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n")

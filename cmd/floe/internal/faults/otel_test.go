@@ -127,7 +127,11 @@ func TestOneTaskIsOneTraceAcrossProcesses(t *testing.T) {
 				tools++
 			}
 		}
-		return childOK && tools >= 4 && len(idx.childrenOf(parent, "execute_tool run_subagent")) == 1
+		rootOK := false
+		for _, sp := range spans {
+			rootOK = rootOK || sp.SpanID == parent.ParentSpanID
+		}
+		return rootOK && childOK && tools >= 4 && len(idx.childrenOf(parent, "execute_tool run_subagent")) == 1
 	})
 	idx := spanIndex(all)
 	agent, _ := idx.agentOf(sid)
@@ -266,7 +270,11 @@ func TestTakeoverAfterKillKeepsTheTrace(t *testing.T) {
 
 	spans := rcv.WaitFor(t, 30*time.Second, "the taken-over Task's spans", func(spans []otlptest.Span) bool {
 		a, ok := spanIndex(spans).agentOf(sid)
-		return ok && len(spanIndex(spans).childrenOf(a, "execute_tool exec_command")) == 1
+		rootOK := false
+		for _, sp := range spans {
+			rootOK = rootOK || (ok && sp.SpanID == a.ParentSpanID)
+		}
+		return rootOK && len(spanIndex(spans).childrenOf(a, "execute_tool exec_command")) == 1
 	})
 	idx := spanIndex(spans)
 	agent, _ := idx.agentOf(sid)
