@@ -20,8 +20,8 @@ import (
 	"github.com/rs/zerolog"
 
 	"floe.dev/pkg/bus"
-	"floe.dev/pkg/bus/retry"
 	"floe.dev/pkg/bus/ops"
+	"floe.dev/pkg/bus/retry"
 	"floe.dev/pkg/omni"
 	"floe.dev/pkg/telemetry"
 	"floe.dev/pkg/trace"

@@ -36,7 +36,7 @@ type Summary struct {
 	// OTelThroughputRatio is engine → SSE with OpenTelemetry exporting
 	// every span to a local receiver ÷ with it off (median of the pairs).
 	OTelThroughputRatio *float64 `json:"otel_throughput_ratio,omitempty"`
-	Errors                   []string `json:"errors,omitempty"`
+	Errors              []string `json:"errors,omitempty"`
 }
 
 // Summary digests the report.

@@ -32,8 +32,8 @@ import (
 	"github.com/rs/zerolog"
 
 	"floe.dev/pkg/bus/svc"
-	"floe.dev/pkg/telemetry"
 	"floe.dev/pkg/omni/cmdpolicy"
+	"floe.dev/pkg/telemetry"
 	"floe.dev/services/gateway"
 )
 
