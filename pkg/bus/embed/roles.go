@@ -2,6 +2,17 @@ package embed
 
 import "github.com/nats-io/nats-server/v2/server"
 
+// tracerDurable is the tracer's durable consumer, which the engine's and
+// the gateway's consumer permissions on FLOE_SESSIONS would otherwise
+// cover: neither may delete it, re-create it or pull from it.
+var tracerDurable = []string{
+	"$JS.API.CONSUMER.CREATE.FLOE_SESSIONS.floe-tracer",
+	"$JS.API.CONSUMER.CREATE.FLOE_SESSIONS.floe-tracer.>",
+	"$JS.API.CONSUMER.DELETE.FLOE_SESSIONS.floe-tracer",
+	"$JS.API.CONSUMER.MSG.NEXT.FLOE_SESSIONS.floe-tracer",
+	"$JS.API.CONSUMER.RESET.FLOE_SESSIONS.floe-tracer",
+}
+
 // rolePermissions returns the permissions of user, as deploy/nats/auth.conf
 // writes them (TestRolesMatchDeployAuthConf keeps the two equal); nil for
 // admin, who may do anything.
@@ -42,6 +53,7 @@ func rolePermissions(user string) *server.Permissions {
 			"$JS.API.STREAM.INFO.FLOE_TOOLS",
 			"$JS.API.STREAM.MSG.DELETE.FLOE_TOOLS",
 		}, []string{"floe.ctl.*.*", "floe.hb.*", "_INBOX.engine.>", "$SRV.>", "floe.status.engine"})
+		p.Publish.Deny = tracerDurable
 		p.Response = responses
 		return p
 	case UserToolrunner:
@@ -113,6 +125,7 @@ func rolePermissions(user string) *server.Permissions {
 			"$JS.API.STREAM.INFO.FLOE_TASKS",
 			"$JS.API.STREAM.PURGE.FLOE_TASKS",
 		}, []string{"_INBOX.gateway.>", "$SRV.>", "floe.status.gateway"})
+		p.Publish.Deny = tracerDurable
 		p.Response = responses
 		return p
 	case UserOps:

@@ -1,0 +1,78 @@
+package embed
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// The engine's and the gateway's consumer permissions on FLOE_SESSIONS do
+// not reach the tracer's durable: they can neither delete it, re-create it
+// with another configuration, reset it nor pull its messages, while their
+// own consumers work.
+func TestOnlyTheTracerTouchesItsDurable(t *testing.T) {
+	s, creds, _ := startAuthed(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	connect := func(user string) jetstream.JetStream {
+		nc, err := nats.Connect(s.ClientURL(), nats.UserInfo(user, creds[user]), nats.CustomInboxPrefix("_INBOX."+user))
+		if err != nil {
+			t.Fatalf("%s: %v", user, err)
+		}
+		t.Cleanup(nc.Close)
+		js, _ := jetstream.New(nc)
+		return js
+	}
+	admin := connect(UserAdmin)
+	if _, err := admin.CreateStream(ctx, jetstream.StreamConfig{Name: "FLOE_SESSIONS", Subjects: []string{"floe.session.>"}}); err != nil {
+		t.Fatal(err)
+	}
+	tracerCfg := jetstream.ConsumerConfig{Durable: "floe-tracer", AckPolicy: jetstream.AckAllPolicy, FilterSubject: "floe.session.>"}
+	if _, err := connect(UserTracer).CreateOrUpdateConsumer(ctx, "FLOE_SESSIONS", tracerCfg); err != nil {
+		t.Fatalf("the tracer creates its durable: %v", err)
+	}
+	if _, err := admin.Publish(ctx, "floe.session.s1.model", []byte("m")); err != nil {
+		t.Fatal(err)
+	}
+	for _, user := range []string{UserEngine, UserGateway} {
+		js := connect(user)
+		short := func() (context.Context, context.CancelFunc) { return context.WithTimeout(ctx, 2*time.Second) }
+		c1, cancel1 := short()
+		if err := js.DeleteConsumer(c1, "FLOE_SESSIONS", "floe-tracer"); err == nil {
+			t.Errorf("%s deleted the tracer's durable", user)
+		}
+		cancel1()
+		c2, cancel2 := short()
+		evil := tracerCfg
+		evil.FilterSubject = "floe.session.nothing.>"
+		if _, err := js.CreateOrUpdateConsumer(c2, "FLOE_SESSIONS", evil); err == nil {
+			t.Errorf("%s re-configured the tracer's durable", user)
+		}
+		cancel2()
+		c3, cancel3 := short()
+		if _, err := js.ResetConsumer(c3, "FLOE_SESSIONS", "floe-tracer"); err == nil {
+			t.Errorf("%s reset the tracer's durable", user)
+		}
+		cancel3()
+		// Its own consumers still work (what the role is for).
+		c4, cancel4 := short()
+		own, err := js.OrderedConsumer(c4, "FLOE_SESSIONS", jetstream.OrderedConsumerConfig{FilterSubjects: []string{"floe.session.s1.>"}})
+		if err != nil {
+			t.Fatalf("%s: its own consumer: %v", user, err)
+		}
+		if m, err := own.Next(jetstream.FetchMaxWait(2 * time.Second)); err != nil || string(m.Data()) != "m" {
+			t.Fatalf("%s: its own consumer read %v, %v", user, m, err)
+		}
+		cancel4()
+	}
+	info, err := admin.Consumer(ctx, "FLOE_SESSIONS", "floe-tracer")
+	if err != nil {
+		t.Fatalf("the tracer's durable is gone: %v", err)
+	}
+	if c := info.CachedInfo(); c.Config.FilterSubject != "floe.session.>" || c.NumPending != 1 || c.NumAckPending != 0 {
+		t.Fatalf("the tracer's durable changed: filter %q, pending %d, ack pending %d", c.Config.FilterSubject, c.NumPending, c.NumAckPending)
+	}
+}
