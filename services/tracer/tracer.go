@@ -164,13 +164,31 @@ func Run(ctx context.Context, nc *nats.Conn, cfg Config, log zerolog.Logger) err
 	records := ops.MustRegister(cfg.Metrics, prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "floe_tracer_records_total", Help: "Trace records written.",
 	}))
-	lag := ops.MustRegister(cfg.Metrics, prometheus.NewGauge(prometheus.GaugeOpts{
-		Name: "floe_tracer_lag_seconds", Help: "How far the Traces are behind the stream: age of the last committed message while messages are pending, else 0.",
+	var last atomic.Int64       // stream time of the last committed message, unix ns
+	var pending atomic.Uint64   // messages pending after the last commit
+	var stuckSince atomic.Int64 // stream time of the oldest record a stuck Session lacks, unix ns (0: none)
+	ops.MustRegister(cfg.Metrics, prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "floe_tracer_lag_seconds",
+		Help: "How far the Traces are behind the stream: the age of the last committed message while messages are pending, or of the oldest record a stuck Session's Trace lacks, whichever is older; else 0.",
+	}, func() float64 {
+		var lag time.Duration
+		if pending.Load() > 0 && last.Load() > 0 {
+			lag = time.Since(time.Unix(0, last.Load()))
+		}
+		if s := stuckSince.Load(); s > 0 {
+			lag = max(lag, time.Since(time.Unix(0, s)))
+		}
+		return lag.Seconds()
 	}))
 	pendingG := ops.MustRegister(cfg.Metrics, prometheus.NewGauge(prometheus.GaugeOpts{
 		Name: "floe_tracer_pending_messages", Help: "FLOE_SESSIONS messages not yet traced, at the last commit.",
 	}))
-	var last atomic.Int64 // stream time of the last committed message, unix ns
+	stuckG := ops.MustRegister(cfg.Metrics, prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "floe_tracer_stuck_sessions", Help: "Sessions whose Trace cannot be written: set aside and retried with backoff while the others are traced.",
+	}))
+	stuckV := ops.MustRegister(cfg.Metrics, prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "floe_tracer_stuck_session_behind_since", Help: "For each stuck Session, the stream time (unix seconds) of the first record its Trace lacks.",
+	}, []string{"session_id"}))
 	if srv, err := ops.Register(nc, "tracer", "Floe tracer: writes Session Traces", func() any {
 		return map[string]any{"home": cfg.Home, "durable": cfg.Durable, "last_committed": time.Unix(0, last.Load()).UTC()}
 	}); err != nil {
@@ -179,15 +197,23 @@ func Run(ctx context.Context, nc *nats.Conn, cfg Config, log zerolog.Logger) err
 		defer srv.Stop()
 	}
 	return consume.Run(ctx, nc, consume.Options{
-		Committed: func(n int, stored time.Time, pending uint64) {
+		Committed: func(n int, stored time.Time, p uint64) {
 			records.Add(float64(n))
 			last.Store(stored.UnixNano())
-			pendingG.Set(float64(pending))
-			if pending == 0 {
-				lag.Set(0)
-			} else {
-				lag.Set(time.Since(stored).Seconds())
+			pending.Store(p)
+			pendingG.Set(float64(p))
+		},
+		Stuck: func(stuck []consume.Stuck) {
+			stuckG.Set(float64(len(stuck)))
+			stuckV.Reset()
+			var oldest int64
+			for _, s := range stuck {
+				stuckV.WithLabelValues(s.SessionID).Set(float64(s.Since.Unix()))
+				if oldest == 0 || s.Since.UnixNano() < oldest {
+					oldest = s.Since.UnixNano()
+				}
 			}
+			stuckSince.Store(oldest)
 		},
 		Home:       cfg.Home,
 		Durable:    cfg.Durable,

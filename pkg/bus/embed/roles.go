@@ -75,6 +75,8 @@ func rolePermissions(user string) *server.Permissions {
 		p := allow([]string{
 			"$JS.API.STREAM.INFO.FLOE_SESSIONS",
 			"$JS.API.STREAM.INFO.KV_floe_sessions",
+			"$JS.API.DIRECT.GET.FLOE_SESSIONS",
+			"$JS.API.STREAM.MSG.GET.FLOE_SESSIONS",
 			"$JS.API.CONSUMER.CREATE.FLOE_SESSIONS.floe-tracer",
 			"$JS.API.CONSUMER.CREATE.FLOE_SESSIONS.floe-tracer.>",
 			"$JS.API.CONSUMER.INFO.FLOE_SESSIONS.floe-tracer",

@@ -72,6 +72,9 @@ type Options struct {
 	// records it covered, the stream time of its last message and the
 	// messages still pending after it (for the tracer's metrics).
 	Committed func(records int, stored time.Time, pending uint64)
+	// Stuck, when set, is called with the Sessions whose Trace cannot be
+	// written (set aside, retried with backoff) whenever that set changes.
+	Stuck func([]Stuck)
 
 	// Hooks are for tests only.
 	Hooks Hooks
@@ -166,10 +169,19 @@ type runner struct {
 	// the consumer was set up (0: none yet). Deliveries come numbered
 	// one by one, so a jump means one never arrived (see batch).
 	dseq uint64
+	// stuck are the Sessions set aside (stuck.go); handled is the stream
+	// sequence of the last message the loop handled, floor the consumer's
+	// ack floor at setup: a catch-up reads up to the larger.
+	stuck   map[string]*stuckSession
+	handled uint64
+	floor   uint64
+	stream  jetstream.Stream // for catch-ups; looked up on first use
 }
 
 func (r *runner) run(ctx context.Context) error {
 	r.dels = make(chan *nats.Msg, 64)
+	r.stuck = map[string]*stuckSession{}
+	r.loadStuck()
 	sub, err := r.nc.ChanSubscribe(omni.TraceDeleteSubject("*"), r.dels)
 	if err != nil {
 		return fmt.Errorf("consume: subscribe to delete requests: %w", err)
@@ -283,6 +295,7 @@ func (r *runner) setup(ctx context.Context) (jetstream.Consumer, error) {
 		return nil, fmt.Errorf("create consumer %s: %w", r.o.Durable, err)
 	}
 	info := cons.CachedInfo()
+	r.floor = info.AckFloor.Stream
 	if info.NumAckPending == 0 {
 		return cons, nil
 	}
@@ -412,6 +425,7 @@ func (r *runner) batch(ctx context.Context, cons jetstream.Consumer) (delivered 
 				return delivered, err
 			}
 			last, lastSeq = m, seq
+			r.handled = max(r.handled, seq)
 			if len(msgs) == 0 {
 				linger.Reset(commitLinger)
 			}
@@ -424,6 +438,16 @@ func (r *runner) batch(ctx context.Context, cons jetstream.Consumer) (delivered 
 		case <-tick.C:
 			if _, err := r.store.CloseIdle(time.Now().Add(-idleClose)); err != nil {
 				return delivered, err
+			}
+			if len(r.stuck) > 0 {
+				// What the loop handled is committed first: a catch-up
+				// flushes positions, and writes only up to what was handled.
+				if err := commit(); err != nil {
+					return delivered, err
+				}
+				if err := r.retryStuck(ctx); err != nil {
+					return delivered, err
+				}
 			}
 			if r.nc.Stats().Reconnects != reconnects {
 				if err := commit(); err != nil {
@@ -479,6 +503,11 @@ func (r *runner) delete(m *nats.Msg) {
 	} else {
 		n, err := r.store.Delete(sid, req.PurgedThrough)
 		reply.Files = n
+		if _, ok := r.stuck[sid]; ok && err == nil {
+			delete(r.stuck, sid)
+			r.saveStuck()
+			r.reportStuck()
+		}
 		if err != nil {
 			reply.Error = err.Error()
 			r.log.Error().Err(err).Str("session_id", sid).Msg("cannot delete trace")
@@ -529,8 +558,9 @@ func (r *runner) commit(last jetstream.Msg, seq uint64) error {
 
 // handle appends one message to its Session's Trace when it is a Trace
 // record, and skips it with a log line otherwise (bad input is never
-// retried: it would block the stream). An error is a file error: the batch
-// must not be acknowledged.
+// retried: it would block the stream). A Session whose Trace cannot be
+// written is set aside (stuck.go) and its records skipped here. An error
+// is a file error of the batch as a whole: it must not be acknowledged.
 func (r *runner) handle(m jetstream.Msg) (seq uint64, err error) {
 	subject := m.Subject()
 	md, err := m.Metadata()
@@ -539,32 +569,58 @@ func (r *runner) handle(m jetstream.Msg) (seq uint64, err error) {
 		return 0, nil
 	}
 	seq = md.Sequence.Stream
+	if sid, class, ok := omni.ParseSessionSubject(subject); ok && traceClass(class) && r.stuck[sid] != nil {
+		return seq, nil // its catch-up writes it
+	}
+	_, err = r.record(subject, m.Data(), seq, md.Timestamp)
+	var ae *appendError
+	if errors.As(err, &ae) {
+		r.store.Forget(ae.sid)
+		r.stick(ae.sid, md.Timestamp, ae.err)
+		return seq, nil
+	}
+	return seq, err
+}
+
+// appendError is a Session's Trace that could not be written.
+type appendError struct {
+	sid string
+	err error
+}
+
+func (e *appendError) Error() string { return "session " + e.sid + ": " + e.err.Error() }
+func (e *appendError) Unwrap() error { return e.err }
+
+// record appends one stream message to its Session's Trace when it is a
+// Trace record (stored is its stream time); written is false for a
+// message skipped or already in the Trace. A failed append is an
+// *appendError.
+func (r *runner) record(subject string, data []byte, seq uint64, stored time.Time) (written bool, err error) {
 	sid, class, ok := omni.ParseSessionSubject(subject)
 	if !ok {
 		r.log.Warn().Str("subject", subject).Uint64("seq", seq).Msg("skipping message on a non-session subject")
-		return seq, nil
+		return false, nil
 	}
 	if !traceClass(class) {
-		return seq, nil // partial, nested, server: not Trace records
+		return false, nil // partial, nested, server: not Trace records
 	}
 	if !omni.ValidSessionID(sid) || strings.ContainsAny(sid, `/\`) {
 		r.log.Warn().Str("subject", subject).Uint64("seq", seq).Msg("skipping message whose session id cannot name a file")
-		return seq, nil
+		return false, nil
 	}
-	data := m.Data()
 	msg, err := omni.Decode(data)
 	if err != nil {
 		r.log.Warn().Err(err).Str("session_id", sid).Uint64("seq", seq).Str("subject", subject).
 			Msg("skipping undecodable message")
-		return seq, nil
+		return false, nil
 	}
 	if msg.IsPartial() {
 		r.log.Warn().Str("session_id", sid).Uint64("seq", seq).Str("subject", subject).Msg("skipping partial")
-		return seq, nil
+		return false, nil
 	}
 	if len(msg.Origin) > 0 {
 		r.log.Warn().Str("session_id", sid).Uint64("seq", seq).Str("subject", subject).Msg("skipping message with an origin")
-		return seq, nil
+		return false, nil
 	}
 	if bytes.ContainsAny(data, "\r\n") {
 		// Valid JSON holds raw line breaks only between tokens: blanking
@@ -581,13 +637,16 @@ func (r *runner) handle(m jetstream.Msg) (seq uint64, err error) {
 	}
 	created := msg.Time()
 	if created.IsZero() {
-		created = md.Timestamp
+		created = stored
 	}
-	if _, err := r.store.Append(sid, tracefile.Record{Seq: seq, Data: data, Meta: msg.IsSessionMeta(), Time: created}); err != nil {
-		return seq, fmt.Errorf("session %s seq %d: %w", sid, seq, err)
+	written, err = r.store.Append(sid, tracefile.Record{Seq: seq, Data: data, Meta: msg.IsSessionMeta(), Time: created})
+	if err != nil {
+		return false, &appendError{sid: sid, err: fmt.Errorf("seq %d: %w", seq, err)}
 	}
-	r.appended++
-	return seq, nil
+	if written {
+		r.appended++
+	}
+	return written, nil
 }
 
 func traceClass(class string) bool {

@@ -265,6 +265,35 @@ func (s *Store) Committed(seq uint64) {
 	}
 }
 
+// Forget drops one Session as Reset drops every one: nothing of it is
+// recorded, its file is closed and its next Append reloads it from its
+// recorded position, truncating what was written after it. Use it after
+// an Append of that Session failed, to go on with the others.
+func (s *Store) Forget(sessionID string) {
+	st := s.sessions[sessionID]
+	if st == nil {
+		return
+	}
+	st.close()
+	st.dirty = false // Flush skips it
+	s.lru.Remove(st.elem)
+	delete(s.sessions, sessionID)
+}
+
+// Recorded returns the stream sequence of the last record of the Session
+// whose position is recorded (0 when none is).
+func (s *Store) Recorded(sessionID string) (uint64, error) {
+	var slot trace.PosSlot
+	pos, ok, err := s.pos.Get(sessionID, &slot)
+	if err != nil && !errors.Is(err, trace.ErrBadPos) {
+		return 0, fmt.Errorf("tracefile: %w", err)
+	}
+	if !ok {
+		return 0, nil
+	}
+	return pos.Seq, nil
+}
+
 // Reset forgets every Session without recording anything, as a crash
 // would: their files are closed and the next Append of each reloads it from
 // its position, truncating what was written after it. Use it after an
