@@ -6,7 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"regexp"
+	"strings"
 	"time"
 
 	"floe.dev/pkg/omni"
@@ -92,6 +94,20 @@ func Load(path string) (*Config, error) {
 	c, err := Parse(b)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	// A relative command path ("./hooks/audit.sh") is the file's
+	// neighbour, wherever the engine runs; a bare name is looked up in
+	// PATH.
+	dir, err := filepath.Abs(filepath.Dir(path))
+	if err != nil {
+		return nil, fmt.Errorf("hooks: %w", err)
+	}
+	for _, hs := range c.Hooks {
+		for i := range hs {
+			if cmd := hs[i].Command; strings.Contains(cmd, "/") && !filepath.IsAbs(cmd) {
+				hs[i].Command = filepath.Join(dir, cmd)
+			}
+		}
 	}
 	return c, nil
 }

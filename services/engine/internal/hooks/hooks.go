@@ -167,7 +167,7 @@ func (r *Runner) command(ctx context.Context, h *Hook, in Input, body []byte) ([
 	stdout.max = maxAnswer + 1
 	var stderr tail
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	cmd.Env = append(os.Environ(), "FLOE_HOOK="+in.Point, "FLOE_SESSION_ID="+in.SessionID, "FLOE_TASK_ID="+in.TaskID)
+	cmd.Env = append(hookEnv(), "FLOE_HOOK="+in.Point, "FLOE_SESSION_ID="+in.SessionID, "FLOE_TASK_ID="+in.TaskID)
 	if st, err := os.Stat(in.Workspace); err == nil && st.IsDir() {
 		cmd.Dir = in.Workspace
 	}
@@ -215,6 +215,21 @@ func (r *Runner) command(ctx context.Context, h *Hook, in Input, body []byte) ([
 		return nil, fmt.Errorf("answer larger than %d bytes", maxAnswer)
 	}
 	return stdout.buf.Bytes(), nil
+}
+
+// passedEnv are the variables of the engine's environment a hook command
+// gets: what a program needs to run, never the engine's credentials (model
+// keys, NATS passwords).
+var passedEnv = []string{"PATH", "HOME", "USER", "LOGNAME", "SHELL", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "TMPDIR", "TERM"}
+
+func hookEnv() []string {
+	var env []string
+	for _, k := range passedEnv {
+		if v, ok := os.LookupEnv(k); ok {
+			env = append(env, k+"="+v)
+		}
+	}
+	return env
 }
 
 // HeaderName carries the hook's name on a NATS hook request, for a

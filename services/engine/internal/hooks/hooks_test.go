@@ -453,3 +453,28 @@ func FuzzParse(f *testing.F) {
 		}
 	})
 }
+
+// A hook command gets a plain environment (never the engine's credentials)
+// and a relative command path is the hooks file's neighbour.
+func TestCommandHookEnvironmentAndPath(t *testing.T) {
+	t.Setenv("OPENAI_API_KEY", "sk-secret")
+	dir := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(dir, "hooks"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "hooks", "env.sh"), []byte("#!/bin/sh\ncat >/dev/null\nprintf '{\"reason\":\"%s|%s|%s\"}' \"$OPENAI_API_KEY\" \"$FLOE_HOOK\" \"$FLOE_TASK_ID\"\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	file := filepath.Join(dir, "hooks.json")
+	if err := os.WriteFile(file, []byte(`{"hooks":{"stop":[{"name":"env","command":"./hooks/env.sh"}]}}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := Load(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := New(cfg, nil, nil).Run(context.Background(), Input{Point: omni.HookStop, SessionID: "s1", TaskID: "t9", Workspace: t.TempDir()})
+	if len(got.Records) != 1 || got.Records[0].Reason != "|stop|t9" {
+		t.Fatalf("Run = %+v", got)
+	}
+}
