@@ -157,9 +157,18 @@ func (s *Server) readSession(ctx context.Context, sid string, start uint64, fn f
 		err = func() error {
 			defer s.tail.unsubscribe(c)
 			if last < live {
+				// A replay is a short-lived consumer: it takes one of the
+				// slots SSE replays share (maxReplays), so a reconnect storm
+				// waits its turn.
+				select {
+				case s.replays <- struct{}{}:
+				case <-ctx.Done():
+					return ctx.Err()
+				}
 				err := s.scan(ctx, sid, omni.ClientClasses, last+1, nil, func(m bus.StreamMsg) error {
 					return deliver(streamItem{seq: m.Seq, server: m.Class == omni.ClassServer, data: m.Data})
 				})
+				<-s.replays
 				if err != nil {
 					return err
 				}
