@@ -141,6 +141,12 @@ func checkOracle(t *testing.T, b []byte, m *Message) {
 		case kString:
 			var want string
 			if err := json.Unmarshal(raw, &want); err != nil {
+				// A payload type Floe does not know (the original's hook
+				// record's object output, …) keeps such a field as an
+				// unknown one, byte for byte.
+				if !knownTypes[m.Payload.Type] && bytes.Equal(m.Payload.Field(f.name), raw) {
+					continue
+				}
 				t.Errorf("encoding/json: field %q = %s: %v", f.name, raw, err)
 			} else if got := *f.str(&m.Payload); got != want {
 				t.Errorf("field %q = %q, encoding/json says %q", f.name, got, want)

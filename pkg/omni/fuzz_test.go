@@ -20,6 +20,8 @@ func FuzzDecode(f *testing.F) {
 		env(`{"type":"text","role":"user","text":"a\u0000\ud800\"","x":[{"y":null}],"fidelity":{ "a" : 1 }}`),
 		evt(`{"type":"token_usage","session":{"total":9,"input":1},"request":null,"attempt":1e2}`),
 		"{\n\"timestamp\": \"t\",\r\n\"payload\": {\"images\": [\n1]}}",
+		evt(`{"type":"request_end","status":"fatal","error_code":"rejected","error_message":"400","attempt":1}`),
+		evt(`{"type":"hook","hook":"pre_tool_use","name":"n","decision":"deny","reason":"r","output":{"a":1,"b":"c"},"tool_call_id":"c1"}`),
 	} {
 		f.Add([]byte(s))
 	}

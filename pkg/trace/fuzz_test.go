@@ -23,6 +23,9 @@ func FuzzRead(f *testing.F) {
 	f.Add(small, uint16(len(small)-40))
 	f.Add(append([]byte("garbage\n\n{}\r\n"), small...), uint16(0))
 	f.Add([]byte("\n\n\n"), uint16(2))
+	// The original's 0.2.6+ shapes: four-value stop reasons, error codes,
+	// hook records with an object output.
+	f.Add([]byte(v0213Seed), uint16(0))
 	f.Fuzz(func(t *testing.T, data []byte, cut uint16) {
 		// A nonzero cut inside the data tears it there, as a crash mid-write would.
 		if cut > 0 && int(cut) < len(data) {
@@ -99,3 +102,13 @@ func FuzzRead(f *testing.F) {
 		}
 	})
 }
+
+const v0213Seed = `{"timestamp":"2026-09-03T09:00:00.137Z","type":"session_meta","payload":{"session_id":"s","provider":"openai","model_id":"m","model_context_window":128000,"system_prompt":"p","agent_state":"/a","workspace":"/w"}}
+{"timestamp":"2026-09-03T09:00:00.274Z","type":"event_msg","payload":{"type":"mcp_connect_end","status":"fatal","error_code":"connect_failed","error_message":"x","results":[{"server":"d","status":"fatal","error_code":"connect_failed","error_message":"x","duration_ms":3}]}}
+{"timestamp":"2026-09-03T09:00:00.411Z","type":"model_msg","payload":{"type":"text","role":"user","text":"hi","stop_reason":"completed"}}
+{"timestamp":"2026-09-03T09:00:00.548Z","type":"event_msg","payload":{"type":"request_begin"}}
+{"timestamp":"2026-09-03T09:00:00.685Z","type":"model_msg","payload":{"type":"text","role":"assistant","text":"He","stop_reason":"retryable"}}
+{"timestamp":"2026-09-03T09:00:00.822Z","type":"event_msg","payload":{"type":"request_end","status":"retryable","error_code":"timeout","error_message":"idle","attempt":1,"retry_in_ms":2000}}
+{"timestamp":"2026-09-03T09:00:00.959Z","type":"event_msg","payload":{"type":"hook","hook":"stop","name":"goal","decision":"continue","output":{"round":1,"ok":false}}}
+{"timestamp":"2026-09-03T09:00:01.096Z","type":"event_msg","payload":{"type":"abort","error_code":"user_abort","error_message":"aborted by user"}}
+`
