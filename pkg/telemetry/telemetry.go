@@ -87,7 +87,9 @@ func FromEnv(ctx context.Context, service string, getenv func(string) string) (*
 	if err != nil && !errors.Is(err, resource.ErrPartialResource) {
 		return nil, fmt.Errorf("telemetry: resource: %w", err)
 	}
-	spans, err := otlptracehttp.New(ctx)
+	// The endpoint comes from getenv (the rest of the OTEL_EXPORTER_OTLP_*
+	// family the exporters read from the process themselves).
+	spans, err := otlptracehttp.New(ctx, otlptracehttp.WithEndpointURL(signalURL(getenv, EnvTracesEndpoint, "/v1/traces")))
 	if err != nil {
 		return nil, fmt.Errorf("telemetry: OTLP trace exporter: %w", err)
 	}
@@ -98,7 +100,7 @@ func FromEnv(ctx context.Context, service string, getenv func(string) string) (*
 
 	meter := metricnoop.NewMeterProvider().Meter(instrumentation)
 	if metricsEnabled(getenv) {
-		exp, err := otlpmetrichttp.New(ctx)
+		exp, err := otlpmetrichttp.New(ctx, otlpmetrichttp.WithEndpointURL(signalURL(getenv, "OTEL_EXPORTER_OTLP_METRICS_ENDPOINT", "/v1/metrics")))
 		if err != nil {
 			_ = tp.Shutdown(ctx)
 			return nil, fmt.Errorf("telemetry: OTLP metric exporter: %w", err)
@@ -124,10 +126,23 @@ func FromEnv(ctx context.Context, service string, getenv func(string) string) (*
 	return p, nil
 }
 
+// signalURL is a signal's export URL as the OTLP spec builds it: the
+// signal's own variable as given, else the base endpoint with the signal's
+// path appended.
+func signalURL(getenv func(string) string, signalVar, path string) string {
+	if u := strings.TrimSpace(getenv(signalVar)); u != "" {
+		return u
+	}
+	return strings.TrimRight(strings.TrimSpace(getenv(EnvEndpoint)), "/") + path
+}
+
 // metricsEnabled: metrics go to the same endpoint unless the standard
 // OTEL_METRICS_EXPORTER says none.
 func metricsEnabled(getenv func(string) string) bool {
-	return strings.TrimSpace(getenv("OTEL_METRICS_EXPORTER")) != "none"
+	if strings.TrimSpace(getenv("OTEL_METRICS_EXPORTER")) == "none" {
+		return false
+	}
+	return getenv(EnvEndpoint) != "" || getenv("OTEL_EXPORTER_OTLP_METRICS_ENDPOINT") != ""
 }
 
 // Tracer returns the service's tracer (a no-op one when off).

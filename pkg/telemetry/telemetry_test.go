@@ -67,7 +67,6 @@ func TestGRPCProtocolIsRefused(t *testing.T) {
 
 func TestExportsSpansAndMetricsAndPropagates(t *testing.T) {
 	rcv := otlptest.New(t)
-	t.Setenv(telemetry.EnvEndpoint, rcv.URL)
 	vars := map[string]string{telemetry.EnvEndpoint: rcv.URL}
 	ctx := context.Background()
 	a, err := telemetry.FromEnv(ctx, "floe-a", env(vars))
@@ -143,7 +142,6 @@ func TestExtractAcceptsCanonicalizedKeys(t *testing.T) {
 
 func TestSeededRootsShareTheirTraceID(t *testing.T) {
 	rcv := otlptest.New(t)
-	t.Setenv(telemetry.EnvEndpoint, rcv.URL)
 	p, err := telemetry.FromEnv(context.Background(), "floe-engine", env(map[string]string{telemetry.EnvEndpoint: rcv.URL}))
 	if err != nil {
 		t.Fatal(err)
@@ -168,4 +166,24 @@ func TestSeededRootsShareTheirTraceID(t *testing.T) {
 		s.End()
 	}
 	_ = p.Shutdown(context.Background())
+}
+
+func TestTracesEndpointAloneExportsTracesOnly(t *testing.T) {
+	rcv := otlptest.New(t)
+	p, err := telemetry.FromEnv(context.Background(), "floe-x", env(map[string]string{telemetry.EnvTracesEndpoint: rcv.URL + "/v1/traces"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, span := p.Tracer().Start(context.Background(), "x")
+	span.End()
+	p.RecordChat(context.Background(), time.Second, 1, 1, "")
+	if err := p.Shutdown(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if n := len(rcv.Spans()); n != 1 {
+		t.Errorf("%d spans, want 1", n)
+	}
+	if m := rcv.Metrics(); len(m) != 0 {
+		t.Errorf("metrics %v exported without a metrics endpoint", m)
+	}
 }
