@@ -33,15 +33,15 @@ const (
 
 // JSON-RPC and A2A error codes.
 const (
-	CodeParseError       = -32700
-	CodeInvalidRequest   = -32600
-	CodeMethodNotFound   = -32601
-	CodeInvalidParams    = -32602
-	CodeInternal         = -32603
-	CodeTaskNotFound     = -32001
-	CodeTaskNotCancelabl = -32002
-	CodeUnsupported      = -32004
-	CodeContentType      = -32005
+	CodeParseError     = -32700
+	CodeInvalidRequest = -32600
+	CodeMethodNotFound = -32601
+	CodeInvalidParams  = -32602
+	CodeInternal       = -32603
+	CodeTaskNotFound   = -32001
+	CodeNotCancelable  = -32002
+	CodeUnsupported    = -32004
+	CodeContentType    = -32005
 )
 
 // Part is a message or artifact part: text or data.

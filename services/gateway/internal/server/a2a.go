@@ -386,7 +386,7 @@ func (s *Server) a2aCancel(w http.ResponseWriter, r *http.Request, b *bindings, 
 		return nil
 	}
 	if a2a.Terminal(f.State()) || rec.TaskID != p.ID {
-		writeRPC(w, req.ID, nil, a2a.Errorf(a2a.CodeTaskNotCancelabl, "task %q is %s: it cannot be canceled", p.ID, f.State()))
+		writeRPC(w, req.ID, nil, a2a.Errorf(a2a.CodeNotCancelable, "task %q is %s: it cannot be canceled", p.ID, f.State()))
 		return nil
 	}
 	if _, e := s.abortTask(ctx, rec); e != nil {

@@ -44,10 +44,9 @@ type aguiRun struct {
 	aguiRunRef
 }
 
-func threadKey(threadID string) string        { return protoKey("agui.thread", threadID) }
-func runKey(threadID, runID string) string    { return protoKey("agui.run", threadID, runID) }
-func aguiBadInput(err error) *apiError        { return badRequest("%v", err) }
-func isResolved(rec *omni.SessionRecord) bool { return stateOf(rec) == omni.StateIdle }
+func threadKey(threadID string) string     { return protoKey("agui.thread", threadID) }
+func runKey(threadID, runID string) string { return protoKey("agui.run", threadID, runID) }
+func aguiBadInput(err error) *apiError     { return badRequest("%v", err) }
 
 // aguiThreadOf resolves threadID to its Session: a Session id names that
 // Session; any other id is bound in the bucket, and with create a new
@@ -112,7 +111,7 @@ func (s *Server) handleAGUIRun(w http.ResponseWriter, r *http.Request) *apiError
 	}
 	run := aguiRun{ThreadID: in.ThreadID, SessionID: rec.ID}
 	run.RunID = in.RunID
-	resuming := len(in.Resume) > 0 && th.TaskID != "" && !isResolved(rec) && rec.TaskID == th.TaskID
+	resuming := len(in.Resume) > 0 && th.TaskID != "" && stateOf(rec) != omni.StateIdle && rec.TaskID == th.TaskID
 	if resuming {
 		for _, rs := range in.Resume {
 			d, _ := rs.Decision() // checked by ParseInput
@@ -158,6 +157,8 @@ func (s *Server) handleAGUIRun(w http.ResponseWriter, r *http.Request) *apiError
 		}
 		run.TaskID, run.From, run.Segment = id, from+1, 1
 	}
+	s.log.Info().Str("session_id", rec.ID).Str("task_id", run.TaskID).Str("thread_id", run.ThreadID).Str("run_id", run.RunID).
+		Int("segment", run.Segment).Msg("ag-ui run")
 	th.aguiRunRef = run.aguiRunRef
 	if err := b.put(ctx, runKey(run.ThreadID, run.RunID), &run); err != nil {
 		return unavailable("store run", err)
