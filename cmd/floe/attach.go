@@ -8,6 +8,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync"
 
 	"floe.dev/cmd/floe/internal/render"
 	"floe.dev/pkg/omni"
@@ -71,7 +72,9 @@ func cmdAttach(ctx context.Context, _ context.CancelFunc, name string, args []st
 			}
 		}
 	}
-	if hist.Live != nil {
+	if hist.Live == nil {
+		r.TaskEnd("") // the last Task is over
+	} else {
 		cursor, _ = hist.Live.CursorSeq()
 		for _, raw := range hist.Live.Fragments {
 			var m omni.Message
@@ -80,7 +83,8 @@ func cmdAttach(ctx context.Context, _ context.CancelFunc, name string, args []st
 			}
 		}
 	}
-	lines := stdinLines()
+	asker := newAttachAsker(ctx, c, sid)
+	defer asker.close()
 	running := false
 	for ev := range stream.C {
 		if ev.Event == client.EventServer {
@@ -91,8 +95,14 @@ func cmdAttach(ctx context.Context, _ context.CancelFunc, name string, args []st
 			r.Server(&se)
 			switch se.Type {
 			case omni.ServerApprovalRequest:
-				go approveViaGateway(ctx, c, sid, &se, lines)
+				asker.request(&se)
 			case omni.ServerTaskState:
+				if se.State == omni.StateIdle {
+					asker.endAll()
+					if running {
+						r.TaskEnd(se.Status)
+					}
+				}
 				if se.State != omni.StateIdle {
 					running = true
 				} else if !*follow && (running || hist.Live == nil) {
@@ -111,6 +121,9 @@ func cmdAttach(ctx context.Context, _ context.CancelFunc, name string, args []st
 		var m omni.Message
 		if omni.Unmarshal(ev.Data, &m) == nil {
 			r.Message(&m)
+			if m.Type == omni.KindEvent && m.Payload.Type == omni.TypeApprovalDecision {
+				asker.decided(m.Payload.ToolCallID, m.Payload.Decision)
+			}
 		}
 	}
 	r.Flush()
@@ -139,13 +152,102 @@ func seqOf(id string) uint64 {
 	return n
 }
 
-func approveViaGateway(ctx context.Context, c *client.Client, sid string, ev *omni.ServerEvent, lines <-chan string) {
-	var tc omni.Message
-	if omni.Unmarshal(ev.ToolCall, &tc) != nil || !isTTY(os.Stdin) {
-		return // leave it to another client
+// attachAsker asks attach's approvals on the terminal, one at a time in
+// the order they come (a question waiting for an answer never holds the
+// stream back). A call decided elsewhere (another client, a person in the
+// Web App) while asked or queued is dropped: its question ends, and the
+// next line answers the next question, never a stale call.
+type attachAsker struct {
+	ctx     context.Context
+	c       *client.Client
+	sid     string
+	lines   <-chan string
+	allowed toolSet
+	queue   chan omni.Message
+	done    chan struct{}
+
+	mu      sync.Mutex
+	pending map[string]chan string // tool call id → its decision, when made elsewhere
+}
+
+func newAttachAsker(ctx context.Context, c *client.Client, sid string) *attachAsker {
+	a := &attachAsker{ctx: ctx, c: c, sid: sid, queue: make(chan omni.Message, 256), done: make(chan struct{}), pending: map[string]chan string{}}
+	if isTTY(os.Stdin) {
+		a.lines = stdinLines()
 	}
-	d := askApproval(tc.Payload.Name, lines, nil)
-	if err := c.Approve(ctx, sid, tc.Payload.ToolCallID, d); err != nil {
-		fmt.Fprintf(os.Stderr, "floe: approve: %v\n", err)
+	go a.run()
+	return a
+}
+
+func (a *attachAsker) close() {
+	a.endAll() // a question still waiting for a line ends
+	close(a.queue)
+	<-a.done
+}
+
+// request queues the question of an approval request (once per call).
+func (a *attachAsker) request(se *omni.ServerEvent) {
+	var tc omni.Message
+	if omni.Unmarshal(se.ToolCall, &tc) != nil || a.lines == nil {
+		return // no terminal: leave it to another client
+	}
+	id := tc.Payload.ToolCallID
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if _, ok := a.pending[id]; ok {
+		return // a reconnect's snapshot repeats it
+	}
+	a.pending[id] = make(chan string, 1)
+	select {
+	case a.queue <- tc:
+	default:
+		delete(a.pending, id) // far behind: another client answers
+	}
+}
+
+// decided notes a decision seen on the stream.
+func (a *attachAsker) decided(toolCallID, decision string) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if g, ok := a.pending[toolCallID]; ok {
+		g <- decision
+		delete(a.pending, toolCallID)
+	}
+}
+
+// endAll drops every question: the Task ended.
+func (a *attachAsker) endAll() {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for id, g := range a.pending {
+		g <- ""
+		delete(a.pending, id)
+	}
+}
+
+func (a *attachAsker) run() {
+	defer close(a.done)
+	for tc := range a.queue {
+		id := tc.Payload.ToolCallID
+		a.mu.Lock()
+		gone, ok := a.pending[id]
+		a.mu.Unlock()
+		if !ok {
+			continue // decided before its turn came
+		}
+		d := askApproval(tc.Payload.Name, a.lines, nil, gone, &a.allowed)
+		a.mu.Lock()
+		delete(a.pending, id)
+		a.mu.Unlock()
+		if d == "" {
+			continue
+		}
+		err := a.c.Approve(a.ctx, a.sid, id, d)
+		switch {
+		case client.IsCode(err, omni.CodeNotFound):
+			fmt.Fprintln(os.Stderr, "(already answered elsewhere)")
+		case err != nil:
+			fmt.Fprintf(os.Stderr, "floe: approve: %v\n", err)
+		}
 	}
 }

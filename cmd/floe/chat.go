@@ -323,6 +323,7 @@ type chat struct {
 	used      bool      // the Session has history worth resuming
 	exit      bool      // a queued /exit ran
 	retryAt   time.Time // when the failed model request is retried (countdown)
+	allowed   toolSet   // tools allowed for the rest of the Session ("a")
 }
 
 type pendingApproval struct {
@@ -491,6 +492,9 @@ func (ch *chat) banner(resumed bool) {
 		verb = "resumed session"
 	}
 	ch.say("floe chat — %s %s · model %s · approvals %s", verb, s.ID, s.Model, s.ApprovalMode)
+	if s.Title != "" {
+		ch.say("title %s", s.Title)
+	}
 	ch.say("workspace %s", s.Workspace)
 	if ch.o.interactive {
 		ch.say("Type a message and Enter. Typing while a Task runs steers it. /help for commands; Ctrl-D or /exit leaves.")
@@ -521,7 +525,9 @@ func (ch *chat) showHistory(ctx context.Context) error {
 	for i := range msgs {
 		ch.show(ctx, &msgs[i])
 	}
-	if h.Live != nil {
+	if h.Live == nil {
+		ch.r.TaskEnd("") // the last Task is over
+	} else {
 		ch.cursor, _ = h.Live.CursorSeq()
 		for _, raw := range h.Live.Fragments {
 			var m omni.Message
@@ -630,7 +636,24 @@ func (ch *chat) line(ctx context.Context, text string) bool {
 	if len(ch.approvals) > 0 && ch.o.askOK {
 		d, ok := parseAnswer(text)
 		if !ok {
-			ch.say("answer y (or Enter) to allow, n to deny")
+			ch.say("answer y (or Enter) to allow, n to deny, a to allow %s for the rest of the session", ch.approvals[0].tool)
+			return false
+		}
+		if d == answerAlways {
+			tool := ch.approvals[0].tool
+			ch.allowed.add(tool)
+			ch.answer(ctx, omni.DecisionAllow)
+			ch.say("%s", ch.dim("allowing "+tool+" for the rest of this session"))
+			// Its other calls waiting for an answer are allowed too.
+			for i := 0; i < len(ch.approvals); {
+				if ch.approvals[i].tool != tool {
+					i++
+					continue
+				}
+				a := ch.approvals[i]
+				ch.approvals = append(ch.approvals[:i], ch.approvals[i+1:]...)
+				ch.approve(ctx, a.toolCallID, omni.DecisionAllow)
+			}
 			return false
 		}
 		ch.answer(ctx, d)
@@ -803,7 +826,11 @@ func apiMessage(err error) string {
 func (ch *chat) answer(ctx context.Context, decision string) {
 	a := ch.approvals[0]
 	ch.approvals = ch.approvals[1:]
-	if err := ch.cl.Approve(ctx, ch.sess.ID, a.toolCallID, decision); err != nil && !client.IsCode(err, omni.CodeNotFound) {
+	ch.approve(ctx, a.toolCallID, decision)
+}
+
+func (ch *chat) approve(ctx context.Context, toolCallID, decision string) {
+	if err := ch.cl.Approve(ctx, ch.sess.ID, toolCallID, decision); err != nil && !client.IsCode(err, omni.CodeNotFound) {
 		ch.say("could not answer the approval: %s", apiMessage(err))
 	}
 }
@@ -903,6 +930,7 @@ func (ch *chat) onServer(ctx context.Context, se *omni.ServerEvent, snapshot boo
 				return
 			}
 		}
+		ch.r.TaskEnd(se.Status)
 		ch.r.Flush()
 		ch.running = false
 		ch.approvals, ch.waiting, ch.shown = nil, nil, nil
@@ -928,6 +956,11 @@ func (ch *chat) onServer(ctx context.Context, se *omni.ServerEvent, snapshot boo
 // ask shows an approval request and queues its question.
 func (ch *chat) ask(ctx context.Context, se *omni.ServerEvent, tc *omni.Message) {
 	ch.r.Server(se)
+	if ch.allowed.has(tc.Payload.Name) {
+		ch.say("%s", allowedAlways(tc.Payload.Name))
+		ch.approve(ctx, tc.Payload.ToolCallID, omni.DecisionAllow)
+		return
+	}
 	ch.approvals = append(ch.approvals, pendingApproval{toolCallID: tc.Payload.ToolCallID, tool: tc.Payload.Name})
 	if !ch.o.askOK {
 		ch.say("%s%s", approvePrompt(tc.Payload.Name), noTerminal)

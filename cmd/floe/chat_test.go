@@ -3,6 +3,7 @@ package main
 import (
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -44,17 +45,26 @@ func TestChatTwoPromptsOneSession(t *testing.T) {
 	}
 	// What the user saw: the prompts with what was typed, the answers on
 	// their own lines, nothing written over the input.
+	// Each Task ends with its line: how it ended, its time and tokens.
 	var seen []string
+	ends := 0
 	for _, l := range terminalScreen(p.rawOutput(), 250) {
+		if taskLineRe.MatchString(l) {
+			ends++
+			l = "──"
+		}
 		if l != "" && !strings.HasPrefix(l, "floe chat — ") && !strings.HasPrefix(l, "workspace ") && !strings.HasPrefix(l, "Type a message") {
 			seen = append(seen, l)
 		}
 	}
-	want := []string{"> first question", "answer 1", "> second question", "answer 2", ">"}
+	want := []string{"> first question", "answer 1", "──", "> second question", "answer 2", "──", ">"}
 	if len(seen) < len(want) || strings.Join(seen[:len(want)], "\n") != strings.Join(want, "\n") || !strings.HasPrefix(seen[len(seen)-1], "resume with: ") {
 		t.Errorf("the screen reads\n%s\nwant\n%s\nthen the resume line", strings.Join(seen, "\n"), strings.Join(want, "\n"))
 	}
 }
+
+// taskLineRe matches the line that ends a Task.
+var taskLineRe = regexp.MustCompile(`^── (completed|failed|aborted) · ([0-9.]+ s|\d+m \d\ds)( · \d+ requests?)?( · [0-9,]+ tokens \([0-9,]+ out\))?$`)
 
 // gatedCmd is a slow command that runs until the test creates the file
 // "proceed" in its Workspace (openGate), bounded at a minute: the steering
@@ -107,18 +117,18 @@ func TestChatApprovalsInline(t *testing.T) {
 	p.expect("approvals always-ask")
 	p.expect("> ")
 	p.send("run three commands\r")
-	p.expect("allow exec_command? [Y/n] ")
+	p.expect("allow exec_command? [Y/n/a] ")
 	p.send("y\r")
 	p.expect("✓ allowed")
 	p.expect("said-one")
-	p.expect("allow exec_command? [Y/n] ")
+	p.expect("allow exec_command? [Y/n/a] ")
 	p.send("\r")
 	p.expect("✓ allowed")
 	p.expect("said-two")
-	p.expect("allow exec_command? [Y/n] ")
+	p.expect("allow exec_command? [Y/n/a] ")
 	p.send("n\r")
 	p.expect("✗ deny")
-	p.expect("allow exec_command? [Y/n] ")
+	p.expect("allow exec_command? [Y/n/a] ")
 	p.send("\x03") // Ctrl-C at the question denies
 	p.expect("✗ deny")
 	p.expect("all asked")
@@ -209,7 +219,7 @@ func TestChatPipedStdin(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("status %d\n%s\n%s", code, out, errOut)
 	}
-	order := []string{"> line one", "reply one", "model " + model, "> line two", "allow exec_command? [Y/n] no terminal to ask: denied", "reply two", "resume with:"}
+	order := []string{"> line one", "reply one", "model " + model, "> line two", "allow exec_command? [Y/n/a] no terminal to ask: denied", "reply two", "resume with:"}
 	at := 0
 	for _, w := range order {
 		i := strings.Index(out[at:], w)
@@ -423,10 +433,10 @@ func TestRunApprovalsOnTerminal(t *testing.T) {
 	}
 	model := writeScript(t, ws, `{"requests": [`+call("one")+`,`+call("two")+`, {"steps": [{"text": "run is done"}]}]}`)
 	p := startPTY(t, ws, env, "run", "--model", model, "--approve", "always-ask", "two commands")
-	p.expect("allow exec_command? [Y/n] ")
+	p.expect("allow exec_command? [Y/n/a] ")
 	p.send("\r")
 	p.expect("said-one")
-	p.expect("allow exec_command? [Y/n] ")
+	p.expect("allow exec_command? [Y/n/a] ")
 	p.send("\x03")
 	p.expect("^C denied")
 	p.expect("✗ deny")
@@ -484,14 +494,14 @@ func TestChatScreen(t *testing.T) {
 	p := startPTY(t, ws, env, "chat", "--model", model, "--approve", "always-ask")
 	p.expect("> ")
 	p.send("do the slow thing\r")
-	p.expect("allow exec_command? [Y/n] ")
+	p.expect("allow exec_command? [Y/n/a] ")
 	p.send("\r")
 	p.expect("started")
 	p.send("use the blue one\r")
 	p.expect("queued: use the blue one")
 	openGate(t, ws)
 	p.expect("(steering)")
-	p.expect("allow edit_file? [Y/n] ")
+	p.expect("allow edit_file? [Y/n/a] ")
 	p.send("n\r")
 	p.expect("all done")
 	p.expect("> ")
@@ -503,7 +513,7 @@ func TestChatScreen(t *testing.T) {
 		"> do the slow thing",
 		"Let me run it, streaming slowly",
 		`→ exec_command {"description":"slow","cmd":"` + gatedCmd + `"}`,
-		"allow exec_command? [Y/n]",
+		"allow exec_command? [Y/n/a]",
 		"  ✓ allowed call_1",
 		"  │ started",
 		"steer> use the blue one",
@@ -515,7 +525,7 @@ func TestChatScreen(t *testing.T) {
 		"  - y",
 		"  + z",
 		"? approve edit_file a.txt (call_2)",
-		"allow edit_file? [Y/n] n",
+		"allow edit_file? [Y/n/a] n",
 		"  ✗ deny call_2",
 		"all done",
 		">",
@@ -541,7 +551,7 @@ func TestChatResumesARun(t *testing.T) {
 	}
 	for _, args := range [][]string{{"chat", "--resume", m[1]}, {"chat", "--resume"}} {
 		out, errOut, code := runPiped(t, ws, env, "and more\n", args...)
-		if code != 0 || !strings.Contains(out, "resumed session "+m[1]) || !strings.Contains(out, "> once\nran once\n> and more\n") {
+		if code != 0 || !strings.Contains(out, "resumed session "+m[1]) || !regexp.MustCompile(`> once\nran once\n── completed · [0-9.]+ s · 1 request[^\n]*\n> and more\n`).MatchString(out) {
 			t.Errorf("floe %v: status %d\n%s\n%s", args, code, out, errOut)
 		}
 	}

@@ -6,9 +6,11 @@ import (
 	"errors"
 	"io"
 	"os"
+	"regexp"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"unicode"
 
 	"github.com/chzyer/readline"
 )
@@ -211,13 +213,76 @@ func (c *ttyConsole) writeLocked(p []byte) {
 func (c *ttyConsole) refreshLocked() {
 	p := c.prompt
 	if !c.typing {
-		// Tabs would throw the editor's width count off.
-		p = strings.ReplaceAll(c.tail, "\t", "    ") + c.status + p
+		room := readline.GetScreenWidth() - textWidth(c.status) - textWidth(p) - 1
+		p = tailPreview(c.tail, room) + c.status + p
 	} else if c.prompt == "" {
 		p = "steer> "
 	}
 	c.rl.SetPrompt(p)
 	c.rl.Refresh()
+}
+
+// tailPreview is what the prompt row shows of the output line still
+// streaming: its end, in at most room columns, without escapes, tabs as
+// spaces. The editor's prompt must stay on one row: a prompt wider than
+// the terminal is redrawn a row lower each time, leaving a copy of the
+// line on the screen per redraw. The whole line is written once, above
+// the prompt, when it ends.
+func tailPreview(tail string, room int) string {
+	if tail == "" {
+		return ""
+	}
+	t := ansiSeq.ReplaceAllString(tail, "")
+	t = strings.ReplaceAll(t, "\t", "    ")
+	t = strings.Map(func(r rune) rune {
+		if r < ' ' || r == 0x7f {
+			return -1
+		}
+		return r
+	}, t)
+	if room < 2 {
+		return ""
+	}
+	if textWidth(t) <= room {
+		return t
+	}
+	rs := []rune(t)
+	w := 1 // the ellipsis
+	i := len(rs)
+	for i > 0 && w+runeWidth(rs[i-1]) <= room {
+		i--
+		w += runeWidth(rs[i])
+	}
+	return "…" + string(rs[i:])
+}
+
+var ansiSeq = regexp.MustCompile(`\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b[()][0-9A-Za-z]`)
+
+// textWidth is the terminal columns s takes (escapes take none).
+func textWidth(s string) int {
+	n := 0
+	for _, r := range ansiSeq.ReplaceAllString(s, "") {
+		n += runeWidth(r)
+	}
+	return n
+}
+
+// runeWidth: 2 for the wide East Asian and emoji ranges, 0 for combining
+// marks, else 1.
+func runeWidth(r rune) int {
+	switch {
+	case r < ' ':
+		return 0
+	case unicode.Is(unicode.Mn, r):
+		return 0
+	case r >= 0x1100 && (r <= 0x115f || r == 0x2329 || r == 0x232a ||
+		(r >= 0x2e80 && r <= 0xa4cf && r != 0x303f) || (r >= 0xac00 && r <= 0xd7a3) ||
+		(r >= 0xf900 && r <= 0xfaff) || (r >= 0xfe30 && r <= 0xfe4f) || (r >= 0xff00 && r <= 0xff60) ||
+		(r >= 0xffe0 && r <= 0xffe6) || (r >= 0x1f300 && r <= 0x1f64f) || (r >= 0x1f900 && r <= 0x1f9ff) ||
+		(r >= 0x20000 && r <= 0x3fffd)):
+		return 2
+	}
+	return 1
 }
 
 func (c *ttyConsole) Events() <-chan inputEvent { return c.events }

@@ -13,6 +13,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -167,10 +168,11 @@ func cmdRun(ctx context.Context, stopSignals context.CancelFunc, name string, ar
 	approvals := make(chan omni.ServerEvent, 64)
 	denyAsked := make(chan struct{}, 1)
 	var asking atomic.Bool
+	allowed := &toolSet{}
 	go func() {
 		for ev := range approvals {
 			asking.Store(true)
-			answerApproval(st, sid, &ev, lines, denyAsked)
+			answerApproval(st, sid, &ev, lines, denyAsked, allowed)
 			asking.Store(false)
 		}
 	}()
@@ -233,6 +235,9 @@ func cmdRun(ctx context.Context, stopSignals context.CancelFunc, name string, ar
 		r.Message(&m)
 		return nil
 	})
+	if err == nil {
+		r.TaskEnd(status)
+	}
 	r.Flush()
 	if err != nil {
 		return 1, err
@@ -278,19 +283,54 @@ func waitTrace(home, sid string, seq uint64) string {
 // answerApproval asks on the terminal (Enter or y allows, n denies);
 // without a terminal on stdin it denies and says why. Approvals are asked
 // one at a time, in the order they come.
-func answerApproval(st *stack.Stack, sid string, ev *omni.ServerEvent, lines <-chan string, deny <-chan struct{}) {
+func answerApproval(st *stack.Stack, sid string, ev *omni.ServerEvent, lines <-chan string, deny <-chan struct{}, allowed *toolSet) {
 	var tc omni.Message
 	if omni.Unmarshal(ev.ToolCall, &tc) != nil {
 		return
 	}
-	decision := askApproval(tc.Payload.Name, lines, deny)
+	decision := askApproval(tc.Payload.Name, lines, deny, nil, allowed)
 	body, _ := omni.Pack(&omni.Control{ToolCallID: tc.Payload.ToolCallID, Decision: decision})
 	_, _ = st.Conn.Request(omni.ControlSubject(sid, omni.CtlApprove), body, 5*time.Second)
 }
 
 // approvePrompt is the question of an approval: Enter allows, as in the
 // original harness.
-func approvePrompt(tool string) string { return "allow " + tool + "? [Y/n] " }
+// a allows the tool for the rest of the Session.
+func approvePrompt(tool string) string { return "allow " + tool + "? [Y/n/a] " }
+
+// answerAlways is parseAnswer's decision for "a": allow this call and
+// every later call of the same tool in the Session without asking.
+const answerAlways = "always"
+
+// toolSet holds the tools allowed for the rest of a Session ("a" at an
+// approval prompt). Safe for concurrent use.
+type toolSet struct {
+	mu sync.Mutex
+	m  map[string]bool
+}
+
+func (s *toolSet) add(tool string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.m == nil {
+		s.m = make(map[string]bool)
+	}
+	s.m[tool] = true
+}
+
+func (s *toolSet) has(tool string) bool {
+	if s == nil {
+		return false
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.m[tool]
+}
+
+// allowedAlways is said when a call is allowed by an earlier "a".
+func allowedAlways(tool string) string {
+	return "allow " + tool + "? yes (allowed for this session)"
+}
 
 // noTerminal is said when an approval cannot be asked.
 const noTerminal = "no terminal to ask: denied"
@@ -299,7 +339,15 @@ const noTerminal = "no terminal to ask: denied"
 // allow; n, no deny; anything else asks again. The end of input, or a
 // Ctrl-C sent on deny, denies. Without a terminal on stdin (lines nil) it
 // denies and says why.
-func askApproval(tool string, lines <-chan string, deny <-chan struct{}) string {
+//
+// a allows the call and adds the tool to allowed: a tool in allowed is
+// allowed without asking. A decision arriving on gone (the call answered
+// elsewhere) ends the question with "" and says so.
+func askApproval(tool string, lines <-chan string, deny <-chan struct{}, gone <-chan string, allowed *toolSet) string {
+	if allowed.has(tool) {
+		fmt.Fprintln(os.Stderr, allowedAlways(tool))
+		return omni.DecisionAllow
+	}
 	if lines == nil {
 		fmt.Fprintf(os.Stderr, "%s%s\n", approvePrompt(tool), noTerminal)
 		return omni.DecisionDeny
@@ -313,14 +361,36 @@ func askApproval(tool string, lines <-chan string, deny <-chan struct{}) string 
 				return omni.DecisionDeny
 			}
 			if d, ok := parseAnswer(line); ok {
+				if d == answerAlways {
+					if allowed != nil {
+						allowed.add(tool)
+					}
+					return omni.DecisionAllow
+				}
 				return d
 			}
-			fmt.Fprintln(os.Stderr, "answer y (or Enter) to allow, n to deny")
+			fmt.Fprintln(os.Stderr, "answer y (or Enter) to allow, n to deny, a to allow "+tool+" for the rest of the session")
 		case <-deny:
 			fmt.Fprintln(os.Stderr, "^C denied")
 			return omni.DecisionDeny
+		case d := <-gone:
+			fmt.Fprintln(os.Stderr, "(answered elsewhere: "+decisionWord(d)+")")
+			return ""
 		}
 	}
+}
+
+// decisionWord is an approval decision as a person says it.
+func decisionWord(d string) string {
+	switch d {
+	case omni.DecisionAllow:
+		return "allowed"
+	case omni.DecisionDeny:
+		return "denied"
+	case omni.DecisionForbidden:
+		return "forbidden by policy"
+	}
+	return "the task ended"
 }
 
 // stdinLines reads the terminal on stdin line by line; nil when stdin is
@@ -340,13 +410,16 @@ func stdinLines() <-chan string {
 	return ch
 }
 
-// parseAnswer reads an approval answer: y, yes or empty allow; n, no deny.
+// parseAnswer reads an approval answer: y, yes or empty allow; n, no
+// deny; a, always answerAlways.
 func parseAnswer(line string) (decision string, ok bool) {
 	switch strings.ToLower(strings.TrimSpace(line)) {
 	case "", "y", "yes":
 		return omni.DecisionAllow, true
 	case "n", "no":
 		return omni.DecisionDeny, true
+	case "a", "always":
+		return answerAlways, true
 	}
 	return "", false
 }

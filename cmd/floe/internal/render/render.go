@@ -4,6 +4,7 @@
 package render
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -35,6 +36,7 @@ type Renderer struct {
 	openKey  string             // segment whose text is mid-line
 	outputID string             // tool whose output was printed last
 	atBOL    bool
+	task     taskTally // the Task being rendered, for its closing line
 }
 
 // New returns a Renderer writing to w.
@@ -111,6 +113,9 @@ func prefixOf(origin []string) string {
 func (r *Renderer) Message(m *omni.Message) {
 	p := &m.Payload
 	pre := prefix(m)
+	if len(m.Origin) == 0 {
+		r.tally(m)
+	}
 	switch {
 	case m.IsPartial():
 		r.partial(m, pre)
@@ -153,16 +158,26 @@ func (r *Renderer) Message(m *omni.Message) {
 			}
 			r.line(pre + r.paint(style, p.Text))
 		case omni.TypeThinking:
-			r.line(pre + r.paint(dim, p.Thinking))
+			r.line(pre + r.paint(dim, "thinking: "+p.Thinking))
 		case omni.TypeToolCall:
 			r.toolCall(pre, p)
 		case omni.TypeToolCallOutput:
-			lines := strings.Split(strings.TrimRight(p.Output, "\n"), "\n")
+			// As a streamed output is drawn: a header, the lines behind a
+			// bar, folded alike, and how it ended when not completed.
+			r.newline()
+			r.write(pre + r.paint(dim, "  ┌ output "+p.ToolCallID) + "\n")
+			r.outputID = k
+			lines := splitLines(p.Output)
 			if n := len(lines); !r.Full && n > foldHead+foldTail+foldSlack {
 				hidden := r.paint(dim, fmt.Sprintf("… %d more lines (%d in all) …", n-foldHead-foldTail, n))
 				lines = append(append(lines[:foldHead:foldHead], hidden), lines[n-foldTail:]...)
 			}
-			r.line(pre + "  " + strings.Join(lines, "\n"+pre+"  "))
+			for _, l := range lines {
+				r.write(pre + "  │ " + l + "\n")
+			}
+			if p.Stop() != omni.StatusCompleted {
+				r.line(pre + r.paint(red, "  └ "+p.StopReason))
+			}
 		}
 	case m.Type == omni.KindEvent:
 		r.event(m, pre)
@@ -195,12 +210,10 @@ func (r *Renderer) partial(m *omni.Message, pre string) {
 		}
 		return
 	case omni.TypePartialToolCall:
-		if p.EventType == omni.EventStart && diffTool(p.Name) {
-			r.deferred[k] = true
-		}
-		if r.deferred[k] {
-			return // shown as a diff when the call is complete
-		}
+		// A call is shown whole when complete, as history shows it (its
+		// arguments compacted, a diff for file edits).
+		r.deferred[k] = true
+		return
 	}
 	if r.openKey != k {
 		r.newline()
@@ -321,13 +334,13 @@ func (r *Renderer) Server(ev *omni.ServerEvent) {
 // Flush ends any open line.
 func (r *Renderer) Flush() { r.newline() }
 
+// compact is a call's arguments on one line, keys in the model's order.
 func compact(args string) string {
-	var v any
-	if json.Unmarshal([]byte(args), &v) != nil {
+	var b bytes.Buffer
+	if json.Compact(&b, []byte(args)) != nil {
 		return args
 	}
-	b, _ := json.Marshal(v)
-	return string(b)
+	return b.String()
 }
 
 // toolCall renders a complete tool call: a short diff for file edits, else

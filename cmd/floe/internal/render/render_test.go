@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	"floe.dev/pkg/omni"
 )
@@ -133,6 +134,81 @@ func TestHookLine(t *testing.T) {
 		New(&buf, false).Message(&m)
 		if buf.String() != tc.want {
 			t.Errorf("got %q, want %q", buf.String(), tc.want)
+		}
+	}
+}
+
+func TestTaskLine(t *testing.T) {
+	tests := []struct {
+		status   string
+		took     time.Duration
+		requests int
+		u        omni.Usage
+		want     string
+	}{
+		{"completed", 3200 * time.Millisecond, 2, omni.Usage{Total: 1234, Output: 56}, "── completed · 3.2 s · 2 requests · 1,234 tokens (56 out)"},
+		{"aborted", 0, 1, omni.Usage{}, "── aborted · 0.0 s · 1 request"},
+		{"failed", 95 * time.Second, 0, omni.Usage{Total: 1234567}, "── failed · 1m 35s · 1,234,567 tokens (0 out)"},
+	}
+	for _, tt := range tests {
+		if got := TaskLine(tt.status, tt.took, tt.requests, tt.u); got != tt.want {
+			t.Errorf("TaskLine(%s) = %q, want %q", tt.status, got, tt.want)
+		}
+	}
+}
+
+// History and a live stream render a Task alike: the complete messages
+// of a Trace give the lines their partials gave.
+func TestHistoryRendersLikeLive(t *testing.T) {
+	at := func(ms int, m omni.Message) omni.Message {
+		m.Timestamp = time.Date(2026, 12, 1, 10, 0, 0, ms*int(time.Millisecond), time.UTC).Format(omni.TimeLayout)
+		return m
+	}
+	args := `{"description": "List",  "cmd": "ls"}`
+	complete := []omni.Message{
+		at(0, omni.UserText("go")),
+		at(10, omni.RequestBegin()),
+		at(20, omni.Thinking("Hmm.")),
+		at(30, omni.ToolCall("exec_command", args, "call_1")),
+		at(40, omni.ApprovalDecision(omni.DecisionAllow, "call_1")),
+		at(50, omni.ToolCallOutput("call_1", "a\nb\n", "")),
+		at(60, omni.Text(omni.RoleAssistant, "Two files.")),
+		at(70, omni.TokenUsage(omni.Usage{Total: 100, Output: 10}, omni.Usage{Total: 100, Output: 10})),
+		at(1500, omni.RequestEnd(omni.StatusCompleted, "", 0, 0)),
+	}
+	var live []omni.Message
+	for _, m := range complete {
+		switch m.Payload.Type {
+		case omni.TypeThinking:
+			live = append(live, omni.Partial(omni.TypeThinking, omni.EventStart, "", "", ""), omni.Partial(omni.TypeThinking, omni.EventDelta, "Hm", "", ""), omni.Partial(omni.TypeThinking, omni.EventDelta, "m.", "", ""), omni.Partial(omni.TypeThinking, omni.EventStop, "", "", ""))
+		case omni.TypeToolCall:
+			live = append(live, omni.Partial(omni.TypeToolCall, omni.EventStart, "", "exec_command", "call_1"), omni.Partial(omni.TypeToolCall, omni.EventDelta, args, "", "call_1"), omni.Partial(omni.TypeToolCall, omni.EventStop, "", "", "call_1"))
+		case omni.TypeToolCallOutput:
+			live = append(live, omni.Partial(omni.TypeToolCallOutput, omni.EventStart, "", "", "call_1"), omni.Partial(omni.TypeToolCallOutput, omni.EventDelta, "a\nb\n", "", "call_1"), omni.Partial(omni.TypeToolCallOutput, omni.EventStop, "", "", "call_1"))
+		case omni.TypeText:
+			if m.Payload.Role == omni.RoleAssistant {
+				live = append(live, omni.Partial(omni.TypeText, omni.EventStart, "", "", ""), omni.Partial(omni.TypeText, omni.EventDelta, "Two ", "", ""), omni.Partial(omni.TypeText, omni.EventDelta, "files.", "", ""), omni.Partial(omni.TypeText, omni.EventStop, "", "", ""))
+			}
+		}
+		live = append(live, m)
+	}
+	render := func(msgs []omni.Message, end string) string {
+		var b strings.Builder
+		r := New(&b, false)
+		for i := range msgs {
+			r.Message(&msgs[i])
+		}
+		r.TaskEnd(end)
+		r.Flush()
+		return b.String()
+	}
+	hist, lv := render(complete, ""), render(live, omni.StatusCompleted)
+	if hist != lv {
+		t.Fatalf("history renders\n%s\nlive\n%s", hist, lv)
+	}
+	for _, want := range []string{"> go\n", "thinking: Hmm.\n", `→ exec_command {"description":"List","cmd":"ls"}`, "  ┌ output call_1\n  │ a\n  │ b\n", "Two files.\n", "── completed · 1.5 s · 1 request · 100 tokens (10 out)\n"} {
+		if !strings.Contains(hist, want) {
+			t.Errorf("the rendering lacks %q:\n%s", want, hist)
 		}
 	}
 }
