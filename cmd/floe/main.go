@@ -50,6 +50,7 @@ func init() {
 		{"run", "[flags] \"prompt\"", "run one Task in-process (embedded NATS) and render it", cmdRun},
 		{"serve", "[flags]", "all-in-one server: embedded JetStream + every service + HTTP gateway", errOnly(cmdServe)},
 		{"attach", "<session-id> [flags]", "render a Session live from a gateway", cmdAttach},
+		{"sessions", "[--json] [-n N] [--server URL]", "list the recent Sessions: titles, states, Workspaces", cmdSessions},
 		{"replay", "<session-id> [flags]", "print a Session's stream from JetStream", errOnly(cmdReplay)},
 		{"import", "FILE [--model M] [--workspace DIR] [--server URL]", "import a Trace file (Floe's or the original harness's) as a new Session", cmdImport},
 		{"export", "<session-id> [--index N] [--server URL]", "write a Session's Trace file to stdout", cmdExport},
