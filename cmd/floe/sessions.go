@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net/http"
 	"os"
 	"path/filepath"
 	"sort"
@@ -14,8 +13,6 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"floe.dev/cmd/floe/internal/stack"
-	"floe.dev/services/gateway"
 	"floe.dev/services/gateway/client"
 )
 
@@ -124,33 +121,15 @@ func cutLine(s string, n int) string {
 // floe serve holds the home's store, it asks that server (FLOE_HTTP_ADDR)
 // instead.
 func sessionsDirect(ctx context.Context, c *common) ([]client.Session, error) {
-	busCfg, err := c.busConfig()
-	if err != nil {
-		return nil, err
-	}
-	log := c.logger()
-	st, err := stack.Start(ctx, stack.Options{Home: c.home, Listen: "off", Bus: busCfg}, log)
-	if err != nil {
-		url := "http://" + c.httpAddr
-		if list, serr := serverClient(url).ListSessions(ctx); serr == nil {
-			return list, nil
+	var list []client.Session
+	err := withDirectClient(ctx, c, func(cl *client.Client) (err error) {
+		list, err = cl.ListSessions(ctx)
+		return err
+	})
+	if err != nil && errors.Is(err, errStoreOpen) {
+		if l, serr := serverClient("http://" + c.httpAddr).ListSessions(ctx); serr == nil {
+			return l, nil
 		}
-		return nil, fmt.Errorf("open %s (is `floe serve` running on it? then pass --server URL): %w", c.home, err)
 	}
-	defer st.StopIdle()
-	gc, err := gatewayConfig(c)
-	if err != nil {
-		return nil, err
-	}
-	gc.Addr = ""
-	h, release, err := gateway.NewHandler(ctx, st.Conn, *gc, log)
-	if err != nil {
-		return nil, err
-	}
-	defer release()
-	opts := []client.Option{client.WithHTTPClient(&http.Client{Transport: handlerTransport{h}})}
-	if tok := gateway.ClientToken(os.Getenv("FLOE_API_TOKEN")); tok != "" {
-		opts = append(opts, client.WithToken(tok))
-	}
-	return client.New("http://floe.local", opts...).ListSessions(ctx)
+	return list, err
 }

@@ -161,7 +161,7 @@ func withDirectClient(ctx context.Context, c *common, fn func(*client.Client) er
 	log := c.logger()
 	st, err := stack.Start(ctx, stack.Options{Home: c.home, Listen: "off", Bus: busCfg}, log)
 	if err != nil {
-		return fmt.Errorf("open %s (is `floe serve` running? then pass --server): %w", c.home, err)
+		return fmt.Errorf("%w %s (is `floe serve` running? then pass --server): %w", errStoreOpen, c.home, err)
 	}
 	defer st.Stop()
 	gc, err := gatewayConfig(c)
@@ -183,6 +183,9 @@ func withDirectClient(ctx context.Context, c *common, fn func(*client.Client) er
 	// A loopback host: the gateway refuses Host names it does not serve.
 	return fn(client.New("http://floe.localhost", opts...))
 }
+
+// errStoreOpen marks withDirectClient's failure to open the home's store.
+var errStoreOpen = errors.New("open")
 
 // handlerTransport answers requests with an http.Handler in-process.
 type handlerTransport struct{ h http.Handler }

@@ -115,11 +115,13 @@ func Ensure(ctx context.Context, js jetstream.JetStream, c Config) (*Sessions, [
 			name       string
 			live, want any
 		}{
+			// Zero asks for the server's default, which the live
+			// layout holds as its value: the same setting.
 			{"max_age", live.MaxAge, want.MaxAge},
-			{"max_bytes", live.MaxBytes, want.MaxBytes},
-			{"duplicate_window", live.Duplicates, want.Duplicates},
-			{"max_consumers", live.MaxConsumers, want.MaxConsumers},
-			{"replicas", live.Replicas, want.Replicas},
+			{"max_bytes", live.MaxBytes, orDefault(want.MaxBytes, -1)},
+			{"duplicate_window", live.Duplicates, orDefault(want.Duplicates, defaultDuplicates(live))},
+			{"max_consumers", live.MaxConsumers, orDefault(want.MaxConsumers, -1)},
+			{"replicas", live.Replicas, orDefault(want.Replicas, 1)},
 		} {
 			if d.live != d.want {
 				diffs = append(diffs, fmt.Sprintf("%s %s is %v in the live layout, %v here (floe setup changes it)", want.Name, d.name, d.live, d.want))
@@ -135,6 +137,25 @@ func Ensure(ctx context.Context, js jetstream.JetStream, c Config) (*Sessions, [
 	}
 	sessions, err := setupBucket(ctx, js, c)
 	return sessions, diffs, err
+}
+
+// orDefault is v, or def when v is zero (a setting left to the server).
+func orDefault[T comparable](v, def T) T {
+	var zero T
+	if v == zero {
+		return def
+	}
+	return v
+}
+
+// defaultDuplicates is the duplicate window the server gives a stream
+// created without one: two minutes, or its max age when shorter.
+func defaultDuplicates(live jetstream.StreamConfig) time.Duration {
+	const d = 2 * time.Minute
+	if live.MaxAge > 0 && live.MaxAge < d {
+		return live.MaxAge
+	}
+	return d
 }
 
 func streamConfigs(c Config) []jetstream.StreamConfig {

@@ -61,3 +61,19 @@ func TestEnsureKeepsTheLiveLayoutsSettings(t *testing.T) {
 		t.Errorf("differences %q do not report FLOE_SESSIONS max_age", diffs)
 	}
 }
+
+// A layout Ensure made with settings left to the server (zero: the
+// defaults floe chat and floe serve start with) agrees with the same
+// settings the next time: no warning on a healthy start.
+func TestEnsureDefaultsAgreeWithTheLiveLayout(t *testing.T) {
+	for _, c := range []bus.Config{{}, {MaxAge: time.Minute}, {MaxAge: time.Hour, MaxBytes: 1 << 30}} {
+		env := bustest.Start(t, c)
+		_, diffs, err := bus.Ensure(context.Background(), env.JS, c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(diffs) != 0 {
+			t.Errorf("Ensure(%+v) again reports %q", c, diffs)
+		}
+	}
+}

@@ -68,7 +68,7 @@ func lockStore(dir string) (*os.File, error) {
 	}
 	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
 		f.Close()
-		return nil, fmt.Errorf("%w (%s): is `floe serve` running on this FLOE_HOME? Use it with FLOE_NATS_URL, or choose another --home", ErrStoreInUse, dir)
+		return nil, fmt.Errorf("%w (%s): is `floe serve` running on this FLOE_HOME? Use that server with --server (floe chat --server http://127.0.0.1:7364, its default address), or choose another --home", ErrStoreInUse, dir)
 	}
 	return f, nil
 }
