@@ -126,7 +126,7 @@ func TestFirstFiveMinutesErrors(t *testing.T) {
 	  {"expect_tool_outputs": ["call_1"], "steps": [{"text": "understood"}]}
 	]}`)
 	out, errOut, code := runPiped(t, ws, env, "y\n", "run", "--model", model, "--approve", "always-ask", "run it")
-	if code != 0 || !strings.Contains(errOut, "allow exec_command? [Y/n] no terminal to ask: denied") || strings.Contains(out, "ran-it\n") {
+	if code != 0 || !strings.Contains(errOut, "allow exec_command? [Y/n/a] no terminal to ask: denied") || strings.Contains(out, "ran-it\n") {
 		t.Errorf("run --approve always-ask without a terminal: status %d\nstdout:\n%s\nstderr:\n%s", code, out, errOut)
 	}
 	if !strings.Contains(out, "✗ deny") {

@@ -463,22 +463,15 @@ func interspersed(fs *flag.FlagSet, args []string) []string {
 	return append(flags, append([]string{"--"}, rest...)...)
 }
 
-// checkWorkspace applies the gateway's Workspace rule to a local command:
-// ws must lie inside FLOE_WORKSPACE_ROOTS (default: $FLOE_HOME/workspaces
-// and the user's home directory) or the current directory, and is never
-// "/". It returns ws with its links resolved.
-func checkWorkspace(home, ws string) (string, error) {
-	roots := gateway.WorkspaceRootsFromList(os.Getenv("FLOE_WORKSPACE_ROOTS"))
-	if roots == nil {
-		roots = gateway.DefaultWorkspaceRoots(home)
-	}
-	shown := strings.Join(roots, ":")
-	if cwd, err := os.Getwd(); err == nil && cwd != "/" {
-		roots = append(roots, cwd)
-	}
-	real, err := gateway.CheckWorkspace(ws, roots)
+// checkWorkspace checks the Workspace of a local command (floe run, floe
+// chat without --server) and returns it with its links resolved. The
+// person at the terminal is the operator: any directory they name is
+// theirs to use, "/" aside. FLOE_WORKSPACE_ROOTS guards what HTTP clients
+// of a server may ask for, not this.
+func checkWorkspace(_ string, ws string) (string, error) {
+	real, err := gateway.CheckWorkspace(ws, []string{ws})
 	if err != nil {
-		return "", fmt.Errorf("%w (allowed: %s and the current directory; set FLOE_WORKSPACE_ROOTS, colon-separated)", err, shown)
+		return "", fmt.Errorf("workspace %s: %w", ws, err)
 	}
 	return real, nil
 }
