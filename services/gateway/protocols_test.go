@@ -136,6 +136,21 @@ func TestAGUIThreadsAreTheirCallersSessions(t *testing.T) {
 	if st := get(aliceToken, "/api/agui/5f0e7a9c-thread/run-x"); st != 404 {
 		t.Errorf("an unknown run: %d, want 404", st)
 	}
+	// Once the run's messages have left the stream, its replay is gone,
+	// said as such (not a stream that waits for a start it cannot see).
+	stream, err := env.JS.Stream(ctx, omni.SessionsStream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := env.JS.Publish(ctx, omni.SessionSubject(sid, omni.ClassServer), []byte(`{"type":"task_state","state":"running"}`)); err != nil {
+		t.Fatal(err)
+	}
+	if err := stream.Purge(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if st := get(aliceToken, "/api/agui/5f0e7a9c-thread/run-1"); st != http.StatusGone {
+		t.Errorf("a run past retention: %d, want 410", st)
+	}
 }
 
 type rpcReply struct {

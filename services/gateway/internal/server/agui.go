@@ -229,9 +229,12 @@ func (p eventPos) after(o agui.Out) bool {
 // streamAGUIRun answers the run's events as SSE: from its RUN_STARTED, or
 // only those after lastID, following the stream live to the run's end.
 func (s *Server) streamAGUIRun(w http.ResponseWriter, r *http.Request, run *aguiRun, lastID string) *apiError {
-	_, epoch, err := s.lastSeq(r.Context())
+	kept, epoch, err := s.retained(r.Context(), run.From)
 	if err != nil {
 		return unavailable("read stream", err)
+	}
+	if !kept {
+		return errorf(http.StatusGone, omni.CodeExpired, "run %q: its messages have left the stream's retention", run.RunID)
 	}
 	skip := eventPos{}
 	if lastID != "" {

@@ -216,6 +216,16 @@ func (s *Server) lastSeq(ctx context.Context) (uint64, int64, error) {
 	return info.State.LastSeq, epochOf(info), nil
 }
 
+// retained reports whether the stream still holds everything from
+// sequence from on (a Task's messages), and the stream's epoch.
+func (s *Server) retained(ctx context.Context, from uint64) (bool, int64, error) {
+	info, err := s.stream.Info(ctx)
+	if err != nil {
+		return false, 0, err
+	}
+	return info.State.FirstSeq <= max(from, 1), epochOf(info), nil
+}
+
 // sseStart writes the head of an SSE answer and returns a function that
 // writes and flushes a batch within the write timeout.
 func (s *Server) sseStart(w http.ResponseWriter) func([]byte) error {
