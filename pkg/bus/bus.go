@@ -213,7 +213,7 @@ func setupBucket(ctx context.Context, js jetstream.JetStream, c Config) (*Sessio
 	}); err != nil {
 		return nil, fmt.Errorf("bus: create bucket %s: %w", omni.ProtocolsBucket, err)
 	}
-	return &Sessions{kv: kv}, nil
+	return &Sessions{kv: kv, nc: js.Conn()}, nil
 }
 
 // SignInTTL is how long a browser sign-in lasts: the max age of the
@@ -238,7 +238,7 @@ func Open(ctx context.Context, js jetstream.JetStream) (*Sessions, error) {
 	if err != nil {
 		return nil, fmt.Errorf("bus: open bucket %s: %w", omni.SessionsBucket, err)
 	}
-	return &Sessions{kv: kv}, nil
+	return &Sessions{kv: kv, nc: js.Conn()}, nil
 }
 
 // Header names.

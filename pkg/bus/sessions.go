@@ -1,10 +1,14 @@
 package bus
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"floe.dev/pkg/omni"
@@ -13,6 +17,7 @@ import (
 // Sessions stores Session records in the SessionsBucket KV bucket.
 type Sessions struct {
 	kv jetstream.KeyValue
+	nc *nats.Conn // for leader reads (GetLatest); nil: GetLatest is Get
 }
 
 // Errors of the Session record store.
@@ -88,12 +93,70 @@ func principalOf(b []byte) string {
 	return p.Principal
 }
 
+// GetLatest is Get answered by the bucket's stream leader, which holds
+// every acknowledged write: Get is a direct get that any replica may
+// answer, and in a cluster a lagging one can miss a write acknowledged a
+// moment ago (an engine then saw another Task in the record of the Task it
+// was handed, and dropped it). Use it where a decision rests on the read.
+func (s *Sessions) GetLatest(ctx context.Context, id string) (*omni.SessionRecord, uint64, error) {
+	if s.nc == nil {
+		return s.Get(ctx, id)
+	}
+	if !omni.ValidSessionID(id) {
+		return nil, 0, ErrSessionNotFound
+	}
+	req, _ := json.Marshal(map[string]string{"last_by_subj": "$KV." + omni.SessionsBucket + "." + id})
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
+	}
+	m, err := s.nc.RequestWithContext(ctx, "$JS.API.STREAM.MSG.GET.KV_"+omni.SessionsBucket, req)
+	if err != nil {
+		return nil, 0, fmt.Errorf("bus: get session %s from the leader: %w", id, err)
+	}
+	var resp struct {
+		Error *struct {
+			Code    int    `json:"code"`
+			ErrCode int    `json:"err_code"`
+			Desc    string `json:"description"`
+		} `json:"error"`
+		Message *struct {
+			Seq  uint64 `json:"seq"`
+			Hdrs []byte `json:"hdrs"`
+			Data []byte `json:"data"`
+		} `json:"message"`
+	}
+	if err := json.Unmarshal(m.Data, &resp); err != nil {
+		return nil, 0, fmt.Errorf("bus: get session %s from the leader: %w", id, err)
+	}
+	if resp.Error != nil {
+		if resp.Error.Code == 404 {
+			return nil, 0, ErrSessionNotFound
+		}
+		return nil, 0, fmt.Errorf("bus: get session %s from the leader: %s (%d)", id, resp.Error.Desc, resp.Error.ErrCode)
+	}
+	if resp.Message == nil {
+		return nil, 0, fmt.Errorf("bus: get session %s from the leader: empty answer", id)
+	}
+	if bytes.Contains(resp.Message.Hdrs, []byte("KV-Operation")) {
+		return nil, 0, ErrSessionNotFound // a delete or purge marker
+	}
+	var r omni.SessionRecord
+	if err := omni.Unpack(resp.Message.Data, &r); err != nil {
+		return nil, resp.Message.Seq, &UndecodableError{ID: id, Revision: resp.Message.Seq, Principal: principalOf(resp.Message.Data), Err: err}
+	}
+	return &r, resp.Message.Seq, nil
+}
+
 // Update applies fn to the current record and stores it with a
 // compare-and-set, retrying when another writer got in between. fn returns
-// an error to abort (returned as is). It returns the stored record.
+// an error to abort (returned as is). It returns the stored record. fn sees
+// the leader's record (GetLatest), so its decision never rests on a stale
+// replica.
 func (s *Sessions) Update(ctx context.Context, id string, fn func(*omni.SessionRecord) error) (*omni.SessionRecord, error) {
 	for {
-		r, rev, err := s.Get(ctx, id)
+		r, rev, err := s.GetLatest(ctx, id)
 		if err != nil {
 			return nil, err
 		}

@@ -6,6 +6,7 @@ package engine
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -323,12 +324,50 @@ func (e *engine) handle(ctx context.Context, msg jetstream.Msg) {
 	case ctx.Err() != nil:
 		// Shutting down: hand the Task to another engine at once.
 		_ = msg.Nak()
+	case err != nil && delivered(msg) >= maxStartAttempts:
+		// Retried enough: fail it where the user sees it rather than keep
+		// the Session running (and refusing new Tasks) for ever.
+		e.log.Error().Err(err).Str("session_id", t.SessionID).Str("task_id", t.ID).Uint64("attempts", delivered(msg)).
+			Msg("task could not be started; failed")
+		e.failStart(ctx, t, err)
+		_ = msg.Term()
 	case err != nil:
 		e.log.Error().Err(err).Str("session_id", t.SessionID).Msg("task could not run; will be redelivered")
 		_ = msg.NakWithDelay(2 * time.Second)
 	default:
 		e.log.Info().Str("session_id", t.SessionID).Str("task_id", t.ID).Str("status", status).Msg("task finished")
 		_ = msg.Ack()
+	}
+}
+
+// maxStartAttempts is how many deliveries a Task that cannot be started
+// gets (each 2 s after the last) before it is failed.
+const maxStartAttempts = 5
+
+func delivered(msg jetstream.Msg) uint64 {
+	md, err := msg.Metadata()
+	if err != nil {
+		return 0
+	}
+	return md.NumDelivered
+}
+
+// failStart ends a Task that could not be started: the Session goes back
+// to idle with status failed, and its stream says so (task_state idle,
+// status failed) with the reason in the engine's log.
+func (e *engine) failStart(ctx context.Context, t omni.Task, cause error) {
+	if err := e.deps.Sessions.End(ctx, t.SessionID, t.ID, omni.StatusFailed); err != nil {
+		e.log.Error().Err(err).Str("session_id", t.SessionID).Msg("could not release the session of a task that failed to start")
+		return
+	}
+	b, _ := json.Marshal(omni.ServerEvent{Type: omni.ServerTaskState, State: omni.StateIdle, Status: omni.StatusFailed, TaskID: t.ID})
+	nm := nats.NewMsg(omni.SessionSubject(t.SessionID, omni.ClassServer))
+	nm.Data = b
+	nm.Header.Set("Nats-Msg-Id", t.ID+"/start-failed")
+	pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	if _, err := e.deps.JS.PublishMsg(pctx, nm); err != nil {
+		e.log.Warn().Err(err).AnErr("cause", cause).Str("session_id", t.SessionID).Msg("could not publish the failed task's end")
 	}
 }
 

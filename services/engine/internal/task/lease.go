@@ -103,6 +103,9 @@ func (l *lease) watch(ctx context.Context) {
 				return
 			}
 			rec, _, err := l.sessions.Get(ctx, l.sid)
+			if err == nil && (rec.TaskID != l.taskID || rec.Lease != l.token) {
+				rec, _, err = l.sessions.GetLatest(ctx, l.sid) // not a lagging replica's word
+			}
 			if err != nil {
 				continue // the bus is briefly unavailable; the ack wait covers it
 			}
@@ -138,7 +141,7 @@ func (l *lease) valid() bool {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	rec, _, err := l.sessions.Get(ctx, l.sid)
+	rec, _, err := l.sessions.GetLatest(ctx, l.sid)
 	if err != nil {
 		return true // cannot tell; the watcher keeps checking
 	}
