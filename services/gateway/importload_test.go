@@ -85,7 +85,9 @@ func TestImportMemoryIsBoundedByTheFile(t *testing.T) {
 			}
 		}
 	}()
-	resp, err := postImport(ctxT(t), g.URL, aliceToken, importStream(importSID, ws, size))
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute) // 43 MB of body on a shared machine
+	defer cancel()
+	resp, err := postImport(ctx, g.URL, aliceToken, importStream(importSID, ws, size))
 	close(stop)
 	wg.Wait()
 	if err != nil {
