@@ -163,3 +163,18 @@ func FuzzParseRequest(f *testing.F) {
 		}
 	})
 }
+
+func FuzzFolder(f *testing.F) {
+	f.Add([]byte(`{"type":"task_state","state":"running","taskId":"task-1"}`), []byte(`{"timestamp":"2026-01-01T00:00:00.000Z","type":"model_msg","payload":{"type":"partial_text","role":"assistant","event_type":"delta","text":"x"}}`), false)
+	f.Add([]byte(`{"type":"task_state","state":"running","taskId":"task-1"}`), []byte(`{"type":"approval_request","toolCall":{"type":"model_msg","payload":{"type":"tool_call","role":"assistant","name":"x","arguments":"{}","tool_call_id":"c"}}}`), true)
+	f.Fuzz(func(t *testing.T, a, b []byte, server bool) {
+		fo := NewFolder("task-1", "session-1")
+		fo.Feed(1, true, a)
+		fo.Feed(2, server, b)
+		fo.Feed(3, true, []byte(`{"type":"task_state","state":"idle","status":"completed","taskId":"task-1"}`))
+		if !Terminal(fo.State()) {
+			t.Fatalf("state %s after the Task's end", fo.State())
+		}
+		_ = fo.Task()
+	})
+}
