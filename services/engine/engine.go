@@ -63,6 +63,10 @@ type Config struct {
 	// Home is $FLOE_HOME: a Session resumes from its Trace files there when
 	// they exist (else from the stream alone).
 	Home string
+	// NoSnapshots folds every Task's whole history instead of starting
+	// from the Session's context snapshot (docs/history-window.md).
+	// Unstable, for comparing: FLOE_SNAPSHOTS=off.
+	NoSnapshots bool
 	// MaxSubagentDepth is how deep run_subagent may nest (default 1;
 	// negative disables subagents).
 	MaxSubagentDepth int
@@ -205,7 +209,6 @@ func Run(ctx context.Context, nc *nats.Conn, cfg Config, log zerolog.Logger) err
 		Resolve:    resolve,
 		Tools:      e.listTools,
 		MCPServers: e.mcpServers,
-		Snapshots:  snapshot.Open(ctx, js, cfg.Home, log),
 		Tel:        cfg.Telemetry,
 		Settings: task.Settings{
 			Pool:             cfg.Pool,
@@ -220,6 +223,9 @@ func Run(ctx context.Context, nc *nats.Conn, cfg Config, log zerolog.Logger) err
 			Home:             cfg.Home,
 			AckWait:          cfg.AckWait,
 		},
+	}
+	if !cfg.NoSnapshots {
+		e.deps.Snapshots = snapshot.Open(ctx, js, cfg.Home, log)
 	}
 	log.Info().Int("max_tasks", cfg.MaxTasks).Msg("engine started")
 	return e.loop(ctx, cons)
@@ -523,6 +529,7 @@ func EnvConfig(c *Config) error {
 		}
 		c.RetryMax = n
 	}
+	c.NoSnapshots = os.Getenv("FLOE_SNAPSHOTS") == "off"
 	c.Providers.OpenAIBaseURL = os.Getenv("OPENAI_BASE_URL")
 	c.Providers.OpenAIAPIKey = os.Getenv("OPENAI_API_KEY")
 	c.Providers.AnthropicBaseURL = os.Getenv("ANTHROPIC_BASE_URL")

@@ -55,8 +55,10 @@ type Config struct {
 	// with TracerRecords records in all.
 	TracerSessions []int
 	TracerRecords  int
+	// LongTasks is how many Tasks the long scenario runs in one Session.
+	LongTasks int
 	// Only, when not empty, limits the scenarios (throughput, latency,
-	// resume, idle, tasks, tracer).
+	// resume, idle, tasks, tracer, long).
 	Only []string
 	// Log receives the services' logs.
 	Log zerolog.Logger
@@ -74,14 +76,14 @@ type Config struct {
 func Quick() Config {
 	return Config{Mode: "quick", Partials: 50_000, Runs: 3, Rate: 2000, LatencyFor: 3 * time.Second,
 		Sessions: []int{1, 100, 1000}, ResumeRecords: []int{1000, 10_000, 100_000}, ResumeRuns: 3, IdleSessions: 5000,
-		TaskSessions: 1000, TracerSessions: []int{100, 10_000}, TracerRecords: 100_000}
+		TaskSessions: 1000, TracerSessions: []int{100, 10_000}, TracerRecords: 100_000, LongTasks: 2000}
 }
 
 // Full is the complete run (about four minutes on two cores).
 func Full() Config {
 	return Config{Mode: "full", Partials: 100_000, Runs: 5, Rate: 2000, LatencyFor: 15 * time.Second,
 		Sessions: []int{1, 100, 1000}, ResumeRecords: []int{1000, 10_000, 100_000}, ResumeRuns: 5, IdleSessions: 10_000,
-		TaskSessions: 1000, TracerSessions: []int{100, 10_000}, TracerRecords: 100_000}
+		TaskSessions: 1000, TracerSessions: []int{100, 10_000}, TracerRecords: 100_000, LongTasks: 2000}
 }
 
 // Report holds the results of one run.
@@ -96,6 +98,7 @@ type Report struct {
 	Tasks      *TasksIdleResult
 	Tracer     []TracerResult
 	OTel       *OTelResult
+	Long       *LongResult
 	Errors     []string
 	// LoadBefore and LoadAfter are the machine's 1-minute load averages
 	// when the run started and ended: other work on the machine shows here.
@@ -152,6 +155,11 @@ func Run(ctx context.Context, c Config) (*Report, error) {
 	if want("tracer") && ctx.Err() == nil {
 		if rep.Tracer, err = runTracer(ctx, &c, p); err != nil {
 			fail("tracer", err)
+		}
+	}
+	if want("long") && ctx.Err() == nil {
+		if rep.Long, err = runLong(ctx, &c, p); err != nil {
+			fail("long", err)
 		}
 	}
 	if ctx.Err() != nil {

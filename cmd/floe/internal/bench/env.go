@@ -60,7 +60,7 @@ func startEnvOn(ctx context.Context, root, name string, services bool, natsURL s
 	}
 	opts := stack.Options{Home: home, Listen: "off", NatsURL: natsURL, Bus: bus.Config{}}
 	if services {
-		eng := engine.Config{Home: home, RetryMax: 5}
+		eng := engine.Config{Home: home, RetryMax: 5, NoSnapshots: os.Getenv("FLOE_SNAPSHOTS") == "off"}
 		eng.Defaults()
 		tr := tracer.Defaults()
 		tr.Home = home

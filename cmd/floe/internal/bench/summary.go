@@ -36,7 +36,13 @@ type Summary struct {
 	// OTelThroughputRatio is engine → SSE with OpenTelemetry exporting
 	// every span to a local receiver ÷ with it off (median of the pairs).
 	OTelThroughputRatio *float64 `json:"otel_throughput_ratio,omitempty"`
-	Errors              []string `json:"errors,omitempty"`
+	// Issue 27, a long Session (the long scenario).
+	LateTaskRatio    *float64 `json:"late_task_ratio,omitempty"`     // time per Task at the end ÷ near the start
+	LateTaskCPURatio *float64 `json:"late_task_cpu_ratio,omitempty"` // the same of the CPU per Task
+	HistoryWindowKiB *float64 `json:"history_window_kib,omitempty"`  // GET /messages?tailTasks=50
+	HistoryWindowMs  *float64 `json:"history_window_ms,omitempty"`
+	DiskPerTrace     *float64 `json:"disk_per_trace,omitempty"` // the home's bytes ÷ the Trace's
+	Errors           []string `json:"errors,omitempty"`
 }
 
 // Summary digests the report.
@@ -81,6 +87,12 @@ func (r *Report) Summary() Summary {
 		s.IdleSessionFloeRSSKiB, s.IdleSessionNATSRSSKiB = f(x.Mem.RSS/1024), f(x.Broker.RSS/1024)
 		s.IdleSessionFloeRSS10sKiB, s.IdleSessionNATSRSS10sKiB = f(x.MemAtWait.RSS/1024), f(x.BrokerAtWait.RSS/1024)
 		s.ConsumersAfterIdle = &x.ConsumersAfter
+	}
+	if x := r.Long; x != nil {
+		s.LateTaskRatio, s.LateTaskCPURatio = f(x.TimeRatio()), f(x.CPURatio())
+		s.HistoryWindowKiB = f(float64(x.WindowBytes) / 1024)
+		s.HistoryWindowMs = f(float64(x.Window.Microseconds()) / 1000)
+		s.DiskPerTrace = f(x.DiskPerTrace())
 	}
 	s.Errors = r.Errors
 	return s

@@ -34,11 +34,12 @@ func run() int {
 	quick := fs.Bool("quick", false, "a run of under two minutes")
 	out := fs.String("out", "", "also write the markdown to this file")
 	jsonOut := fs.String("json", "", "also write a machine-readable summary (JSON) to this file")
-	only := fs.String("only", "", "comma-separated scenarios: throughput,otel,latency,resume,idle,tasks,tracer (default all)")
+	only := fs.String("only", "", "comma-separated scenarios: throughput,otel,latency,resume,idle,tasks,tracer,long (default all)")
 	partials := fs.Int("partials", 0, "partials per throughput run (default 50000 quick, 100000 full)")
 	rate := fs.Float64("rate", 0, "total publish rate of the latency scenarios, partials/s (default 2000)")
 	idle := fs.Int("idle-sessions", 0, "idle Sessions to create (default 10000, quick 5000)")
 	taskSessions := fs.Int("task-sessions", 0, "Sessions of the tasks scenario, one real Task each (default 1000)")
+	longTasks := fs.Int("long-tasks", 0, "Tasks of the long scenario's one Session (default 2000)")
 	sessions := fs.String("sessions", "", "comma-separated Session counts of the latency scenario (default 1,100,1000)")
 	tracerSessions := fs.String("tracer-sessions", "", "comma-separated Session counts of the tracer scenario (default 100,10000)")
 	command := fs.String("command", "", "the command line to print in the report (default the arguments)")
@@ -61,6 +62,9 @@ func run() int {
 	}
 	if *idle > 0 {
 		c.IdleSessions = *idle
+	}
+	if *longTasks > 0 {
+		c.LongTasks = *longTasks
 	}
 	if *taskSessions > 0 {
 		c.TaskSessions = *taskSessions

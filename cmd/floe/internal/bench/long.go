@@ -1,0 +1,191 @@
+package bench
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"io/fs"
+	"net/http"
+	"path/filepath"
+	"slices"
+	"time"
+
+	"floe.dev/pkg/omni"
+	"floe.dev/services/gateway/client"
+)
+
+// LongResult is what a long Session costs (issue 27): one Session given
+// Tasks one after another through the engine (a scripted model answering
+// each with one streamed text, no compaction, so the context grows with
+// every Task), traced.
+type LongResult struct {
+	Tasks int
+	// Early and Late are the median time per Task (submit → task_state
+	// idle on SSE) and the process CPU per Task (every service of the Floe
+	// and its embedded nats-server) over longBucket Tasks from Task 10 and
+	// over the last longBucket Tasks.
+	Early, Late       time.Duration
+	EarlyCPU, LateCPU time.Duration
+	// Window is the Web App's opening call of the Session after the last
+	// Task (GET /messages?tailTasks=50): its bytes and its median time
+	// over loopback; Whole the same of the whole history.
+	WindowBytes, WholeBytes int64
+	Window, Whole           time.Duration
+	// Disk is the FLOE_HOME's bytes (JetStream store and Traces) and
+	// TraceBytes the Trace files' after the last Task is traced.
+	Disk, TraceBytes int64
+}
+
+// TimeRatio is late_task_ratio: a late Task's time ÷ an early one's.
+func (r *LongResult) TimeRatio() float64 { return float64(r.Late) / float64(r.Early) }
+
+// CPURatio is the same of the CPU per Task.
+func (r *LongResult) CPURatio() float64 { return float64(r.LateCPU) / float64(r.EarlyCPU) }
+
+// DiskPerTrace is disk_per_trace: the home's bytes ÷ the Trace's.
+func (r *LongResult) DiskPerTrace() float64 { return float64(r.Disk) / float64(r.TraceBytes) }
+
+// longBucket is how many Tasks each of the early and late medians covers.
+const longBucket = 50
+
+func runLong(ctx context.Context, c *Config, p *progress) (*LongResult, error) {
+	ctx, cancel := context.WithTimeout(ctx, 15*time.Minute)
+	defer cancel()
+	e, err := startEnv(ctx, c.root, "long", true, c.Log)
+	if err != nil {
+		return nil, err
+	}
+	defer e.stop()
+	ref, err := writeAnswerScript(e.home)
+	if err != nil {
+		return nil, err
+	}
+	n := max(c.LongTasks, 10+2*longBucket)
+	res := &LongResult{Tasks: n}
+	s, err := e.api.CreateSession(ctx, client.CreateSession{Model: ref})
+	if err != nil {
+		return nil, fmt.Errorf("bench: create session: %w", err)
+	}
+	stream, err := e.api.Stream(ctx, s.ID, "")
+	if err != nil {
+		return nil, fmt.Errorf("bench: stream: %w", err)
+	}
+	p.logf("long: %d Tasks in one Session", n)
+	var times, cpus []time.Duration
+	for i := range n {
+		t0, c0 := time.Now(), processCPU()
+		id, err := e.api.SubmitTask(ctx, s.ID, client.TaskRequest{Input: []client.InputPart{{Type: client.InputText, Text: fmt.Sprintf("step %d: what is in this folder?", i)}}})
+		if err != nil {
+			return nil, fmt.Errorf("bench: task %d: %w", i, err)
+		}
+		if err := untilIdle(ctx, stream, id); err != nil {
+			return nil, fmt.Errorf("bench: task %d: %w", i, err)
+		}
+		times = append(times, time.Since(t0))
+		cpus = append(cpus, processCPU()-c0)
+		if (i+1)%500 == 0 {
+			p.logf("long: %d Tasks, the last took %v", i+1, times[i].Round(time.Microsecond))
+		}
+	}
+	median := func(d []time.Duration) time.Duration {
+		d = slices.Clone(d)
+		slices.Sort(d)
+		return d[len(d)/2]
+	}
+	// Task 10 on: the first Tasks also pay for warming up (connections,
+	// consumers, caches).
+	res.Early, res.EarlyCPU = median(times[10:10+longBucket]), median(cpus[10:10+longBucket])
+	res.Late, res.LateCPU = median(times[n-longBucket:]), median(cpus[n-longBucket:])
+
+	if err := tracerCaughtUp(ctx, e); err != nil {
+		return nil, err
+	}
+	if res.WindowBytes, res.Window, err = timeGet(ctx, e, s.ID, "?tailTasks=50"); err != nil {
+		return nil, err
+	}
+	if res.WholeBytes, res.Whole, err = timeGet(ctx, e, s.ID, ""); err != nil {
+		return nil, err
+	}
+	syncDisks()
+	res.Disk = dirBytes(e.home)
+	res.TraceBytes = dirBytes(filepath.Join(e.home, "traces"))
+	return res, nil
+}
+
+// untilIdle reads the Session's SSE stream until the Task's task_state
+// idle.
+func untilIdle(ctx context.Context, s *client.Stream, taskID string) error {
+	deadline := time.NewTimer(time.Minute)
+	defer deadline.Stop()
+	for {
+		select {
+		case ev, ok := <-s.C:
+			if !ok {
+				return fmt.Errorf("stream ended: %v", s.Err())
+			}
+			if ev.Event != client.EventServer {
+				continue
+			}
+			var se omni.ServerEvent
+			if json.Unmarshal(ev.Data, &se) == nil && se.Type == omni.ServerTaskState && se.State == omni.StateIdle && se.TaskID == taskID {
+				return nil
+			}
+		case <-deadline.C:
+			return fmt.Errorf("no task_state idle within a minute")
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+func tracerCaughtUp(ctx context.Context, e *env) error {
+	cons, err := e.js.Consumer(ctx, omni.SessionsStream, "floe-tracer")
+	if err != nil {
+		return fmt.Errorf("bench: tracer consumer: %w", err)
+	}
+	return waitFor(ctx, 2*time.Minute, func() bool {
+		info, err := cons.Info(ctx)
+		return err == nil && info.NumPending == 0 && info.NumAckPending == 0
+	})
+}
+
+// timeGet fetches the Session's /messages with query 5 times and returns
+// the answer's size and the median time.
+func timeGet(ctx context.Context, e *env, sid, query string) (int64, time.Duration, error) {
+	var times []time.Duration
+	var size int64
+	for range 5 {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+e.addr+"/api/sessions/"+sid+"/messages"+query, nil)
+		if err != nil {
+			return 0, 0, err
+		}
+		t0 := time.Now()
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			return 0, 0, fmt.Errorf("bench: messages%s: %w", query, err)
+		}
+		size, err = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if err != nil || resp.StatusCode != http.StatusOK {
+			return 0, 0, fmt.Errorf("bench: messages%s: %s %v", query, resp.Status, err)
+		}
+		times = append(times, time.Since(t0))
+	}
+	slices.Sort(times)
+	return size, times[len(times)/2], nil
+}
+
+// dirBytes is the size of the regular files under dir.
+func dirBytes(dir string) int64 {
+	var n int64
+	_ = filepath.WalkDir(dir, func(_ string, d fs.DirEntry, err error) error {
+		if err == nil && d.Type().IsRegular() {
+			if info, err := d.Info(); err == nil {
+				n += info.Size()
+			}
+		}
+		return nil
+	})
+	return n
+}
