@@ -30,6 +30,7 @@ import (
 	"floe.dev/services/engine/internal/hooks"
 	"floe.dev/services/engine/internal/model"
 	"floe.dev/services/engine/internal/provider"
+	"floe.dev/services/engine/internal/purge"
 	"floe.dev/services/engine/internal/snapshot"
 	"floe.dev/services/engine/internal/task"
 )
@@ -67,6 +68,13 @@ type Config struct {
 	// from the Session's context snapshot (docs/history-window.md).
 	// Unstable, for comparing: FLOE_SNAPSHOTS=off.
 	NoSnapshots bool
+	// PartialsKeep is how long an ended Task's partial messages stay in
+	// FLOE_SESSIONS before they are purged (FLOE_PARTIALS_KEEP, a Go
+	// duration; default 1h; 0 purges at the Task's end; negative or "off"
+	// keeps them). The complete messages and the Trace keep everything.
+	PartialsKeep time.Duration
+	// partialsKeepSet: PartialsKeep was given (0 is a value, not unset).
+	partialsKeepSet bool
 	// MaxSubagentDepth is how deep run_subagent may nest (default 1;
 	// negative disables subagents).
 	MaxSubagentDepth int
@@ -82,6 +90,9 @@ type Config struct {
 
 // Defaults fills unset fields.
 func (c *Config) Defaults() {
+	if c.PartialsKeep == 0 && !c.partialsKeepSet {
+		c.PartialsKeep = purge.DefaultKeep
+	}
 	if c.Pool == "" {
 		c.Pool = omni.DefaultPool
 	}
@@ -228,8 +239,22 @@ func Run(ctx context.Context, nc *nats.Conn, cfg Config, log zerolog.Logger) err
 		e.deps.Snapshots = snapshot.Open(ctx, js, cfg.Home, log)
 	}
 	log.Info().Int("max_tasks", cfg.MaxTasks).Msg("engine started")
+	if cfg.PartialsKeep >= 0 {
+		p := purge.New(js, cfg.PartialsKeep, log)
+		e.deps.PartialsEnded = p.Ended
+		pctx, stop := context.WithCancel(ctx)
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			p.Run(pctx)
+		}()
+		defer func() { stop(); <-done }()
+	}
 	return e.loop(ctx, cons)
 }
+
+// SetPartialsKeep sets PartialsKeep, 0 included (Defaults leaves it).
+func (c *Config) SetPartialsKeep(d time.Duration) { c.PartialsKeep, c.partialsKeepSet = d, true }
 
 type engine struct {
 	cfg  Config
@@ -530,6 +555,15 @@ func EnvConfig(c *Config) error {
 		c.RetryMax = n
 	}
 	c.NoSnapshots = os.Getenv("FLOE_SNAPSHOTS") == "off"
+	if v := os.Getenv("FLOE_PARTIALS_KEEP"); v == "off" {
+		c.SetPartialsKeep(-1)
+	} else if v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil {
+			return fmt.Errorf("FLOE_PARTIALS_KEEP=%q: want a duration (1h, 10m, 0s) or off", v)
+		}
+		c.SetPartialsKeep(d)
+	}
 	c.Providers.OpenAIBaseURL = os.Getenv("OPENAI_BASE_URL")
 	c.Providers.OpenAIAPIKey = os.Getenv("OPENAI_API_KEY")
 	c.Providers.AnthropicBaseURL = os.Getenv("ANTHROPIC_BASE_URL")

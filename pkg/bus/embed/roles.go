@@ -50,6 +50,7 @@ func rolePermissions(user string) *server.Permissions {
 			"$JS.API.CONSUMER.MSG.NEXT.FLOE_SESSIONS.*",
 			"$JS.API.DIRECT.GET.FLOE_SESSIONS",
 			"$JS.API.STREAM.MSG.GET.FLOE_SESSIONS",
+			"$JS.API.STREAM.PURGE.FLOE_SESSIONS",
 			"$JS.API.STREAM.INFO.FLOE_TOOLS",
 			"$JS.API.STREAM.MSG.DELETE.FLOE_TOOLS",
 		}, []string{"floe.ctl.*.*", "floe.hb.*", "_INBOX.engine.>", "$SRV.>", "floe.status.engine"})

@@ -109,6 +109,9 @@ type Deps struct {
 	Hooks *hooks.Runner
 	// Tel puts the Task's work on its trace (nil: off).
 	Tel *telemetry.Provider
+	// PartialsEnded, when set, is told at a Task's end that the Session's
+	// partial messages below upTo belong to ended Tasks (purge.Purger).
+	PartialsEnded func(sid string, upTo uint64)
 }
 
 // Outcome statuses of a Task.
@@ -312,11 +315,20 @@ func (r *Runner) Run(ctx context.Context) (status string, err error) {
 	if errors.Is(context.Cause(ctx), ErrLeaseLost) {
 		return "", ErrLeaseLost
 	}
+	// The Task's last partial, found while it still holds the Session: no
+	// other Task's partial can be at or below it.
+	var lastPartial uint64
+	if r.d.PartialsEnded != nil {
+		lastPartial, _ = bus.LastStored(ctx, r.d.JS, omni.SessionSubject(r.sid, omni.ClassPartial))
+	}
 	if err := r.d.Sessions.End(ctx, r.sid, r.task.ID, status); err != nil {
 		r.log.Error().Err(err).Msg("could not release the session")
 	}
 	if _, err := r.prod.server(ctx, omni.ServerEvent{Type: omni.ServerTaskState, State: omni.StateIdle, Status: status, TaskID: r.task.ID}, ""); err != nil {
 		r.log.Error().Err(err).Msg("could not publish task_state idle")
+	}
+	if lastPartial > 0 {
+		r.d.PartialsEnded(r.sid, lastPartial+1)
 	}
 	return status, nil
 }
