@@ -54,6 +54,12 @@ func startEnv(ctx context.Context, root, name string, services bool, log zerolog
 // startEnvOn is startEnv on the nats-server at natsURL, over TCP (""
 // embeds one in this process).
 func startEnvOn(ctx context.Context, root, name string, services bool, natsURL string, log zerolog.Logger) (*env, error) {
+	return startEnvTuned(ctx, root, name, services, natsURL, nil, log)
+}
+
+// startEnvTuned is startEnvOn with the engine's configuration changed by
+// tune (when not nil) after its defaults.
+func startEnvTuned(ctx context.Context, root, name string, services bool, natsURL string, tune func(*engine.Config), log zerolog.Logger) (*env, error) {
 	home := filepath.Join(root, name)
 	if err := os.MkdirAll(home, 0o755); err != nil {
 		return nil, fmt.Errorf("bench: home: %w", err)
@@ -62,6 +68,9 @@ func startEnvOn(ctx context.Context, root, name string, services bool, natsURL s
 	if services {
 		eng := engine.Config{Home: home, RetryMax: 5, NoSnapshots: os.Getenv("FLOE_SNAPSHOTS") == "off"}
 		eng.Defaults()
+		if tune != nil {
+			tune(&eng)
+		}
 		tr := tracer.Defaults()
 		tr.Home = home
 		tools := toolrunner.Config{RunnerID: "bench-runner"}

@@ -12,13 +12,15 @@ import (
 	"time"
 
 	"floe.dev/pkg/omni"
+	"floe.dev/services/engine"
 	"floe.dev/services/gateway/client"
 )
 
 // LongResult is what a long Session costs (issue 27): one Session given
 // Tasks one after another through the engine (a scripted model answering
 // each with one streamed text, no compaction, so the context grows with
-// every Task), traced.
+// every Task), traced, each Task's partials purged at its end (the
+// FLOE_PARTIALS_KEEP grace period taken as passed).
 type LongResult struct {
 	Tasks int
 	// Early and Late are the median time per Task (submit → task_state
@@ -52,7 +54,9 @@ const longBucket = 50
 func runLong(ctx context.Context, c *Config, p *progress) (*LongResult, error) {
 	ctx, cancel := context.WithTimeout(ctx, 15*time.Minute)
 	defer cancel()
-	e, err := startEnv(ctx, c.root, "long", true, c.Log)
+	// The grace period has passed for every Task (disk_per_trace is the
+	// disk after it): partials are purged as each Task ends.
+	e, err := startEnvTuned(ctx, c.root, "long", true, "", func(ec *engine.Config) { ec.SetPartialsKeep(0) }, c.Log)
 	if err != nil {
 		return nil, err
 	}
