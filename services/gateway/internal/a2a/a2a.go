@@ -233,7 +233,11 @@ func (f *Folder) Feed(seq uint64, server bool, data []byte) []StreamResult {
 		n := len(f.pending)
 		f.pending = slices.DeleteFunc(f.pending, func(a approval) bool { return a.id == p.ToolCallID })
 		if len(f.pending) < n {
-			return []StreamResult{f.status(f.nextState(), f.approvalMessage())}
+			u := f.status(f.nextState(), f.approvalMessage())
+			data, _ := json.Marshal(map[string]string{"decision": p.Decision, "toolCallId": p.ToolCallID})
+			f.task.History = append(f.task.History, Message{MessageID: "decision-" + p.ToolCallID, ContextID: f.task.ContextID,
+				TaskID: f.task.ID, Role: RoleUser, Parts: []Part{{Data: data}}})
+			return []StreamResult{u}
 		}
 	}
 	return nil
@@ -322,6 +326,11 @@ func (f *Folder) agentText(s string) *Message {
 // status moves the Task to state and returns its update. The timestamp is
 // left out: a fold has no clock, and a replay must equal the live run.
 func (f *Folder) status(state string, msg *Message) StreamResult {
+	if prev := f.task.Status.Message; prev != nil && (msg == nil || prev.MessageID != msg.MessageID) {
+		// A status message moves to the history when the status moves on,
+		// so the Task keeps what it asked and said.
+		f.task.History = append(f.task.History, *prev)
+	}
 	f.task.Status = Status{State: state, Message: msg}
 	return StreamResult{StatusUpdate: &StatusUpdate{TaskID: f.task.ID, ContextID: f.task.ContextID, Status: f.task.Status}}
 }

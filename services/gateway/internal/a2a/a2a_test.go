@@ -140,7 +140,9 @@ func TestFolderBuildsTheTaskFromTheStream(t *testing.T) {
 	if task.Status.State != StateCompleted || len(task.Artifacts) != 1 || *task.Artifacts[0].Parts[0].Text != "Done." {
 		t.Errorf("final task = %s", mustJSON(task))
 	}
-	if len(task.History) != 1 || task.History[0].Role != RoleUser || *task.History[0].Parts[0].Text != "do it" {
+	if len(task.History) != 3 || task.History[0].Role != RoleUser || *task.History[0].Parts[0].Text != "do it" ||
+		task.History[1].Role != RoleAgent || task.History[1].MessageID != "approval-c1" ||
+		task.History[2].Role != RoleUser || string(task.History[2].Parts[0].Data) != `{"decision":"allow","toolCallId":"c1"}` {
 		t.Errorf("history = %s", mustJSON(task.History))
 	}
 }
