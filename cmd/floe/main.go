@@ -51,7 +51,7 @@ func init() {
 		{"serve", "[flags]", "all-in-one server: embedded JetStream + every service + HTTP gateway", errOnly(cmdServe)},
 		{"attach", "<session-id> [flags]", "render a Session live from a gateway", cmdAttach},
 		{"sessions", "[--json] [-n N] [--server URL]", "list the recent Sessions: titles, states, Workspaces", cmdSessions},
-		{"replay", "<session-id> [flags]", "print a Session's stream from JetStream", errOnly(cmdReplay)},
+		{"replay", "<session-id> [flags] | --execute <session-id>|--trace FILE [--diff]", "print a Session's stream from JetStream; with --execute, re-run it from its record and compare the Traces", cmdReplay},
 		{"import", "FILE [--model M] [--workspace DIR] [--server URL]", "import a Trace file (Floe's or the original harness's) as a new Session", cmdImport},
 		{"export", "<session-id> [--index N] [--server URL]", "write a Session's Trace file to stdout", cmdExport},
 		{"fork", "<session-id> [--at SEQ] [--server URL]", "fork a Session at a stream position (default: its end); prints the new id", cmdFork},

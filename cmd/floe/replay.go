@@ -19,21 +19,37 @@ import (
 // cmdReplay prints a Session's stream from JetStream, one raw body per line
 // (with -v: seq and subject first). It connects to FLOE_NATS_URL, else to a
 // running `floe serve` on FLOE_NATS_LISTEN, else opens the store itself.
-func cmdReplay(ctx context.Context, args []string) error {
-	fs := newFlags("replay")
+//
+// With --execute it re-executes the Session instead (replayExecute) and
+// exits 1 when the new Trace differs from the recorded one.
+func cmdReplay(ctx context.Context, _ context.CancelFunc, name string, args []string) (int, error) {
+	fs := newFlags(name)
 	c := newCommon("127.0.0.1:4222")
 	c.flagHome(fs)
 	c.flagNATS(fs, true)
 	from := fs.Uint64("from-seq", 0, "first stream sequence to print")
 	verbose := fs.Bool("v", false, "prefix each line with its sequence and subject")
 	follow := fs.Bool("follow", false, "keep printing new messages")
+	execute := fs.Bool("execute", false, "re-run the Session through the engine from its own record and compare the new Trace with it (exit 1 when they differ)")
+	diff := fs.Bool("diff", false, "with --execute: print the first record where the Traces part, with context")
+	traceFile := fs.String("trace", "", "with --execute: the recorded Trace file to re-run (default: the Session's Trace under --home)")
 	if err := parse(fs, args); err != nil {
-		return err
+		return 2, err
+	}
+	if *execute {
+		if fs.NArg() > 1 || (fs.NArg() == 0 && *traceFile == "") {
+			return 2, errors.New("usage: floe replay --execute <session-id> [--diff] | floe replay --execute --trace FILE [--diff]")
+		}
+		return replayExecute(ctx, c, fs.Arg(0), *traceFile, *diff)
 	}
 	if fs.NArg() != 1 {
-		return errors.New("usage: floe replay <session-id> [--from-seq N]")
+		return 2, errors.New("usage: floe replay <session-id> [--from-seq N] | floe replay --execute <session-id> [--diff] [--trace FILE]")
 	}
-	sid := fs.Arg(0)
+	return 0, printStream(ctx, c, fs.Arg(0), *from, *verbose, *follow)
+}
+
+// printStream prints a Session's stream (floe replay without --execute).
+func printStream(ctx context.Context, c *common, sid string, from uint64, verbose, follow bool) error {
 	if !omni.ValidSessionID(sid) {
 		return fmt.Errorf("invalid session id %q", sid)
 	}
@@ -63,13 +79,13 @@ func cmdReplay(ctx context.Context, args []string) error {
 			return fmt.Errorf("session %s not found", sid)
 		}
 	}
-	err = bus.FollowUntil(ctx, js, sid, nil, *from, !*follow, func(sm bus.StreamMsg) error {
-		if *verbose {
+	err = bus.FollowUntil(ctx, js, sid, nil, from, !follow, func(sm bus.StreamMsg) error {
+		if verbose {
 			fmt.Fprintf(w, "%d %s ", sm.Seq, sm.Subject)
 		}
 		w.Write(sm.Data)
 		w.WriteByte('\n')
-		if *follow {
+		if follow {
 			return w.Flush()
 		}
 		return nil

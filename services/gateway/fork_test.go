@@ -244,3 +244,14 @@ func TestForkOfAnImportedTraceOfTheOriginal(t *testing.T) {
 		t.Errorf("fork of the imported Session at 1: %v, want 400", err)
 	}
 }
+
+// The replay provider reads any Trace file it is given: no Session made
+// through the API may use it.
+func TestCreateRefusesTheReplayProvider(t *testing.T) {
+	t.Parallel()
+	g := startGateway(t, newBus(t), "", nil)
+	var ae *client.APIError
+	if _, err := g.Alice.CreateSession(ctxT(t), client.CreateSession{Model: "replay:/etc/passwd"}); !errors.As(err, &ae) || ae.Status != http.StatusBadRequest {
+		t.Errorf("create with replay:/etc/passwd = %v, want 400", err)
+	}
+}

@@ -88,6 +88,9 @@ type Config struct {
 	Metrics prometheus.Registerer
 	// Telemetry traces each tool call (nil: off; see pkg/telemetry).
 	Telemetry *telemetry.Provider
+	// Replay, when set, serves recorded outputs instead of running any
+	// tool (floe replay --execute).
+	Replay *Replay
 }
 
 // Defaults sets every zero field to its default.
@@ -194,7 +197,7 @@ func Run(ctx context.Context, nc *nats.Conn, cfg Config, log zerolog.Logger) err
 		RunnerID:          cfg.RunnerID,
 		HeartbeatInterval: cfg.HeartbeatInterval,
 		ShutdownGrace:     cfg.ShutdownGrace,
-		Tools:             measured{box, m},
+		Tools:             toolbox(cfg, measured{box, m}),
 		Telemetry:         cfg.Telemetry,
 	}, log)
 }
@@ -207,4 +210,12 @@ func defaultRunnerID() string {
 	var b [4]byte
 	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails
 	return fmt.Sprintf("%s-%d-%s", host, os.Getpid(), hex.EncodeToString(b[:]))
+}
+
+// toolbox is the runner's toolbox: box, or the replay's.
+func toolbox(cfg Config, box runner.Toolbox) runner.Toolbox {
+	if cfg.Replay != nil {
+		return replayBox{cfg.Replay}
+	}
+	return box
 }

@@ -11,6 +11,7 @@ import (
 	"floe.dev/services/engine/internal/model"
 	"floe.dev/services/engine/internal/provider/anthropic"
 	"floe.dev/services/engine/internal/provider/openai"
+	"floe.dev/services/engine/internal/provider/replay"
 	"floe.dev/services/engine/internal/provider/scripted"
 )
 
@@ -22,6 +23,9 @@ type Config struct {
 	AnthropicAPIKey  string
 	// RequestTimeout is the per-request idle timeout.
 	RequestTimeout time.Duration
+	// ReplayWait paces the replay provider (replay:<trace path>, floe
+	// replay --execute) to the replayed Session's Trace; nil: no pacing.
+	ReplayWait replay.Wait
 }
 
 // Registry resolves and caches providers. Safe for concurrent use.
@@ -30,6 +34,7 @@ type Registry struct {
 	mu  sync.Mutex
 	// scripted providers keep per-Session counters: one instance per name.
 	scripted  map[string]*scripted.Provider
+	replays   map[string]*replay.Provider
 	openai    *openai.Provider
 	anthropic *anthropic.Provider
 }
@@ -56,6 +61,21 @@ func (r *Registry) Resolve(ref string) (model.Provider, model.Info, error) {
 				return nil, model.Info{}, err
 			}
 			r.scripted[id] = p
+		}
+		return p, p.Info(), nil
+	case "replay":
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		if r.replays == nil {
+			r.replays = make(map[string]*replay.Provider)
+		}
+		p := r.replays[id]
+		if p == nil {
+			var err error
+			if p, err = replay.Open(id, r.cfg.ReplayWait); err != nil {
+				return nil, model.Info{}, err
+			}
+			r.replays[id] = p
 		}
 		return p, p.Info(), nil
 	default:

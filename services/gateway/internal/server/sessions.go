@@ -108,6 +108,11 @@ func (s *Server) checkModel(ref string) (string, *apiError) {
 	if !ok || p == "" || m == "" {
 		return "", badRequest("model %q is not provider:model_id", ref)
 	}
+	if p == "replay" {
+		// The replay provider reads any Trace file it is given: it is for
+		// floe replay --execute, never for a Session created here.
+		return "", badRequest("model %q: the replay provider only serves floe replay --execute", ref)
+	}
 	if p == scriptedProvider && ref != s.opts.DefaultModel {
 		// A script path is a file the engine reads: only scripts from
 		// the configured directory (the operator's own default model

@@ -1,0 +1,341 @@
+// Package reexec re-executes a recorded Session (SPEC §8, floe replay
+// --execute): the recorded Tasks are run again through the current
+// engine, on a private embedded bus in a temporary home, with every model
+// answer served from the record (the engine's replay provider) and every
+// tool output too (a toolrunner in replay mode: nothing runs), and every
+// approval answered as it was. The new Trace is then compared with the
+// recorded one record for record, timestamps and ids aside.
+//
+// What replays: Prompts (a Task per group of user inputs), model requests
+// and their retries (a failed attempt fails again the same way), tool
+// calls and their outputs at their recorded positions, approvals
+// (allow, deny; forbidden by the command policy), manual compactions and,
+// with the Session's compaction settings, automatic ones, the max-turns
+// notice. Steering, user aborts, hooks and subagents are not replayed:
+// such a record parts from the replay where they happened.
+package reexec
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"floe.dev/cmd/floe/internal/stack"
+	"floe.dev/pkg/bus"
+	"floe.dev/pkg/omni"
+	"floe.dev/pkg/trace"
+	"floe.dev/services/engine"
+	"floe.dev/services/toolrunner"
+	"floe.dev/services/tracer"
+)
+
+// Options tune a re-execution.
+type Options struct {
+	// MaxTurns and Compaction are the recorded Session's settings (a Trace
+	// does not hold them; $FLOE_HOME's Session record does).
+	MaxTurns   int
+	Compaction omni.CompactionConfig
+	// Engine, when set, changes the engine's configuration before it
+	// starts (tests change a rule this way).
+	Engine func(*engine.Config)
+	// Pace bounds each wait for the replay to reach a record's position
+	// (default 3 s): past it the replay goes on, and the difference shows.
+	Pace time.Duration
+	Log  zerolog.Logger
+}
+
+// Result is a re-execution's new Trace and how it compares.
+type Result struct {
+	Records []omni.Message // the new Trace, in order
+	// Diff is the index of the first record where the two part (-1 when
+	// they are equal); the shorter one may simply end there.
+	Diff int
+}
+
+// Equal reports whether the new Trace equals the recorded one.
+func (r *Result) Equal() bool { return r.Diff < 0 }
+
+// Run re-executes the Session recorded in records (its Trace files in
+// order, as read).
+func Run(ctx context.Context, records []omni.Message, opt Options) (*Result, error) {
+	if len(records) == 0 || records[0].Type != omni.KindSessionMeta {
+		return nil, errors.New("reexec: the record does not start with session_meta")
+	}
+	if opt.Pace <= 0 {
+		opt.Pace = 3 * time.Second
+	}
+	home, err := os.MkdirTemp("", "floe-reexec-")
+	if err != nil {
+		return nil, err
+	}
+	defer os.RemoveAll(home)
+	recPath := filepath.Join(home, "record.jsonl")
+	var buf []byte
+	for i := range records {
+		b, err := omni.Marshal(&records[i])
+		if err != nil {
+			return nil, fmt.Errorf("reexec: record %d: %w", i+1, err)
+		}
+		buf = append(append(buf, b...), '\n')
+	}
+	if err := os.WriteFile(recPath, buf, 0o600); err != nil {
+		return nil, err
+	}
+	meta := records[0].Payload
+	ws := meta.Workspace
+	if fi, err := os.Stat(ws); ws == "" || err != nil || !fi.IsDir() || !filepath.IsAbs(ws) {
+		ws = filepath.Join(home, "workspace") // nothing runs in it
+		if err := os.MkdirAll(ws, 0o755); err != nil {
+			return nil, err
+		}
+	}
+
+	pc := newPacer(opt.Pace)
+	// The product's ladder (5 reconnects), without its waits: a wait is
+	// timing, not behaviour (the comparison ignores retry_in_ms).
+	eng := engine.Config{Home: home, RetryBase: time.Millisecond, RetryCap: time.Millisecond, RetryMax: 5}
+	eng.Providers.ReplayWait = pc.wait
+	if opt.Engine != nil {
+		opt.Engine(&eng)
+	}
+	eng.Defaults()
+	tr := tracer.Defaults()
+	tr.Home = home
+	trc := toolrunner.Config{RunnerID: "replay", Replay: toolrunner.NewReplay(records)}
+	trc.Replay.Wait = pc.wait
+	trc.Defaults()
+	st, err := stack.Start(ctx, stack.Options{Home: home, Listen: "off", Engine: &eng, Tracer: &tr, Toolrunner: &trc}, opt.Log)
+	if err != nil {
+		return nil, fmt.Errorf("reexec: start: %w", err)
+	}
+	defer st.Stop()
+
+	now := time.Now()
+	sid := omni.NewSessionID(now, randHex(4))
+	rec := &omni.SessionRecord{ID: sid, Model: "replay:" + recPath, Workspace: ws, ApprovalMode: omni.ApproveAlwaysAsk,
+		SystemPrompt: meta.SystemPrompt, MaxTurns: opt.MaxTurns, Compaction: opt.Compaction,
+		State: omni.StateIdle, CreatedUnixMs: now.UnixMilli()}
+	if err := st.Sessions.Create(ctx, rec); err != nil {
+		return nil, fmt.Errorf("reexec: create session: %w", err)
+	}
+	fctx, stopFollow := context.WithCancel(ctx)
+	var following sync.WaitGroup
+	following.Add(1)
+	go func() {
+		defer following.Done()
+		pc.follow(fctx, st, sid)
+	}()
+	defer func() { stopFollow(); following.Wait() }()
+
+	decisions := approvals(records)
+	for i, t := range plan(records) {
+		if err := runTask(ctx, st, sid, fmt.Sprintf("replay-%d", i+1), t, decisions, pc); err != nil {
+			return nil, err
+		}
+	}
+	got, err := newTrace(ctx, st, home, sid)
+	if err != nil {
+		return nil, err
+	}
+	return &Result{Records: got, Diff: FirstDiff(records, got)}, nil
+}
+
+// A task is one recorded Task to run again.
+type task struct {
+	kind  string
+	input []omni.InputPart
+}
+
+// plan finds the recorded Tasks: a group of user inputs (texts, images)
+// outside any request after something else begins a Task; a manual
+// compaction between Tasks is a compaction Task.
+func plan(records []omni.Message) []task {
+	var out []task
+	inRequest, compacting, input := false, false, false
+	for i := range records {
+		m := &records[i]
+		p := &m.Payload
+		isInput := false
+		switch {
+		case m.Type == omni.KindEvent && p.Type == omni.TypeRequestBegin:
+			inRequest = true
+		case m.Type == omni.KindEvent && p.Type == omni.TypeRequestEnd:
+			inRequest = false
+		case m.Type == omni.KindEvent && p.Type == omni.TypeCompactionBegin:
+			compacting = true
+			if p.Reason == omni.CompactManual {
+				out = append(out, task{kind: omni.TaskCompact})
+			}
+		case m.Type == omni.KindEvent && p.Type == omni.TypeCompactionEnd:
+			compacting = false
+		case m.Type == omni.KindModel && !inRequest && !compacting && p.Role == omni.RoleUser && p.Sender == "" &&
+			(p.Type == omni.TypeText || p.Type == omni.TypeImageURL):
+			if _, ok := omni.ParseBlock(p.Text, omni.TagContextSummary); ok {
+				break
+			}
+			isInput = true
+			part := omni.InputPart{Type: "text", Text: p.Text}
+			if p.Type == omni.TypeImageURL {
+				part = omni.InputPart{Type: "image_url", ImageURL: p.ImageURL}
+			}
+			if input {
+				out[len(out)-1].input = append(out[len(out)-1].input, part)
+			} else {
+				out = append(out, task{kind: omni.TaskRun, input: []omni.InputPart{part}})
+			}
+		}
+		if m.Type != omni.KindSessionMeta {
+			input = isInput
+		}
+	}
+	return out
+}
+
+// A decision is a recorded approval_decision and its record's index.
+type decision struct {
+	decision string
+	index    int
+}
+
+// approvals maps each recorded tool call to its decision (allow or deny;
+// forbidden comes from the policy and is never asked). The replay asks
+// for every call (always-ask) and answers each when the replay has reached
+// the decision's recorded position: an approval runs beside the model
+// stream, so where it lands is part of the record.
+func approvals(records []omni.Message) map[string]decision {
+	out := make(map[string]decision)
+	for i := range records {
+		p := &records[i].Payload
+		if records[i].Type == omni.KindEvent && p.Type == omni.TypeApprovalDecision {
+			out[p.ToolCallID] = decision{p.Decision, i}
+		}
+	}
+	return out
+}
+
+// runTask submits one Task and answers its approval requests until it
+// ends.
+func runTask(ctx context.Context, st *stack.Stack, sid, id string, t task, decisions map[string]decision, pc *pacer) error {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
+	defer cancel()
+	last, err := bus.LastSeq(ctx, st.JS)
+	if err != nil {
+		return err
+	}
+	if _, err := st.Sessions.Begin(ctx, sid, omni.StateRunning, id); err != nil {
+		return fmt.Errorf("reexec: begin task: %w", err)
+	}
+	nm, err := bus.PackMsg(omni.TaskSubject(sid), &omni.Task{ID: id, Kind: t.kind, SessionID: sid, Input: t.input})
+	if err != nil {
+		return err
+	}
+	if _, err := st.JS.PublishMsg(ctx, nm); err != nil {
+		return fmt.Errorf("reexec: submit task: %w", err)
+	}
+	err = bus.FollowUntil(ctx, st.JS, sid, []string{omni.ClassServer}, last+1, false, func(sm bus.StreamMsg) error {
+		var ev omni.ServerEvent
+		if json.Unmarshal(sm.Data, &ev) != nil {
+			return nil
+		}
+		switch {
+		case ev.Type == omni.ServerTaskState && ev.State == omni.StateIdle && ev.TaskID == id:
+			return bus.ErrStop
+		case ev.Type == omni.ServerApprovalRequest && len(ev.Origin) == 0:
+			var call omni.Message
+			if omni.Unmarshal(ev.ToolCall, &call) != nil {
+				return nil
+			}
+			rd, ok := decisions[call.Payload.ToolCallID]
+			d := omni.DecisionAllow
+			if ok && rd.decision == omni.DecisionDeny {
+				d = omni.DecisionDeny
+			}
+			if ok && pc != nil {
+				if err := pc.wait(ctx, sid, rd.index); err != nil {
+					return err
+				}
+			}
+			body, err := omni.Pack(&omni.Control{ToolCallID: call.Payload.ToolCallID, Decision: d})
+			if err != nil {
+				return err
+			}
+			if _, err := st.Conn.RequestWithContext(ctx, omni.ControlSubject(sid, omni.CtlApprove), body); err != nil {
+				return fmt.Errorf("reexec: answer approval of %s: %w", call.Payload.ToolCallID, err)
+			}
+		}
+		return nil
+	})
+	if err != nil && !errors.Is(err, bus.ErrStop) {
+		return fmt.Errorf("reexec: task %s: %w", id, err)
+	}
+	return nil
+}
+
+// newTrace waits until the tracer has written everything of the Session
+// the stream holds and returns its Trace's records.
+func newTrace(ctx context.Context, st *stack.Stack, home, sid string) ([]omni.Message, error) {
+	var last uint64
+	if err := bus.FollowUntil(ctx, st.JS, sid, omni.TraceClasses, 0, true, func(sm bus.StreamMsg) error {
+		last = sm.Seq
+		return nil
+	}); err != nil {
+		return nil, err
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		p, ok, err := trace.ReadPos(home, sid)
+		if err == nil && ok && p.Seq >= last {
+			break
+		}
+		if time.Now().After(deadline) {
+			return nil, errors.New("reexec: the tracer did not write the replayed Session within 30 s")
+		}
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	files, err := trace.Files(home, sid)
+	if err != nil {
+		return nil, err
+	}
+	var out []omni.Message
+	for _, f := range files {
+		msgs, err := ReadFile(f)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, msgs...)
+	}
+	return out, nil
+}
+
+// ReadFile reads the records of one Trace file.
+func ReadFile(path string) ([]omni.Message, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	msgs, _, err := trace.Read(f)
+	if err != nil {
+		return nil, fmt.Errorf("read %s: %w", path, err)
+	}
+	return msgs, nil
+}
+
+func randHex(n int) string {
+	b := make([]byte, n)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}

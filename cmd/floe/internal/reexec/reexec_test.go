@@ -1,0 +1,200 @@
+package reexec
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"floe.dev/cmd/floe/internal/stack"
+	"floe.dev/pkg/bus"
+	"floe.dev/pkg/omni"
+	"floe.dev/pkg/trace"
+	"floe.dev/services/engine"
+	"floe.dev/services/toolrunner"
+	"floe.dev/services/tracer"
+)
+
+var update = flag.Bool("update", false, "record the regression corpus (testdata/corpus) again with the scripted models")
+
+func corpus(t *testing.T) []string {
+	t.Helper()
+	files, err := filepath.Glob(filepath.Join("testdata", "corpus", "*.jsonl"))
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no corpus under testdata/corpus (%v); record it with go test -run TestCorpus -update", err)
+	}
+	return files
+}
+
+func ctxT(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// The regression corpus: every recorded Session re-executes through the
+// current engine into exactly its recorded Trace. An engine change that
+// changes behaviour fails here with the first differing record.
+func TestCorpusReplaysExactly(t *testing.T) {
+	if *update {
+		recordCorpus(t)
+	}
+	for _, path := range corpus(t) {
+		t.Run(filepath.Base(path), func(t *testing.T) {
+			want, err := ReadFile(path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			res, err := Run(ctxT(t), want, Options{Log: zerolog.Nop(), MaxTurns: corpusMaxTurns[filepath.Base(path)]})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !res.Equal() {
+				var b bytes.Buffer
+				PrintDiff(&b, want, res.Records, res.Diff, 3)
+				t.Fatalf("%s does not replay:\n%s", path, b.String())
+			}
+		})
+	}
+}
+
+// A deliberately changed engine rule (max turns lowered to 1) makes the
+// replay part from the record exactly where the second request of a Task
+// would have begun: the max-turns notice is there instead.
+func TestChangedEngineRuleFailsAtTheRightRecord(t *testing.T) {
+	path := filepath.Join("testdata", "corpus", "tools_retry.jsonl")
+	want, err := ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The record of the first Task's second request_begin.
+	at, begins := -1, 0
+	for i, m := range want {
+		if m.Payload.Type == omni.TypeRequestBegin {
+			if begins++; begins == 2 {
+				at = i
+				break
+			}
+		}
+	}
+	res, err := Run(ctxT(t), want, Options{Log: zerolog.Nop(), Engine: func(c *engine.Config) { c.DefaultMaxTurns = 1 }, Pace: 500 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b bytes.Buffer
+	PrintDiff(&b, want, res.Records, res.Diff, 2)
+	if res.Equal() || res.Diff != at {
+		t.Fatalf("with max turns 1 the replay parts at record %d, want %d (the second request_begin):\n%s", res.Diff+1, at+1, b.String())
+	}
+	if got := res.Records[at]; got.Payload.Type != omni.TypeText || !strings.Contains(got.Payload.Text, "reached max turns") {
+		t.Errorf("replayed record %d = %s, want the max-turns notice", at+1, Normalize(got))
+	}
+	if !strings.Contains(b.String(), "first difference at record") {
+		t.Errorf("PrintDiff = %s", b.String())
+	}
+}
+
+// corpusMaxTurns are the recorded Sessions' maxTurns (a Trace does not
+// hold it).
+var corpusMaxTurns = map[string]int{"max_turns.jsonl": 2}
+
+// recordCorpus records the corpus with the scripted models through the
+// real engine, toolrunner and tracer.
+func recordCorpus(t *testing.T) {
+	call := func(id, cmd string) map[string]any {
+		return map[string]any{"tool_call": map[string]any{"name": "exec_command", "id": id,
+			"arguments": map[string]any{"description": id, "cmd": cmd}, "chunks": 2}}
+	}
+	text := func(s string) map[string]any { return map[string]any{"text": s, "chunks": 2} }
+	sessions := []struct {
+		name     string
+		mode     string
+		maxTurns int
+		prompts  []string
+		decide   map[string]decision
+		script   map[string]any
+	}{
+		{name: "tools_retry", mode: omni.ApproveAllowAll, prompts: []string{"list and count", "again, briefly"}, script: map[string]any{"requests": []any{
+			map[string]any{"steps": []any{map[string]any{"thinking": "Two commands, the slow one first."}, text("Running both."),
+				call("call_slow", "sleep 0.3; echo slow"), call("call_fast", "echo fast")}, "usage": map[string]any{"total": 300, "output": 20}},
+			map[string]any{"expect_tool_outputs": []string{"call_slow", "call_fast"}, "steps": []any{text("half an ans"),
+				map[string]any{"error": map[string]any{"status": "timeout", "message": "reset"}}}},
+			map[string]any{"steps": []any{text("Both ran: slow, then fast.")}, "usage": map[string]any{"total": 420, "output": 12}},
+			map[string]any{"expect_last_user": "again, briefly", "steps": []any{text("Done.")}, "usage": map[string]any{"total": 450, "output": 2}},
+		}}},
+		{name: "approvals", mode: omni.ApproveAlwaysAsk, prompts: []string{"clean up"}, decide: map[string]decision{"call_ok": {decision: "allow"}, "call_no": {decision: "deny"}},
+			script: map[string]any{"requests": []any{
+				map[string]any{"steps": []any{call("call_ok", "echo kept"), call("call_no", "echo refused"), call("call_rm", "rm -rf /")}},
+				map[string]any{"steps": []any{text("One ran, one was refused, one was forbidden.")}},
+			}}},
+		{name: "compaction", mode: omni.ApproveAllowAll, prompts: []string{"say hi", "/compact", "and now?"}, script: map[string]any{"requests": []any{
+			map[string]any{"steps": []any{text("Hi.")}, "usage": map[string]any{"total": 100, "output": 2}},
+			map[string]any{"steps": []any{text("[summary]\nThe user said hi; the agent answered.\n[/summary]")}, "usage": map[string]any{"total": 120, "output": 12}},
+			map[string]any{"expect_last_user": "and now?", "steps": []any{call("call_ls", "echo after")}},
+			map[string]any{"steps": []any{text("Still here.")}},
+		}}},
+		{name: "max_turns", mode: omni.ApproveAllowAll, maxTurns: 2, prompts: []string{"loop"}, script: map[string]any{"requests": []any{
+			map[string]any{"steps": []any{call("call_1", "echo one")}},
+			map[string]any{"steps": []any{call("call_2", "echo two")}},
+		}}},
+	}
+	for _, s := range sessions {
+		home := t.TempDir()
+		ws := filepath.Join(home, "ws")
+		os.MkdirAll(ws, 0o755)
+		b, _ := json.Marshal(s.script)
+		script := filepath.Join(home, "script.json")
+		os.WriteFile(script, b, 0o644)
+		eng := engine.Config{Home: home, RetryBase: 10 * time.Millisecond, RetryCap: 10 * time.Millisecond, RetryMax: 5, DefaultMaxTurns: s.maxTurns}
+		eng.Defaults()
+		tr := tracer.Defaults()
+		tr.Home = home
+		trc := toolrunner.Config{RunnerID: "corpus"}
+		trc.Defaults()
+		st, err := stack.Start(ctxT(t), stack.Options{Home: home, Listen: "off", Engine: &eng, Tracer: &tr, Toolrunner: &trc}, zerolog.Nop())
+		if err != nil {
+			t.Fatal(err)
+		}
+		now := time.Now()
+		sid := omni.NewSessionID(now, "c0000001")
+		if err := st.Sessions.Create(ctxT(t), &omni.SessionRecord{ID: sid, Model: "scripted:" + script, Workspace: ws,
+			ApprovalMode: s.mode, SystemPrompt: "You are the corpus agent.", State: omni.StateIdle, CreatedUnixMs: now.UnixMilli()}); err != nil {
+			t.Fatal(err)
+		}
+		for i, p := range s.prompts {
+			tk := task{kind: omni.TaskRun, input: []omni.InputPart{{Type: "text", Text: p}}}
+			if p == "/compact" {
+				tk = task{kind: omni.TaskCompact}
+			}
+			if err := runTask(ctxT(t), st, sid, fmt.Sprintf("corpus-%d", i), tk, s.decide, nil); err != nil {
+				t.Fatal(err)
+			}
+		}
+		recs, err := newTrace(ctxT(t), st, home, sid)
+		if err != nil {
+			t.Fatal(err)
+		}
+		st.Stop()
+		// The Trace files of the Session, one after the other.
+		files, _ := trace.Files(home, sid)
+		var data []byte
+		for _, f := range files {
+			b, _ := os.ReadFile(f)
+			data = append(data, b...)
+		}
+		os.MkdirAll(filepath.Join("testdata", "corpus"), 0o755)
+		if err := os.WriteFile(filepath.Join("testdata", "corpus", s.name+".jsonl"), data, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("recorded %s: %d records", s.name, len(recs))
+	}
+	_ = bus.ErrStop
+}

@@ -1,0 +1,83 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+
+	"floe.dev/cmd/floe/internal/reexec"
+	"floe.dev/cmd/floe/internal/stack"
+	"floe.dev/pkg/bus"
+	"floe.dev/pkg/omni"
+	"floe.dev/pkg/trace"
+)
+
+// replayExecute re-executes a recorded Session (SPEC §8): the Trace file
+// given, or the Session's Trace files under c.home (whose Session record,
+// when the store can be opened, gives its maxTurns and compaction
+// settings). It prints whether the new Trace equals the recorded one
+// (with diff, the first difference with context) and exits 1 when not.
+func replayExecute(ctx context.Context, c *common, sid, traceFile string, diff bool) (int, error) {
+	var records []omni.Message
+	opt := reexec.Options{Log: c.logger()}
+	if traceFile != "" {
+		msgs, err := reexec.ReadFile(traceFile)
+		if err != nil {
+			return 1, err
+		}
+		records = msgs
+	} else {
+		files, err := trace.Files(c.home, sid)
+		if err != nil {
+			return 1, err
+		}
+		if len(files) == 0 {
+			return 1, fmt.Errorf("session %s has no Trace under %s", sid, c.home)
+		}
+		for _, f := range files {
+			msgs, err := reexec.ReadFile(f)
+			if err != nil {
+				return 1, err
+			}
+			records = append(records, msgs...)
+		}
+		if rec, err := sessionRecord(ctx, c, sid); err == nil {
+			opt.MaxTurns, opt.Compaction = rec.MaxTurns, rec.Compaction
+		} else {
+			fmt.Fprintf(os.Stderr, "floe replay: the Session's settings are not readable (%v); replaying with the defaults\n", err)
+		}
+	}
+	res, err := reexec.Run(ctx, records, opt)
+	if err != nil {
+		return 1, err
+	}
+	if res.Equal() {
+		fmt.Printf("equal: %d records replayed exactly\n", len(records))
+		return 0, nil
+	}
+	fmt.Printf("different: the replay parts from the record at record %d of %d\n", res.Diff+1, len(records))
+	if diff {
+		reexec.PrintDiff(os.Stdout, records, res.Records, res.Diff, 3)
+	}
+	return 1, nil
+}
+
+// sessionRecord reads a Session's record from c.home's store (an embedded
+// bus on it, refused while a server holds it).
+func sessionRecord(ctx context.Context, c *common, sid string) (*omni.SessionRecord, error) {
+	busCfg, err := c.busConfig()
+	if err != nil {
+		return nil, err
+	}
+	st, err := stack.Start(ctx, stack.Options{Home: c.home, Listen: "off", Bus: busCfg}, c.logger())
+	if err != nil {
+		return nil, fmt.Errorf("open %s (stop the server that holds it): %w", c.home, err)
+	}
+	defer st.Stop()
+	rec, _, err := st.Sessions.Get(ctx, sid)
+	if errors.Is(err, bus.ErrSessionNotFound) {
+		return nil, fmt.Errorf("session %s not found", sid)
+	}
+	return rec, err
+}

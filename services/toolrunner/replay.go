@@ -1,0 +1,86 @@
+package toolrunner
+
+import (
+	"context"
+	"strings"
+
+	"floe.dev/pkg/omni"
+	"floe.dev/services/toolrunner/internal/tools"
+)
+
+// Replay makes a toolrunner serve recorded tool outputs instead of running
+// tools (floe replay --execute, SPEC §8): it lists the recorded tools and
+// answers each call with the output recorded for its tool_call_id,
+// nothing executed. Wait paces an answer to the record: it is given the
+// record's index of the output, and returns once the replayed Session's
+// Trace holds as many records (or gives up).
+type Replay struct {
+	Tools   []omni.ToolSpec
+	Outputs map[string]ReplayOutput // by tool_call_id
+	Wait    func(ctx context.Context, sessionID string, n int) error
+}
+
+// ReplayOutput is one recorded complete tool output and where it was in
+// the record.
+type ReplayOutput struct {
+	Output string
+	Failed bool
+	Images []string
+	Index  int
+}
+
+// NewReplay collects the tools (the last tool_list_ready, without
+// run_subagent, which the engine adds itself) and the complete tool
+// outputs of a recorded Session.
+func NewReplay(records []omni.Message) *Replay {
+	rp := &Replay{Outputs: make(map[string]ReplayOutput)}
+	for i := range records {
+		p := &records[i].Payload
+		switch {
+		case records[i].Type == omni.KindEvent && p.Type == omni.TypeToolListReady:
+			specs, err := p.ToolSpecs()
+			if err != nil {
+				continue
+			}
+			rp.Tools = rp.Tools[:0]
+			for _, s := range specs {
+				if s.Name != "run_subagent" {
+					rp.Tools = append(rp.Tools, s)
+				}
+			}
+		case records[i].Type == omni.KindModel && p.Type == omni.TypeToolCallOutput:
+			if _, seen := rp.Outputs[p.ToolCallID]; !seen {
+				rp.Outputs[p.ToolCallID] = ReplayOutput{Output: p.Output, Failed: p.Stop() == omni.StatusFailed, Images: p.ImageURLs(), Index: i}
+			}
+		}
+	}
+	return rp
+}
+
+// replayBox is the runner.Toolbox of a Replay.
+type replayBox struct{ rp *Replay }
+
+func (b replayBox) List(context.Context) ([]omni.ToolSpec, []omni.MCPConnectResult) {
+	return b.rp.Tools, nil
+}
+
+func (b replayBox) Servers() []string { return nil }
+
+func (b replayBox) Execute(ctx context.Context, call tools.Call, _ tools.Emit) tools.Result {
+	var sid, id string
+	for _, kv := range call.Env {
+		if v, ok := strings.CutPrefix(kv, "FLOE_SESSION_ID="); ok {
+			sid = v
+		} else if v, ok := strings.CutPrefix(kv, "FLOE_TOOL_CALL_ID="); ok {
+			id = v
+		}
+	}
+	out, ok := b.rp.Outputs[id]
+	if !ok {
+		return tools.Result{Output: "replay: the record holds no output of tool call " + id, Failed: true}
+	}
+	if b.rp.Wait != nil {
+		_ = b.rp.Wait(ctx, sid, out.Index)
+	}
+	return tools.Result{Output: out.Output, Failed: out.Failed, Images: out.Images}
+}
