@@ -192,7 +192,7 @@ func placeInFiles(ctx context.Context, js jetstream.JetStream, sessionID string,
 	if len(tail) > nFile {
 		return nil, fmt.Errorf("trace: cut %s at %d: the stream holds %d records up to the trace position, the trace files %d", sessionID, atSeq, len(tail), nFile)
 	}
-	out := h.Records[:nFile-len(tail) : nFile-len(tail)]
+	out := h.Records[: nFile-len(tail) : nFile-len(tail)]
 	for _, r := range tail {
 		if r.Seq > atSeq {
 			break

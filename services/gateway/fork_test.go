@@ -154,7 +154,7 @@ func TestForkRejectsABadAtSeqAndCreatesNothing(t *testing.T) {
 	seqs := recordSession(t, g, parent.ID)
 	otherSeqs := recordSession(t, g, other.ID)
 	for _, body := range []string{
-		`{"atSeq":` + strconv.FormatUint(otherSeqs["text1"], 10) + `}`, // another Session's message
+		`{"atSeq":` + strconv.FormatUint(otherSeqs["text1"], 10) + `}`,      // another Session's message
 		`{"atSeq":` + strconv.FormatUint(otherSeqs["text2"]+1000, 10) + `}`, // past the stream's end
 		`{"atSeq":0}`, `{"atSeq":-3}`, `{"atSeq":1.5}`, `{"atSeq":"abc"}`, `{"atSeq":true}`,
 		`{"atSeq":"1-` + strconv.FormatUint(seqs["end1"], 10) + `"}`, // another stream incarnation's id
