@@ -141,6 +141,12 @@ func (r *Renderer) Message(m *omni.Message) {
 		switch p.Type {
 		case omni.TypeText:
 			if p.Role == omni.RoleUser {
+				// A text the harness wrote (a hook's context, a stop
+				// hook's continue input) is not the caller's Prompt.
+				if p.Sender == omni.SenderHarness {
+					r.line(pre + r.paint(dim, "> "+p.Text+"  (harness)"))
+					return
+				}
 				if r.SkipUser > 0 && len(m.Origin) == 0 {
 					r.SkipUser--
 					return

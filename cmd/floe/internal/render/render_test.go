@@ -212,3 +212,20 @@ func TestHistoryRendersLikeLive(t *testing.T) {
 		}
 	}
 }
+
+// A harness text (a hook's) is shown as such and is not taken for the
+// caller's own Prompt.
+func TestHarnessTextIsNotThePrompt(t *testing.T) {
+	var buf bytes.Buffer
+	r := New(&buf, false)
+	r.SkipUser = 1
+	ctx := omni.UserText("Be brief.")
+	ctx.Payload.Sender = omni.SenderHarness
+	prompt := omni.UserText("hello")
+	for _, m := range []*omni.Message{&ctx, &prompt} {
+		r.Message(m)
+	}
+	if got, want := buf.String(), "> Be brief.  (harness)\n"; got != want {
+		t.Errorf("got %q, want %q", got, want)
+	}
+}

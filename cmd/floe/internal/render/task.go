@@ -26,7 +26,7 @@ type taskTally struct {
 func (r *Renderer) tally(m *omni.Message) {
 	p := &m.Payload
 	at, _ := time.Parse(omni.TimeLayout, m.Timestamp)
-	if m.Type == omni.KindModel && p.Type == omni.TypeText && p.Role == omni.RoleUser && !m.IsPartial() && !isSystemBlock(p.Text) {
+	if m.Type == omni.KindModel && p.Type == omni.TypeText && p.Role == omni.RoleUser && !m.IsPartial() && !isSystemBlock(p.Text) && p.Sender != omni.SenderHarness {
 		if r.task.open {
 			r.TaskEnd("")
 		}

@@ -786,7 +786,10 @@ function drawItem(it, c, old) {
     case 'user': {
       const e = li('user');
       if (it.steering) e.dataset.steering = 'true';
-      e.append(text('div', 'who', it.steering ? 'You (steering)' : 'You'), text('div', 'body plain', it.text));
+      // A text the harness wrote (a hook's context or continue input).
+      if (it.sender === 'harness') e.dataset.sender = 'harness';
+      const who = it.sender === 'harness' ? 'Harness (hook)' : it.steering ? 'You (steering)' : 'You';
+      e.append(text('div', 'who', who), text('div', 'body plain', it.text));
       return e;
     }
     case 'text': {
