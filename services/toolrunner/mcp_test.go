@@ -192,10 +192,15 @@ func TestMCPStdioServerRestartsAfterItDies(t *testing.T) {
 	h := newHarness(t)
 	h.start(toolrunner.Config{MCPConfig: stdioConfig(t, nil)})
 	const sid = "s-mcp-restart"
-	pid1, err := strconv.Atoi(h.call(sid, "p1", "mcp__go__pid", `{}`).Output)
-	if err != nil {
+	if _, err := strconv.Atoi(h.call(sid, "p1", "mcp__go__pid", `{}`).Output); err != nil {
 		t.Fatal(err)
 	}
+	// The host's pid: a confined server's own is its PID namespace's.
+	servers := stdioServers(t)
+	if len(servers) != 1 {
+		t.Fatalf("server processes %v, want one", servers)
+	}
+	pid1 := servers[0]
 
 	// Killed mid-call: one failed output.
 	hb := h.watchHeartbeats(sid)
@@ -217,9 +222,9 @@ func TestMCPStdioServerRestartsAfterItDies(t *testing.T) {
 	if p := h.call(sid, "e1", "mcp__go__echo", `{"text":"again"}`); p.Output != "echo: again" || p.StopReason == omni.StatusFailed {
 		t.Errorf("call after the restart: %q (%q), want echo: again", p.Output, p.StopReason)
 	}
-	pid2, _ := strconv.Atoi(h.call(sid, "p2", "mcp__go__pid", `{}`).Output)
-	if pid2 == pid1 || pid2 == 0 {
-		t.Errorf("server pid after the restart = %d, before %d", pid2, pid1)
+	h.call(sid, "p2", "mcp__go__pid", `{}`)
+	if servers := stdioServers(t); len(servers) != 1 || servers[0] == pid1 {
+		t.Errorf("server processes after the restart %v, before %d", servers, pid1)
 	}
 
 	// A tool the server adds (notifications/tools/list_changed) is listed
@@ -255,7 +260,7 @@ func TestMCPStdioServerIsLazyExpandsEnvAndIsStoppedAtShutdown(t *testing.T) {
 		t.Errorf("servers-only reply %+v, want just the server name", names)
 	}
 	time.Sleep(300 * time.Millisecond)
-	if kids := stdioChildren(t); len(kids) != 0 {
+	if kids := stdioServers(t); len(kids) != 0 {
 		t.Errorf("server processes %v before anything needed them, want none (lazy start)", kids)
 	}
 	const sid = "s-mcp-lazy"
@@ -264,10 +269,12 @@ func TestMCPStdioServerIsLazyExpandsEnvAndIsStoppedAtShutdown(t *testing.T) {
 	if p := h.call(sid, "v1", "mcp__go__env", `{}`); p.Output != "secret=s3cret leaked=" {
 		t.Errorf("server env: %q, want the expanded secret and nothing else", p.Output)
 	}
-	pid, _ := strconv.Atoi(h.call(sid, "p1", "mcp__go__pid", `{}`).Output)
-	if kids := stdioChildren(t); len(kids) != 1 || kids[0] != pid {
-		t.Errorf("server processes %v, want exactly [%d]", kids, pid)
+	h.call(sid, "p1", "mcp__go__pid", `{}`)
+	kids := stdioServers(t)
+	if len(kids) != 1 {
+		t.Fatalf("server processes %v, want exactly one", kids)
 	}
+	pid := kids[0]
 	if err := r.stop(); err != nil {
 		t.Fatal(err)
 	}
@@ -276,15 +283,16 @@ func TestMCPStdioServerIsLazyExpandsEnvAndIsStoppedAtShutdown(t *testing.T) {
 	}
 }
 
-// stdioChildren returns the pids of this process's children that run this
-// binary as an MCP server.
-func stdioChildren(t *testing.T) []int {
+// stdioServers returns the host pids of this process's descendants that
+// run this binary as an MCP server (not the sandbox's helper, which has
+// the same environment besides its own marker).
+func stdioServers(t *testing.T) []int {
 	t.Helper()
 	entries, err := os.ReadDir("/proc")
 	if err != nil {
 		t.Skip("no /proc:", err)
 	}
-	var out []int
+	parent := map[int]int{}
 	for _, e := range entries {
 		pid, err := strconv.Atoi(e.Name())
 		if err != nil {
@@ -297,11 +305,25 @@ func stdioChildren(t *testing.T) []int {
 		// pid (comm) state ppid …
 		rest := string(stat[strings.LastIndexByte(string(stat), ')')+2:])
 		f := strings.Fields(rest)
-		if len(f) < 2 || f[1] != strconv.Itoa(os.Getpid()) || f[0] == "Z" {
+		if len(f) < 2 || f[0] == "Z" {
 			continue
 		}
-		env, _ := os.ReadFile("/proc/" + e.Name() + "/environ")
-		if strings.Contains(string(env), stdioServerVar+"=1") {
+		parent[pid], _ = strconv.Atoi(f[1])
+	}
+	var out []int
+	for pid := range parent {
+		mine := false
+		for p, n := parent[pid], 0; p != 0 && n < 64; p, n = parent[p], n+1 {
+			if p == os.Getpid() {
+				mine = true
+				break
+			}
+		}
+		if !mine {
+			continue
+		}
+		env, _ := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/environ")
+		if strings.Contains(string(env), stdioServerVar+"=1") && !strings.Contains(string(env), "FLOE_SANDBOX_INIT=1") {
 			out = append(out, pid)
 		}
 	}

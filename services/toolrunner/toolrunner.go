@@ -37,6 +37,7 @@ import (
 	"floe.dev/pkg/telemetry"
 	"floe.dev/services/toolrunner/internal/mcptools"
 	"floe.dev/services/toolrunner/internal/runner"
+	"floe.dev/services/toolrunner/internal/sandbox"
 	"floe.dev/services/toolrunner/internal/tools"
 )
 
@@ -84,6 +85,9 @@ type Config struct {
 	// stdio server gets the same allow-listed environment as
 	// exec_command (FLOE_TOOL_ENV) plus its declared env.
 	MCPConfig string
+	// Sandbox confines tool processes (SPEC §7); the zero value is the
+	// default (auto). SandboxFromEnv reads it from the environment.
+	Sandbox SandboxConfig
 	// Metrics receives the toolrunner's series (nil: none are served).
 	Metrics prometheus.Registerer
 	// Telemetry traces each tool call (nil: off; see pkg/telemetry).
@@ -145,6 +149,13 @@ func (c *Config) Validate() error {
 			return fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 		}
 	}
+	// Fail-closed at start: a named backend the host cannot give stops
+	// here, with the reason (the host's answer is cached for Run).
+	sb, err := openSandbox(c.Sandbox, nil)
+	if err != nil {
+		return err
+	}
+	sb.Close()
 	return nil
 }
 
@@ -174,12 +185,20 @@ func Run(ctx context.Context, nc *nats.Conn, cfg Config, log zerolog.Logger) err
 		}
 		mcpCfg = c
 	}
+	sb, err := openSandbox(cfg.Sandbox, nc)
+	if err != nil {
+		return err
+	}
+	defer sb.Close() // after the MCP servers and every job
+	logSandbox(log, sb)
 	builtin := tools.Builtin(tools.Options{
 		MaxOutput:      cfg.MaxOutput,
 		DefaultTimeout: cfg.DefaultTimeout,
+		Sandbox:        sb,
 	})
 	box := mcptools.NewToolbox(builtin, mcptools.NewManager(mcpCfg, mcptools.Options{
-		Log: log.With().Str("runner", cfg.RunnerID).Logger(),
+		Log:     log.With().Str("runner", cfg.RunnerID).Logger(),
+		Sandbox: sb,
 	}))
 	// The MCP servers stop after the last job: Run has returned.
 	defer box.Close()
@@ -200,6 +219,18 @@ func Run(ctx context.Context, nc *nats.Conn, cfg Config, log zerolog.Logger) err
 		Tools:             toolbox(cfg, measured{box, m}),
 		Telemetry:         cfg.Telemetry,
 	}, log)
+}
+
+// logSandbox logs the backend in effect once; running unconfined because
+// nothing was available is a warning.
+func logSandbox(log zerolog.Logger, sb *sandbox.Sandbox) {
+	mem, pids := sb.Limits()
+	if w := sb.Warning(); w != "" {
+		log.Warn().Str("sandbox", string(sb.Backend())).Str("reason", w).Msg("tool sandbox: NONE AVAILABLE, tools run unconfined")
+		return
+	}
+	log.Info().Str("sandbox", string(sb.Backend())).Str("network", sb.Network()).
+		Int("memory_mb", mem).Int("pids", pids).Msg("tool sandbox")
 }
 
 func defaultRunnerID() string {

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -17,6 +18,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"floe.dev/pkg/omni"
+	"floe.dev/services/toolrunner/internal/sandbox"
 	"floe.dev/services/toolrunner/internal/toolenv"
 )
 
@@ -47,6 +49,10 @@ type Options struct {
 	Lookup func(string) (string, bool)
 	// Name and Version identify Floe to the servers.
 	Version string
+	// Sandbox confines each stdio server (nil: unconfined). A server has
+	// no Session: it sees the system, its declared cwd read-write, and
+	// its own /tmp.
+	Sandbox *sandbox.Sandbox
 }
 
 // Manager holds the connections of one toolrunner to the configured MCP
@@ -379,21 +385,56 @@ func (s *server) transport() (sdk.Transport, func(), *tailBuffer, error) {
 	for k, v := range env {
 		extra = append(extra, k+"="+v)
 	}
-	cmd := exec.Command(s.cfg.Command, s.cfg.Args...)
-	cmd.Env = s.m.opts.Environ(extra...)
-	cmd.Dir = s.cfg.Cwd
-	// Its own process group, so stopping it reaches whatever it started;
-	// and killed with the toolrunner, so no server outlives its runner.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	sb := s.m.opts.Sandbox
+	if sb == nil {
+		sb = unconfined
+	}
+	// Its own process group (confined: its own PID namespace), so stopping
+	// it reaches whatever it started; and killed with the toolrunner, so
+	// no server outlives its runner.
+	p, err := sb.Command(context.Background(), sandbox.Spec{
+		Argv: append([]string{s.cfg.Command}, s.cfg.Args...), Env: s.m.opts.Environ(extra...),
+		Workspace: s.cfg.Cwd, Dir: s.cfg.Cwd, Read: programDirs(s.cfg.Command, s.cfg.Args),
+	})
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	cmd := p.Cmd
 	tail := &tailBuffer{max: stderrTail}
 	cmd.Stderr = tail
+	var once sync.Once
 	stop := func() {
 		if cmd.Process != nil {
 			_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
 		}
+		once.Do(p.Close) // the server's /tmp; the transport reaps the process
 	}
 	return &sdk.CommandTransport{Command: cmd, TerminateDuration: terminate}, stop, tail, nil
 }
+
+// programDirs are the directories a confined stdio server must read: its
+// program's, and those of arguments naming existing absolute files (a
+// script given to an interpreter). Other locations go in
+// FLOE_SANDBOX_READ.
+func programDirs(command string, args []string) []string {
+	var dirs []string
+	if p, err := exec.LookPath(command); err == nil {
+		if abs, err := filepath.Abs(p); err == nil {
+			dirs = append(dirs, filepath.Dir(abs))
+		}
+	}
+	for _, a := range args {
+		if filepath.IsAbs(a) {
+			if fi, err := os.Stat(a); err == nil && !fi.IsDir() {
+				dirs = append(dirs, filepath.Dir(a))
+			}
+		}
+	}
+	return dirs
+}
+
+// unconfined starts stdio servers when Options has no Sandbox.
+var unconfined, _ = sandbox.New(sandbox.Config{Backend: sandbox.Off})
 
 // watch waits until sess ends, stops what is left of the server and, unless
 // the Manager is closing, restarts it after the backoff.

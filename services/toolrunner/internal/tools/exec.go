@@ -6,10 +6,11 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"os/exec"
+	"sync"
 	"syscall"
 	"time"
 
+	"floe.dev/services/toolrunner/internal/sandbox"
 	"floe.dev/services/toolrunner/internal/toolenv"
 )
 
@@ -55,7 +56,7 @@ func (t execCommand) Spec() Spec {
 // Run starts bash in its own process group and streams its merged output.
 // When ctx ends, the whole group is killed and Run returns a failed Result
 // with no note: Execute adds the timeout or cancel note.
-func (execCommand) Run(ctx context.Context, call Call, args json.RawMessage, emit Emit) Result {
+func (t execCommand) Run(ctx context.Context, call Call, args json.RawMessage, emit Emit) Result {
 	var a execArgs
 	if err := json.Unmarshal(args, &a); err != nil {
 		return failed(fmt.Sprintf("invalid arguments: %v", err))
@@ -89,37 +90,69 @@ func (execCommand) Run(ctx context.Context, call Call, args json.RawMessage, emi
 		dir, env = fmt.Sprintf("/proc/self/fd/%d", d.Fd()), nil
 	}
 
-	cmd := exec.CommandContext(ctx, "bash", "-lc", a.Cmd)
-	cmd.Dir = dir
-	cmd.Env = toolenv.Environ(append(env, call.Env...)...)
+	sb := t.opts.Sandbox
+	if sb == nil {
+		sb = defaultSandbox()
+	}
+	spec := sandbox.Spec{Argv: []string{"bash", "-lc", a.Cmd}, Env: toolenv.Environ(append(env, call.Env...)...), Workspace: ws.real, Dir: dir}
+	if sb.Backend() != sandbox.Off && a.Workdir != "" {
+		// Confined, the directory is named by its path (the call sees
+		// nothing outside its Workspace to swap a component for).
+		_, real, _ := ws.resolve(a.Workdir)
+		spec.Dir, spec.Env = real, toolenv.Environ(append([]string{"PWD=" + real}, call.Env...)...)
+	}
+	p, err := sb.Command(ctx, spec)
+	if err != nil {
+		return failed(fmt.Sprintf("start bash: %v", err))
+	}
+	defer p.Close()
+	cmd := p.Cmd
 	// Stdout and Stderr are the same comparable writer, so the command gets
 	// one pipe for both and its output keeps the order it was written in.
 	w := &emitWriter{emit: emit}
 	cmd.Stdout, cmd.Stderr = w, w
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	cmd.Cancel = func() error {
-		// The group's id is the leader's pid; killing it reaches every
-		// process the command started unless one left the group.
-		return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
-	}
 	cmd.WaitDelay = waitDelay
 
-	err = cmd.Run()
+	err = p.Run()
+	ex := p.Exit(err)
+	if ex.Limit != "" {
+		return failed(limitNote(ex.Limit, sb))
+	}
 	if ctx.Err() != nil {
 		return Result{Failed: true}
 	}
-	var exitErr *exec.ExitError
 	switch {
-	case err == nil, errors.Is(err, exec.ErrWaitDelay):
-		return Result{}
-	case errors.As(err, &exitErr):
-		if ws, ok := exitErr.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
-			return failed(signalNote(ws.Signal().String()))
-		}
-		return failed(ExitCodeNote(exitErr.ExitCode()))
-	default:
-		return failed(fmt.Sprintf("run bash: %v", err))
+	case ex.Error != "":
+		return failed(fmt.Sprintf("run bash: %s", ex.Error))
+	case ex.Signal != "":
+		return failed(signalNote(ex.Signal))
+	case ex.Code != 0:
+		return failed(ExitCodeNote(ex.Code))
 	}
+	return Result{}
+}
+
+// defaultSandbox confines commands when Options has no Sandbox: the
+// strongest backend the host has (sandbox.Auto), as the toolrunner's
+// default, made once.
+var defaultSandbox = sync.OnceValue(func() *sandbox.Sandbox {
+	sb, err := sandbox.New(sandbox.Config{Backend: sandbox.Auto})
+	if err != nil { // Auto does not fail; should it, stay closed
+		panic(fmt.Sprintf("tools: default sandbox: %v", err))
+	}
+	return sb
+})
+
+// limitNote is the output of a call killed for exceeding a limit.
+func limitNote(limit string, sb *sandbox.Sandbox) string {
+	mem, pids := sb.Limits()
+	switch limit {
+	case "memory":
+		return fmt.Sprintf("[memory limit exceeded: the command used more than %d MB (FLOE_TOOL_MEMORY_MB) and was killed]", mem)
+	case "processes":
+		return fmt.Sprintf("[process limit exceeded: the command ran more than %d processes (FLOE_TOOL_PIDS) and was killed]", pids)
+	}
+	return "[" + limit + " limit exceeded: the command was killed]"
 }
 
 // errNotDir marks a workdir that is not a directory.

@@ -2,6 +2,7 @@ package tools
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -9,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -106,29 +108,31 @@ func TestExecCommandStreamsOutputBeforeExit(t *testing.T) {
 
 func TestExecCommandTimeoutKillsProcessGroup(t *testing.T) {
 	r := Builtin(Options{})
+	mark := uniqueSleep()
 	start := time.Now()
 	res := execute(t, t.Context(), r, Call{
 		Name:      "exec_command",
-		Arguments: args(t, map[string]any{"description": "test", "cmd": "echo $$; sleep 1000 & echo $!; wait", "timeout_ms": 300}),
+		Arguments: args(t, map[string]any{"description": "test", "cmd": "sleep " + mark + " & setsid nohup sleep " + mark + " >/dev/null 2>&1 & wait", "timeout_ms": 300}),
 		Workspace: t.TempDir(),
 	})
 	if elapsed := time.Since(start); elapsed > 10*time.Second {
 		t.Errorf("exec_command took %v with timeout_ms 300", elapsed)
 	}
-	if !res.Failed || !strings.HasSuffix(res.Output, "\n[timed out after 300ms]") {
+	if !res.Failed || !strings.HasSuffix(res.Output, "[timed out after 300ms]") {
 		t.Fatalf("exec_command = %+v, want failed with the timeout note", res)
 	}
-	checkProcessesGone(t, res.Output)
+	checkProcessesGone(t, mark)
 }
 
 func TestExecCommandCancelKillsProcessGroup(t *testing.T) {
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
 	r := Builtin(Options{})
+	mark := uniqueSleep()
 	seen := ""
 	res := executeWith(t, ctx, r, Call{
 		Name:      "exec_command",
-		Arguments: args(t, map[string]any{"description": "test", "cmd": "echo $$; sleep 1000 & echo $!; echo started; wait"}),
+		Arguments: args(t, map[string]any{"description": "test", "cmd": "sleep " + mark + " & setsid nohup sleep " + mark + " >/dev/null 2>&1 & echo started; wait"}),
 		Workspace: t.TempDir(),
 	}, func(s string) {
 		seen += s
@@ -139,29 +143,28 @@ func TestExecCommandCancelKillsProcessGroup(t *testing.T) {
 	if !res.Failed || !strings.HasSuffix(res.Output, "started\n[canceled]") {
 		t.Fatalf("exec_command = %+v, want failed with the cancel note", res)
 	}
-	checkProcessesGone(t, res.Output)
+	checkProcessesGone(t, mark)
 }
 
-// checkProcessesGone checks that the pids on the first two lines of output
-// exit.
-func checkProcessesGone(t *testing.T, output string) {
+// uniqueSleep returns a sleep duration no other test uses, so the
+// processes of one call can be found by their command line (a confined
+// call's pids are its PID namespace's, not ours).
+func uniqueSleep() string {
+	return fmt.Sprintf("1000.%d%d", os.Getpid(), sleepSeq.Add(1))
+}
+
+var sleepSeq atomic.Int64
+
+// checkProcessesGone checks that every `sleep mark`, the call's own and
+// the one it daemonized, is gone within 2 s of the call's end.
+func checkProcessesGone(t *testing.T, mark string) {
 	t.Helper()
-	lines := strings.SplitN(output, "\n", 3)
-	if len(lines) < 3 {
-		t.Fatalf("output %q lacks the two pids", output)
-	}
-	for _, l := range lines[:2] {
-		pid, err := strconv.Atoi(l)
-		if err != nil {
-			t.Fatalf("output %q: pid line %q: %v", output, l, err)
+	checkFor(t, 2*time.Second, func() error {
+		if pids := processesWithArg(mark); len(pids) > 0 {
+			return fmt.Errorf("processes %v (sleep %s) still running", pids, mark)
 		}
-		checkFor(t, 5*time.Second, func() error {
-			if !processGone(pid) {
-				return &os.SyscallError{Syscall: "process " + l + " still running", Err: syscall.EEXIST}
-			}
-			return nil
-		})
-	}
+		return nil
+	})
 }
 
 func TestExecCommandTimeoutIsCappedAtMaxTimeout(t *testing.T) {
@@ -177,13 +180,13 @@ func TestExecCommandTimeoutIsCappedAtMaxTimeout(t *testing.T) {
 }
 
 func TestExecCommandDefaultTimeout(t *testing.T) {
-	r := Builtin(Options{DefaultTimeout: 200 * time.Millisecond})
+	r := Builtin(Options{DefaultTimeout: 2 * time.Second})
 	res := execute(t, t.Context(), r, Call{
 		Name:      "exec_command",
 		Arguments: args(t, map[string]any{"description": "test", "cmd": "echo begun; sleep 1000"}),
 		Workspace: t.TempDir(),
 	})
-	if want := "begun\n[timed out after 200ms]"; !res.Failed || res.Output != want {
+	if want := "begun\n[timed out after 2s]"; !res.Failed || res.Output != want {
 		t.Errorf("exec_command = %+v, want failed with %q", res, want)
 	}
 }

@@ -126,3 +126,24 @@ func processGone(pid int) bool {
 	i := strings.LastIndexByte(string(stat), ')')
 	return i >= 0 && i+2 < len(stat) && (stat[i+2] == 'Z' || stat[i+2] == 'X')
 }
+
+// processesWithArg returns the pids of the host's processes that have arg
+// as one of their arguments (zombies have none).
+func processesWithArg(arg string) []int {
+	names, _ := filepath.Glob("/proc/[0-9]*/cmdline")
+	var pids []int
+	for _, n := range names {
+		b, err := os.ReadFile(n)
+		if err != nil {
+			continue
+		}
+		for _, a := range strings.Split(string(b), "\x00") {
+			if a == arg {
+				pid, _ := strconv.Atoi(strings.Split(n, "/")[2])
+				pids = append(pids, pid)
+				break
+			}
+		}
+	}
+	return pids
+}

@@ -8,6 +8,8 @@ import (
 	"fmt"
 	"strings"
 	"time"
+
+	"floe.dev/services/toolrunner/internal/sandbox"
 )
 
 // Defaults for the zero fields of Options.
@@ -29,6 +31,8 @@ type Options struct {
 	// MaxTimeout caps the timeout_ms a call may ask for. Default
 	// DefaultMaxTimeout.
 	MaxTimeout time.Duration
+	// Sandbox confines exec_command (nil: one made with sandbox.Auto).
+	Sandbox *sandbox.Sandbox
 }
 
 func (o Options) withDefaults() Options {

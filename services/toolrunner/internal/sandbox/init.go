@@ -1,0 +1,311 @@
+package sandbox
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"os/signal"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// The confined process tree of one call is started through a helper: the
+// toolrunner's own binary re-executed with initEnv=1 and one argument, the
+// JSON initSpec. The helper runs inside the call's namespaces (as PID 1 of
+// its PID namespace with landlock, as PID 2 under bwrap's reaper), finishes
+// the confinement that needs to happen in there (mounts, Landlock), starts
+// the command, reaps every process that reparents to it, enforces the
+// limits, and when the command exits kills whatever is left and reports
+// the outcome on the status pipe. That the helper is the same binary
+// (moby's pkg/reexec does the same) means no second file to install and no
+// version skew; the hook is this package's init, so every binary that can
+// run tools (floe, each test binary) answers it before doing anything else.
+const initEnv = "FLOE_SANDBOX_INIT"
+
+// initSpec is what the helper is told, as JSON in argv[1].
+type initSpec struct {
+	Mode     Backend  `json:"mode"`
+	Argv     []string `json:"argv"`
+	Dir      string   `json:"dir,omitempty"`
+	Tmp      string   `json:"tmp,omitempty"`  // landlock: host dir mounted on /tmp
+	RO       []string `json:"ro,omitempty"`   // landlock: read-only paths
+	RW       []string `json:"rw,omitempty"`   // landlock: read-write paths
+	Hide     []string `json:"hide,omitempty"` // landlock: files masked with /dev/null
+	NetFD    int      `json:"netFd"`          // Landlock net ruleset, -1 none
+	StatusFD int      `json:"statusFd"`
+	MemoryMB int      `json:"memoryMb,omitempty"`
+	Pids     int      `json:"pids,omitempty"`
+}
+
+// status is the helper's report, one JSON object on the status pipe.
+type status struct {
+	Code   int    `json:"code"`
+	Signal int    `json:"signal,omitempty"`
+	Limit  string `json:"limit,omitempty"`
+	Error  string `json:"error,omitempty"`
+}
+
+func init() {
+	if os.Getenv(initEnv) != "1" || len(os.Args) != 2 {
+		return
+	}
+	os.Exit(runInit(os.Args[1]))
+}
+
+// runInit is the helper's main. Its exit status only matters when the
+// status pipe could not be written (127: setup failed).
+func runInit(arg string) int {
+	var spec initSpec
+	if err := json.Unmarshal([]byte(arg), &spec); err != nil || len(spec.Argv) == 0 {
+		fmt.Fprintf(os.Stderr, "floe sandbox: bad helper arguments: %v\n", err)
+		return 127
+	}
+	out := os.NewFile(uintptr(spec.StatusFD), "status")
+	report := func(s status) int {
+		b, _ := json.Marshal(s)
+		if out != nil {
+			out.Write(append(b, '\n'))
+		}
+		return 0
+	}
+	unix.CloseOnExec(spec.StatusFD)
+	if spec.NetFD >= 0 {
+		unix.CloseOnExec(spec.NetFD)
+	}
+	fail := func(err error) int {
+		fmt.Fprintf(os.Stderr, "floe sandbox: %v\n", err)
+		report(status{Code: 127, Error: err.Error()})
+		return 127
+	}
+	if spec.Mode == Landlock {
+		if err := mountView(spec); err != nil {
+			return fail(err)
+		}
+	}
+	env := make([]string, 0, len(os.Environ()))
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, initEnv+"=") && !strings.HasPrefix(kv, "TMPDIR=") {
+			env = append(env, kv)
+		}
+	}
+	env = append(env, "TMPDIR=/tmp")
+	if !slices.ContainsFunc(env, func(kv string) bool { return strings.HasPrefix(kv, "HOME=") }) {
+		env = append(env, "HOME=/tmp") // not the passwd entry's: the service's home
+	}
+
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, syscall.SIGCHLD)
+	pid, err := startConfined(spec, env)
+	if err != nil {
+		return fail(err)
+	}
+	w := watcher{self: os.Getpid(), memory: int64(spec.MemoryMB) << 20, pids: spec.Pids}
+	tick := time.NewTicker(watchEvery)
+	defer tick.Stop()
+	var st status
+	limit := ""
+	for done := false; !done; {
+		select {
+		case <-sigs:
+		case <-tick.C:
+			if limit == "" {
+				if limit = w.check(); limit != "" {
+					_ = unix.Kill(-1, unix.SIGKILL)
+				}
+			}
+		}
+		for {
+			var ws unix.WaitStatus
+			p, err := unix.Wait4(-1, &ws, unix.WNOHANG, nil)
+			if err != nil || p <= 0 {
+				break
+			}
+			if p == pid {
+				done = true
+				switch {
+				case ws.Signaled():
+					st.Signal = int(ws.Signal())
+				default:
+					st.Code = ws.ExitStatus()
+				}
+			}
+		}
+	}
+	// The command is gone: end the rest of its tree (daemons included)
+	// now rather than when the namespace goes down with us.
+	_ = unix.Kill(-1, unix.SIGKILL)
+	st.Limit = limit
+	return report(st)
+}
+
+// startConfined applies the Landlock layers on one locked OS thread (a
+// Landlock domain binds a thread and what it forks) and forks the command
+// from it. The thread stays locked for the helper's life.
+func startConfined(spec initSpec, env []string) (int, error) {
+	type started struct {
+		pid int
+		err error
+	}
+	ch := make(chan started, 1)
+	go func() {
+		runtime.LockOSThread() // never unlocked: the thread dies with the goroutine
+		pid, err := func() (int, error) {
+			if spec.NetFD >= 0 {
+				if err := restrictSelf(spec.NetFD); err != nil {
+					return 0, err
+				}
+			}
+			if spec.Mode == Landlock {
+				fd, err := fsRuleset(landlockABI(), spec.RO, spec.RW)
+				if err != nil {
+					return 0, err
+				}
+				err = restrictSelf(fd)
+				unix.Close(fd)
+				if err != nil {
+					return 0, err
+				}
+			}
+			// A home directory out of the call's sight (the service's) is
+			// replaced by the private /tmp, so login shells and caches work.
+			for i, kv := range env {
+				if home, ok := strings.CutPrefix(kv, "HOME="); ok {
+					if fd, err := unix.Open(home, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0); err != nil {
+						env[i] = "HOME=/tmp"
+					} else {
+						unix.Close(fd)
+					}
+				}
+			}
+			path, err := exec.LookPath(spec.Argv[0])
+			if err != nil {
+				return 0, err
+			}
+			return syscall.ForkExec(path, spec.Argv, &syscall.ProcAttr{
+				Dir:   spec.Dir,
+				Env:   env,
+				Files: []uintptr{0, 1, 2},
+			})
+		}()
+		ch <- started{pid, err}
+		select {} // keep the restricted thread out of the scheduler's pool
+	}()
+	s := <-ch
+	return s.pid, s.err
+}
+
+// mountView makes the landlock backend's view: a private mount namespace
+// where /tmp is the call's own directory, /proc shows only the call's PID
+// namespace, and each hidden file reads as empty.
+func mountView(spec initSpec) error {
+	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
+		return fmt.Errorf("make mounts private: %w", err)
+	}
+	if spec.Tmp != "" {
+		// A Workspace (or working directory) under the host's /tmp stays
+		// where it is: held open across the mount, bound back on top.
+		var keep []string
+		var fds []int
+		for _, p := range append(append(slices.Clone(spec.RO), spec.RW...), spec.Dir) {
+			if p == "" || !strings.HasPrefix(p, "/tmp/") {
+				continue
+			}
+			fd, err := unix.Open(p, unix.O_PATH|unix.O_CLOEXEC, 0)
+			if err != nil {
+				continue
+			}
+			defer unix.Close(fd)
+			keep, fds = append(keep, p), append(fds, fd)
+		}
+		if err := unix.Mount(spec.Tmp, "/tmp", "", unix.MS_BIND|unix.MS_REC, ""); err != nil {
+			return fmt.Errorf("mount the call's /tmp: %w", err)
+		}
+		for i, p := range keep {
+			if err := os.MkdirAll(p, 0o700); err != nil {
+				return fmt.Errorf("keep %s: %w", p, err)
+			}
+			if err := unix.Mount(fmt.Sprintf("/proc/self/fd/%d", fds[i]), p, "", unix.MS_BIND|unix.MS_REC, ""); err != nil {
+				return fmt.Errorf("keep %s: %w", p, err)
+			}
+		}
+	}
+	if err := unix.Mount("proc", "/proc", "proc", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, ""); err != nil {
+		return fmt.Errorf("mount /proc: %w", err)
+	}
+	for _, f := range spec.Hide {
+		if err := unix.Mount("/dev/null", f, "", unix.MS_BIND, ""); err != nil && !os.IsNotExist(err) {
+			return fmt.Errorf("hide %s: %w", f, err)
+		}
+	}
+	return nil
+}
+
+// watchEvery is how often the helper measures the call's processes.
+const watchEvery = 10 * time.Millisecond
+
+// watcher measures every process of the call's PID namespace through its
+// /proc (the namespace's own): how many there are and their private
+// resident memory (statm resident - shared, so shared libraries are not
+// counted once per process).
+type watcher struct {
+	self   int
+	memory int64 // bytes, 0 = no limit
+	pids   int   // 0 = no limit
+	buf    []byte
+}
+
+// check returns "memory" or "processes" when a limit is exceeded.
+func (w *watcher) check() string {
+	d, err := os.Open("/proc")
+	if err != nil {
+		return ""
+	}
+	names, _ := d.Readdirnames(-1)
+	d.Close()
+	n := 0
+	var mem int64
+	page := int64(os.Getpagesize())
+	for _, name := range names {
+		pid, err := strconv.Atoi(name)
+		if err != nil || pid == w.self || pid == 1 {
+			continue
+		}
+		n++
+		if w.memory > 0 {
+			mem += w.private(name) * page
+		}
+	}
+	switch {
+	case w.pids > 0 && n > w.pids:
+		return "processes"
+	case w.memory > 0 && mem > w.memory:
+		return "memory"
+	}
+	return ""
+}
+
+func (w *watcher) private(pid string) int64 {
+	if w.buf == nil {
+		w.buf = make([]byte, 128)
+	}
+	f, err := os.Open("/proc/" + pid + "/statm")
+	if err != nil {
+		return 0
+	}
+	n, _ := f.Read(w.buf)
+	f.Close()
+	fields := strings.Fields(string(w.buf[:n]))
+	if len(fields) < 3 {
+		return 0
+	}
+	res, _ := strconv.ParseInt(fields[1], 10, 64)
+	shared, _ := strconv.ParseInt(fields[2], 10, 64)
+	return res - shared
+}
