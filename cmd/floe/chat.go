@@ -243,7 +243,7 @@ func startLocal(ctx context.Context, c *common, eng *engine.Config, workspace st
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	trc, err := toolrunnerConfig()
+	trc, err := toolrunnerConfig(c)
 	if err != nil {
 		closeLog()
 		return nil, nil, nil, err

@@ -83,7 +83,8 @@ FLOE_NATS_LISTEN, FLOE_HTTP_ADDR, FLOE_MODEL, FLOE_API_TOKEN, FLOE_RETRY_BASE_MS
 FLOE_RETRY_CAP_MS, FLOE_RETRY_MAX, FLOE_REQUEST_TIMEOUT_MS, OPENAI_BASE_URL,
 OPENAI_API_KEY, ANTHROPIC_BASE_URL, ANTHROPIC_API_KEY; external NATS:
 FLOE_NATS_CREDS, FLOE_NATS_USER, FLOE_NATS_PASSWORD, FLOE_NATS_PASSWORD_FILE,
-FLOE_REPLICAS, FLOE_SETUP; tools: FLOE_MCP_CONFIG, FLOE_TOOL_ENV.
+FLOE_REPLICAS, FLOE_SETUP; tools: FLOE_MCP_CONFIG, FLOE_TOOL_ENV, FLOE_SANDBOX,
+FLOE_SANDBOX_NETWORK, FLOE_SANDBOX_READ, FLOE_TOOL_MEMORY_MB, FLOE_TOOL_PIDS.
 `)
 	return b.String()
 }
@@ -395,9 +396,22 @@ func engineConfig(c *common) (*engine.Config, error) {
 }
 
 // toolrunnerConfig reads FLOE_MCP_CONFIG and checks the file, so a bad
-// one stops the command at start with the file and position named.
-func toolrunnerConfig() (*toolrunner.Config, error) {
-	cfg := toolrunner.Config{MCPConfig: os.Getenv(toolrunner.MCPConfigVar)}
+// one stops the command at start with the file and position named; and
+// the sandbox's variables, whose named backend the host must provide
+// (fail-closed, one line). Floe's own listeners known here (the gateway,
+// the NATS URLs and listener, more addrs such as --metrics) are closed
+// to tools.
+func toolrunnerConfig(c *common, addrs ...string) (*toolrunner.Config, error) {
+	sb, err := toolrunner.SandboxFromEnv(os.Getenv)
+	if err != nil {
+		return nil, err
+	}
+	for _, a := range append([]string{c.httpAddr, c.listen}, append(strings.Split(c.natsURL, ","), addrs...)...) {
+		if p := toolrunner.PortOf(strings.TrimSpace(a)); p > 0 {
+			sb.DenyPorts = append(sb.DenyPorts, p)
+		}
+	}
+	cfg := toolrunner.Config{MCPConfig: os.Getenv(toolrunner.MCPConfigVar), Sandbox: sb}
 	cfg.Defaults()
 	if err := cfg.Validate(); err != nil {
 		return nil, err

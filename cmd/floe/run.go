@@ -96,7 +96,7 @@ func cmdRun(ctx context.Context, stopSignals context.CancelFunc, name string, ar
 	if err != nil {
 		return 2, err
 	}
-	trc, err := toolrunnerConfig()
+	trc, err := toolrunnerConfig(c)
 	if err != nil {
 		return 1, err
 	}

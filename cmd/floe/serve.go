@@ -39,7 +39,7 @@ func cmdServe(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	trc, err := toolrunnerConfig()
+	trc, err := toolrunnerConfig(c)
 	if err != nil {
 		return err
 	}
@@ -163,7 +163,7 @@ func service(ctx context.Context, name string, args []string) error {
 			o.Engine.Pool = *pool
 		}
 	case "toolrunner":
-		if o.Toolrunner, err = toolrunnerConfig(); err != nil {
+		if o.Toolrunner, err = toolrunnerConfig(c, *metricsAddr); err != nil {
 			return err
 		}
 		if *pool != "" {

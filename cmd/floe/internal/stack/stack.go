@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 	"time"
 
@@ -194,6 +195,24 @@ func Start(ctx context.Context, o Options, log zerolog.Logger) (*Stack, error) {
 	if o.Toolrunner != nil {
 		c := *o.Toolrunner
 		c.Metrics, c.Telemetry, o.Toolrunner = reg, tel("toolrunner"), &c
+		// Close this stack's own listeners to tools: the embedded
+		// server's (its port may have been chosen at start) and metrics.
+		c.Sandbox.DenyPorts = slices.Clone(c.Sandbox.DenyPorts)
+		for _, a := range []string{o.MetricsAddr, o.Listen} {
+			if p := toolrunner.PortOf(a); p > 0 {
+				c.Sandbox.DenyPorts = append(c.Sandbox.DenyPorts, p)
+			}
+		}
+		if s.Server != nil {
+			if p := toolrunner.PortOf(s.Server.ClientURL()); p > 0 {
+				c.Sandbox.DenyPorts = append(c.Sandbox.DenyPorts, p)
+			}
+		}
+		if o.Gateway != nil {
+			if p := toolrunner.PortOf(o.Gateway.Addr); p > 0 {
+				c.Sandbox.DenyPorts = append(c.Sandbox.DenyPorts, p)
+			}
+		}
 	}
 	if o.Tracer != nil {
 		c := *o.Tracer
