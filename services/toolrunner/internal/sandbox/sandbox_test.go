@@ -207,7 +207,7 @@ func TestEveryProcessEndsWithTheCall(t *testing.T) {
 				mark := fmt.Sprintf("1000.%d%d", os.Getpid(), i)
 				cmd := fmt.Sprintf("setsid nohup sleep %s >/dev/null 2>&1 & (sleep %s &) ; echo started", mark, mark)
 				if how == "exit" {
-					cmd += "; sleep 1"
+					cmd += "; sleep 3"
 				} else {
 					cmd += "; sleep 1000"
 				}
