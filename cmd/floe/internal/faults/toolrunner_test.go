@@ -44,13 +44,23 @@ func TestToolrunnerKilledMidTool(t *testing.T) {
 	}
 	// The command has logged its execution before it sleeps.
 	eventually(t, 20*time.Second, "call_long to start its command", func() bool { return c.executions(sid, "call_long") == 1 })
-	// Its tool runs in a process group of its own and outlives it (the
-	// outcome is unknown, not undone); end that group when the test ends.
-	for _, pid := range childPids(victim.pid()) {
+	// Its tool is confined (SPEC §7): its processes die with the runner,
+	// through the PID namespace, so nothing writes side effects after the
+	// call was reported lost. Should one survive, end it with the test.
+	tree := childPids(victim.pid())
+	for _, pid := range tree {
 		t.Cleanup(func() { _ = syscall.Kill(-pid, syscall.SIGKILL) })
 	}
 	victim.kill(t)
 	killedAt := time.Now()
+	eventually(t, 2*time.Second, "the killed runner's tool processes to end", func() bool {
+		for _, pid := range tree {
+			if alive(pid) {
+				return false
+			}
+		}
+		return true
+	})
 
 	rs, status := c.wait(sid, task, 90*time.Second, nil)
 	if status != omni.StatusCompleted {
@@ -77,8 +87,17 @@ func TestToolrunnerKilledMidTool(t *testing.T) {
 	c.noViolations()
 }
 
-// childPids returns the children of a process (Linux /proc).
+// childPids returns the descendants of a process (Linux /proc): a
+// confined tool's processes are its runner's grandchildren and below.
 func childPids(pid int) []int {
+	var out []int
+	for _, c := range directChildren(pid) {
+		out = append(append(out, c), childPids(c)...)
+	}
+	return out
+}
+
+func directChildren(pid int) []int {
 	var out []int
 	tasks, _ := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
 	for _, task := range tasks {

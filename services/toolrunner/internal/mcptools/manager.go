@@ -414,8 +414,9 @@ func (s *server) transport() (sdk.Transport, func(), *tailBuffer, error) {
 
 // programDirs are the directories a confined stdio server must read: its
 // program's, and those of arguments naming existing absolute files (a
-// script given to an interpreter). Other locations go in
-// FLOE_SANDBOX_READ.
+// script given to an interpreter) — for a script inside a node_modules
+// tree, the directory holding that tree, where its packages resolve.
+// Other locations go in FLOE_SANDBOX_READ.
 func programDirs(command string, args []string) []string {
 	var dirs []string
 	if p, err := exec.LookPath(command); err == nil {
@@ -426,7 +427,11 @@ func programDirs(command string, args []string) []string {
 	for _, a := range args {
 		if filepath.IsAbs(a) {
 			if fi, err := os.Stat(a); err == nil && !fi.IsDir() {
-				dirs = append(dirs, filepath.Dir(a))
+				d := filepath.Dir(a)
+				if i := strings.Index(d, "/node_modules/"); i > 0 {
+					d = d[:i]
+				}
+				dirs = append(dirs, d)
 			}
 		}
 	}
