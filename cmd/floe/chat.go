@@ -755,6 +755,11 @@ func (ch *chat) command(ctx context.Context, text string) bool {
 	case "/session":
 		ch.say("session %s", ch.sess.ID)
 		ch.say("workspace %s", ch.sess.Workspace)
+		if s, err := ch.cl.GetSession(ctx, ch.sess.ID); err == nil && s.Sandbox != nil {
+			ch.say("sandbox %s, network %s", s.Sandbox.Backend, s.Sandbox.Network)
+		} else {
+			ch.say("sandbox unknown (no tool runner answered)")
+		}
 		ch.say("trace %s", ch.tracePath(ctx))
 		ch.say("resume: %s", ch.resumeCommand())
 	case "/approve":

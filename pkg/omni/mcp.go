@@ -34,6 +34,16 @@ type ToolList struct {
 	Tools   []ToolSpec         `msgpack:"tools"`
 	MCP     []MCPConnectResult `msgpack:"mcp,omitempty"`
 	Servers []string           `msgpack:"servers,omitempty"`
+	// Sandbox is the confinement of the answering runner's tools (SPEC
+	// §7); nil from a runner that predates it.
+	Sandbox *SandboxInfo `msgpack:"sandbox,omitempty"`
+}
+
+// SandboxInfo is a runner's tool confinement in effect: Backend is
+// landlock, bwrap or off; Network is on or off.
+type SandboxInfo struct {
+	Backend string `msgpack:"backend" json:"backend"`
+	Network string `msgpack:"network" json:"network"`
 }
 
 // ToolListRequest is the optional body of a request on floe.toollist.<pool>

@@ -218,6 +218,7 @@ func Run(ctx context.Context, nc *nats.Conn, cfg Config, log zerolog.Logger) err
 		ShutdownGrace:     cfg.ShutdownGrace,
 		Tools:             toolbox(cfg, measured{box, m}),
 		Telemetry:         cfg.Telemetry,
+		Sandbox:           &omni.SandboxInfo{Backend: string(sb.Backend()), Network: sb.Network()},
 	}, log)
 }
 

@@ -92,6 +92,7 @@ func rolePermissions(user string) *server.Permissions {
 		p := allow([]string{
 			"floe.task.*",
 			"floe.ctl.*.*",
+			"floe.toollist.*",
 			"floe.tracer.delete.*",
 			"floe.toollist.*",
 			"floe.session.*.server",

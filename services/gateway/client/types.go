@@ -35,6 +35,16 @@ type Session struct {
 	CommandPolicy *CommandPolicy `json:"commandPolicy,omitempty"`
 	// ForkedFrom is where a forked Session was cut from its parent.
 	ForkedFrom *ForkedFrom `json:"forkedFrom,omitempty"`
+	// Sandbox is the confinement its tools run under (SPEC §7), as the
+	// tool runners report it; absent when none answers.
+	Sandbox *Sandbox `json:"sandbox,omitempty"`
+}
+
+// Sandbox is the tool confinement in effect: Backend is landlock, bwrap
+// or off (unconfined); Network is on or off.
+type Sandbox struct {
+	Backend string `json:"backend"`
+	Network string `json:"network"`
 }
 
 // ForkedFrom names a fork's parent Session and the stream sequence its

@@ -90,6 +90,7 @@ type Server struct {
 	micro    micro.Service // nil when the registration failed
 	// badRecords holds "id@revision" of undecodable records already logged.
 	badRecords sync.Map
+	sandboxes  sandboxCache // the runners' tool confinement, for GET
 
 	protoMu sync.Mutex
 	proto   *bindings // guarded by protoMu: nil until first opened

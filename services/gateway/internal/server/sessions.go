@@ -259,7 +259,9 @@ func (s *Server) handleGet(w http.ResponseWriter, r *http.Request) *apiError {
 	if e != nil {
 		return e
 	}
-	writeJSON(w, http.StatusOK, view(rec))
+	v := view(rec)
+	v.Sandbox = s.sandbox(r.Context())
+	writeJSON(w, http.StatusOK, v)
 	return nil
 }
 

@@ -522,7 +522,15 @@ function drawHeader() {
   $('s-title').textContent = title || 'New session';
   $('s-title').title = c.id;
   document.title = (title || 'New session') + ' — Floe';
-  $('s-model').textContent = s ? s.model + ' · ' + s.approvalMode + (s.workspace ? ' · ' + s.workspace : '') : '';
+  $('s-model').textContent = s ? s.model + ' · ' + s.approvalMode + (s.workspace ? ' · ' + s.workspace : '') + sandboxLabel(s.sandbox) : '';
+}
+
+// sandboxLabel shows the tool confinement the runners report (SPEC §7);
+// tools running unconfined say so plainly.
+function sandboxLabel(sb) {
+  if (!sb) return '';
+  if (sb.backend === 'off') return ' · tools UNCONFINED';
+  return ' · sandbox ' + sb.backend + (sb.network === 'off' ? ', network off' : '');
 }
 
 // ---- the title, editable in the header -----------------------------------------

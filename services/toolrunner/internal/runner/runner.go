@@ -80,6 +80,8 @@ type Config struct {
 	Tools             Toolbox
 	// Telemetry traces each job as an execute_tool span (nil: off).
 	Telemetry *telemetry.Provider
+	// Sandbox is reported in tool list replies (nil: not reported).
+	Sandbox *omni.SandboxInfo
 
 	// Tuning; zero takes the default.
 	FetchWait  time.Duration // longest wait of one pull request

@@ -42,7 +42,7 @@ func (r *runner) listLoop(ch <-chan *nats.Msg, stop <-chan struct{}) {
 					r.log.Warn().Err(err).Msg("undecodable tool list request; answering it in full")
 				}
 			}
-			list := omni.ToolList{Runner: r.cfg.RunnerID, Servers: r.cfg.Tools.Servers()}
+			list := omni.ToolList{Runner: r.cfg.RunnerID, Servers: r.cfg.Tools.Servers(), Sandbox: r.cfg.Sandbox}
 			if !req.ServersOnly {
 				list.Tools, list.MCP = r.cfg.Tools.List(ctx)
 				if ctx.Err() != nil {
