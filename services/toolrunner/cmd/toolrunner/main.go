@@ -48,13 +48,25 @@ func run() error {
 	pool := fs.String("pool", os.Getenv("FLOE_POOL"), "runner pool whose jobs to run (FLOE_POOL, default \"default\")")
 	concurrency := fs.Int("concurrency", envInt("FLOE_TOOL_CONCURRENCY"), "tool jobs run at once (FLOE_TOOL_CONCURRENCY, default 8)")
 	mcpConfig := fs.String("mcp-config", os.Getenv(toolrunner.MCPConfigVar), "MCP servers file (FLOE_MCP_CONFIG)")
+	sandbox := fs.String("sandbox", os.Getenv(toolrunner.SandboxVar), "tool confinement: auto, landlock, bwrap or off (FLOE_SANDBOX, default auto)")
+	network := fs.String("sandbox-network", os.Getenv(toolrunner.SandboxNetworkVar), "tools' network besides Floe's ports: on or off (FLOE_SANDBOX_NETWORK, default on)")
 	if err := fs.Parse(os.Args[1:]); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return nil
 		}
 		return err
 	}
-	cfg := toolrunner.Config{Pool: *pool, Concurrency: *concurrency, MCPConfig: *mcpConfig, Metrics: m.Metrics()}
+	sb, err := toolrunner.SandboxFromEnv(os.Getenv)
+	if err != nil {
+		return err
+	}
+	sb.Backend, sb.Network = *sandbox, *network
+	for _, a := range []string{os.Getenv("FLOE_HTTP_ADDR"), os.Getenv("FLOE_METRICS_ADDR")} {
+		if p := toolrunner.PortOf(a); p > 0 {
+			sb.DenyPorts = append(sb.DenyPorts, p)
+		}
+	}
+	cfg := toolrunner.Config{Pool: *pool, Concurrency: *concurrency, MCPConfig: *mcpConfig, Metrics: m.Metrics(), Sandbox: sb}
 	cfg.Defaults()
 	if err := cfg.Validate(); err != nil {
 		return err
