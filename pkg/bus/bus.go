@@ -191,6 +191,17 @@ func setupBucket(ctx context.Context, js jetstream.JetStream, c Config) (*Sessio
 	}); err != nil {
 		return nil, fmt.Errorf("bus: create bucket %s: %w", omni.SnapshotsBucket, err)
 	}
+	if _, err := js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
+		Bucket:      omni.LocksBucket,
+		Description: "Floe per-path file locks of the toolrunners, each with a lease (per-key TTL)",
+		History:     1,
+		// Per-key TTLs on; a lease's expiry leaves a marker this long.
+		LimitMarkerTTL: time.Second,
+		Storage:        c.storage(),
+		Replicas:       c.replicas(),
+	}); err != nil {
+		return nil, fmt.Errorf("bus: create bucket %s: %w", omni.LocksBucket, err)
+	}
 	if _, err := js.CreateOrUpdateKeyValue(ctx, SignInsBucketConfig(c)); err != nil {
 		return nil, fmt.Errorf("bus: create bucket %s: %w", omni.SignInsBucket, err)
 	}

@@ -33,6 +33,10 @@ const (
 	// (AG-UI threads and runs, A2A tasks) to Sessions and Tasks: JSON
 	// values, written by the gateway.
 	ProtocolsBucket = "floe_protocols"
+	// LocksBucket is the KV bucket of the toolrunners' per-path file
+	// locks (SPEC §7): a key per resolved path, created with a lease (a
+	// per-key TTL) by the runner editing it and deleted when done.
+	LocksBucket = "floe_locks"
 	// DefaultPool is the runner pool tool jobs go to unless routed elsewhere.
 	DefaultPool = "default"
 )

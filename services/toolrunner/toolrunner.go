@@ -29,6 +29,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 
@@ -36,6 +37,7 @@ import (
 	"floe.dev/pkg/omni"
 	"floe.dev/pkg/telemetry"
 	"floe.dev/services/toolrunner/internal/mcptools"
+	"floe.dev/services/toolrunner/internal/pathlock"
 	"floe.dev/services/toolrunner/internal/runner"
 	"floe.dev/services/toolrunner/internal/sandbox"
 	"floe.dev/services/toolrunner/internal/tools"
@@ -195,6 +197,7 @@ func Run(ctx context.Context, nc *nats.Conn, cfg Config, log zerolog.Logger) err
 		MaxOutput:      cfg.MaxOutput,
 		DefaultTimeout: cfg.DefaultTimeout,
 		Sandbox:        sb,
+		Lock:           pathLock(ctx, nc, cfg.RunnerID, log),
 	})
 	box := mcptools.NewToolbox(builtin, mcptools.NewManager(mcpCfg, mcptools.Options{
 		Log:     log.With().Str("runner", cfg.RunnerID).Logger(),
@@ -220,6 +223,24 @@ func Run(ctx context.Context, nc *nats.Conn, cfg Config, log zerolog.Logger) err
 		Telemetry:         cfg.Telemetry,
 		Sandbox:           &omni.SandboxInfo{Backend: string(sb.Backend()), Network: sb.Network()},
 	}, log)
+}
+
+// pathLock returns the file tools' lock: the floe_locks bucket, so it
+// holds across runners; within this process only (with a warning) when
+// the layout predates the bucket.
+func pathLock(ctx context.Context, nc *nats.Conn, owner string, log zerolog.Logger) tools.LockFunc {
+	js, err := jetstream.New(nc)
+	if err == nil {
+		var kv jetstream.KeyValue
+		octx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		kv, err = js.KeyValue(octx, omni.LocksBucket)
+		cancel()
+		if err == nil {
+			return pathlock.New(kv, owner, pathlock.DefaultLease).Lock
+		}
+	}
+	log.Warn().Err(err).Str("bucket", omni.LocksBucket).Msg("no lock bucket (run floe setup): file edits are serialized within this runner only")
+	return new(pathlock.Local).Lock
 }
 
 // logSandbox logs the backend in effect once; running unconfined because

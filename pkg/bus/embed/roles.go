@@ -69,6 +69,11 @@ func rolePermissions(user string) *server.Permissions {
 			"$JS.API.CONSUMER.INFO.FLOE_TOOLS.*",
 			"$JS.API.CONSUMER.MSG.NEXT.FLOE_TOOLS.*",
 			"$JS.ACK.FLOE_TOOLS.>",
+			// per-path file locks (SPEC §7)
+			"$KV.floe_locks.>",
+			"$JS.API.STREAM.INFO.KV_floe_locks",
+			"$JS.API.DIRECT.GET.KV_floe_locks.>",
+			"$JS.API.STREAM.MSG.GET.KV_floe_locks",
 		}, []string{"floe.cancel.*", "floe.toollist.*", "_INBOX.toolrunner.>", "$SRV.>", "floe.status.toolrunner"})
 		p.Response = responses
 		return p

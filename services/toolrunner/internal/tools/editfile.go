@@ -11,7 +11,7 @@ import (
 )
 
 // editFile is edit_file: exact-string replacement in a file.
-type editFile struct{}
+type editFile struct{ lock LockFunc }
 
 type editArgs struct {
 	FilePath   string `json:"file_path"`
@@ -41,7 +41,7 @@ func (editFile) Spec() Spec {
 	}
 }
 
-func (editFile) Run(ctx context.Context, call Call, args json.RawMessage, emit Emit) Result {
+func (t editFile) Run(ctx context.Context, call Call, args json.RawMessage, emit Emit) Result {
 	var a editArgs
 	if err := json.Unmarshal(args, &a); err != nil {
 		return failed(fmt.Sprintf("invalid arguments: %v", err))
@@ -60,6 +60,15 @@ func (editFile) Run(ctx context.Context, call Call, args json.RawMessage, emit E
 	if err != nil {
 		return failed(err.Error())
 	}
+	// One writer per path at a time, across runners (SPEC §7).
+	unlock, err := t.lock(ctx, real)
+	if err != nil {
+		if ctx.Err() != nil {
+			return Result{Failed: true}
+		}
+		return failed(fmt.Sprintf("lock %s: %v", shown, err))
+	}
+	defer unlock()
 	root, err := ws.root()
 	if err != nil {
 		return failed(err.Error())

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"floe.dev/services/toolrunner/internal/pathlock"
 	"floe.dev/services/toolrunner/internal/sandbox"
 )
 
@@ -33,7 +34,15 @@ type Options struct {
 	MaxTimeout time.Duration
 	// Sandbox confines exec_command (nil: one made with sandbox.Auto).
 	Sandbox *sandbox.Sandbox
+	// Lock serializes write_file and edit_file on one resolved path: it
+	// waits until the caller holds path's lock or ctx ends, and returns
+	// the release. Default: a lock within this process; the toolrunner
+	// gives one that holds across processes (pathlock.Locker).
+	Lock LockFunc
 }
+
+// LockFunc takes a path's lock.
+type LockFunc func(ctx context.Context, path string) (unlock func(), err error)
 
 func (o Options) withDefaults() Options {
 	if o.MaxOutput <= 0 {
@@ -101,7 +110,11 @@ func NewRegistry(opts Options, tools ...Tool) *Registry {
 // and edit_file, in that order.
 func Builtin(opts Options) *Registry {
 	opts = opts.withDefaults()
-	return NewRegistry(opts, execCommand{opts: opts}, readFile{}, writeFile{}, editFile{})
+	lock := opts.Lock
+	if lock == nil {
+		lock = new(pathlock.Local).Lock
+	}
+	return NewRegistry(opts, execCommand{opts: opts}, readFile{}, writeFile{lock: lock}, editFile{lock: lock})
 }
 
 // Specs returns the tools' specs in registration order, Parameters in

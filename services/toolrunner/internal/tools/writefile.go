@@ -9,7 +9,7 @@ import (
 )
 
 // writeFile is write_file: create or overwrite a file.
-type writeFile struct{}
+type writeFile struct{ lock LockFunc }
 
 type writeArgs struct {
 	FilePath string `json:"file_path"`
@@ -34,7 +34,7 @@ func (writeFile) Spec() Spec {
 	}
 }
 
-func (writeFile) Run(ctx context.Context, call Call, args json.RawMessage, emit Emit) Result {
+func (t writeFile) Run(ctx context.Context, call Call, args json.RawMessage, emit Emit) Result {
 	var a writeArgs
 	if err := json.Unmarshal(args, &a); err != nil {
 		return failed(fmt.Sprintf("invalid arguments: %v", err))
@@ -47,6 +47,15 @@ func (writeFile) Run(ctx context.Context, call Call, args json.RawMessage, emit 
 	if err != nil {
 		return failed(err.Error())
 	}
+	// One writer per path at a time, across runners (SPEC §7).
+	unlock, err := t.lock(ctx, real)
+	if err != nil {
+		if ctx.Err() != nil {
+			return Result{Failed: true}
+		}
+		return failed(fmt.Sprintf("lock %s: %v", shown, err))
+	}
+	defer unlock()
 	if len(a.Content) > MaxFileSize {
 		return failed(fmt.Sprintf("content is %d bytes, over the %d-byte limit of write_file", len(a.Content), MaxFileSize))
 	}
