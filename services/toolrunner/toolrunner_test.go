@@ -97,7 +97,8 @@ func TestReplicasRunEveryJobExactlyOnce(t *testing.T) {
 	}
 
 	outputs := map[string][]streamed{}
-	bustest.Eventually(t, wait, "every job's complete output", func() bool {
+	// 60 confined commands (each a sandbox start, SPEC §7) on 9 slots.
+	bustest.Eventually(t, 3*wait, "every job's complete output", func() bool {
 		outputs = map[string][]streamed{}
 		n := 0
 		for s := range sessions {
