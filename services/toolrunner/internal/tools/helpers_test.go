@@ -3,12 +3,10 @@ package tools
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 	"unicode/utf8"
@@ -110,21 +108,6 @@ func checkFor(t *testing.T, timeout time.Duration, f func() error) {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-}
-
-// processGone reports whether pid has exited: it no longer exists or is a
-// zombie waiting for a parent that is not ours to reap it.
-func processGone(pid int) bool {
-	if err := syscall.Kill(pid, 0); errors.Is(err, syscall.ESRCH) {
-		return true
-	}
-	stat, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
-		return errors.Is(err, os.ErrNotExist)
-	}
-	// The state follows the parenthesised command name: "pid (comm) S ...".
-	i := strings.LastIndexByte(string(stat), ')')
-	return i >= 0 && i+2 < len(stat) && (stat[i+2] == 'Z' || stat[i+2] == 'X')
 }
 
 // processesWithArg returns the pids of the host's processes that have arg
