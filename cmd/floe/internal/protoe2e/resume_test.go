@@ -124,7 +124,9 @@ func restartB(t *testing.T, e *env) {
 	resp.Body.Close()
 }
 
-func runEnd(ev sseEvent) bool { return ev.Data["type"] == "RUN_FINISHED" || ev.Data["type"] == "RUN_ERROR" }
+func runEnd(ev sseEvent) bool {
+	return ev.Data["type"] == "RUN_FINISHED" || ev.Data["type"] == "RUN_ERROR"
+}
 
 func TestAGUICutRunResumesExactlyAfterARestart(t *testing.T) {
 	e := start(t)

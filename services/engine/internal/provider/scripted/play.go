@@ -149,7 +149,6 @@ func (pl *player) send(ctx context.Context, delay time.Duration, d model.Delta) 
 	return pl.emit(d)
 }
 
-
 // split cuts s into n pieces of near-equal length in code points (fewer when
 // s has fewer code points, one when s is empty), or into pieces of
 // defaultFragment code points when n is 0. The pieces concatenate to s; a
