@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
@@ -237,6 +238,7 @@ func (c *calls) await(actx context.Context, ids []string) error {
 	timeout := c.d.Settings.HeartbeatTimeout
 	for {
 		var lost []string
+		var unstarted []*callState
 		done := true
 		now := time.Now()
 		c.mu.Lock()
@@ -250,10 +252,17 @@ func (c *calls) await(actx context.Context, ids []string) error {
 				lost = append(lost, id)
 				cs.lastBeat = now // publish once per timeout window
 			}
+			if !cs.started && cs.jobSeq > 0 && now.Sub(cs.dispatched) > timeout {
+				unstarted = append(unstarted, cs)
+				cs.dispatched = now // once per timeout window
+			}
 		}
 		c.mu.Unlock()
 		if done {
 			return nil
+		}
+		for _, cs := range unstarted {
+			c.notStarted(actx, cs, timeout)
 		}
 		for _, id := range lost {
 			c.log.Warn().Str("tool_call_id", id).Msg("tool runner lost; call failed with unknown outcome")
@@ -269,6 +278,50 @@ func (c *calls) await(actx context.Context, ids []string) error {
 			return errAborted
 		}
 	}
+}
+
+// notStarted ends a call whose job no runner started (no heartbeat) within
+// timeout, whatever happened to the job's ack: the job is withdrawn from
+// the queue if it is still there, so it never runs later, and the call
+// gets a failed output. When a runner took the job (its ack was applied,
+// perhaps while the runner saw it fail, and it never ran it), the outcome
+// is unknown and the output says so; the runner's own output, if it comes
+// first, wins (the same Msg-Id).
+func (c *calls) notStarted(actx context.Context, cs *callState, timeout time.Duration) {
+	ctx, cancel := context.WithTimeout(actx, 5*time.Second)
+	defer cancel()
+	s, err := c.d.JS.Stream(ctx, omni.ToolsStream)
+	if err != nil {
+		return // the bus is unavailable: next round
+	}
+	text := fmt.Sprintf("[tool not started: no tool runner took the job within %s; it was withdrawn and not run]", timeout)
+	if err := s.DeleteMsg(ctx, cs.jobSeq); err != nil {
+		if !jobGone(err) {
+			c.log.Warn().Err(err).Uint64("job_seq", cs.jobSeq).Msg("cannot withdraw a tool job not started; asking again")
+			return // cannot tell: next round
+		}
+		text = fmt.Sprintf("[tool not started: a tool runner took the job but did not report it running within %s; the outcome is unknown and the call was not re-run]", timeout)
+	}
+	c.mu.Lock()
+	started := cs.started || cs.output != nil
+	c.mu.Unlock()
+	if started {
+		return // it started after all (a heartbeat came meanwhile)
+	}
+	c.log.Warn().Str("tool_call_id", cs.id).Uint64("job_seq", cs.jobSeq).Msg("tool job not started; call failed")
+	out := omni.ToolCallOutput(cs.id, text, omni.StatusFailed)
+	c.publishLost(actx, &out)
+}
+
+// jobGone reports whether deleting a job failed because it is no longer
+// in the queue (a runner's ack removed it): "no message found".
+// nats.go keeps only the text of the server's error (err_code 10057,
+// JSStreamMsgDeleteFailedF) in ErrMsgDeleteUnsuccessful: its code is read
+// from there.
+func jobGone(err error) bool {
+	var ae *jetstream.APIError
+	return errors.Is(err, jetstream.ErrMsgNotFound) || (errors.As(err, &ae) && ae.ErrorCode == 10057) ||
+		(errors.Is(err, jetstream.ErrMsgDeleteUnsuccessful) && strings.Contains(err.Error(), "err_code=10057"))
 }
 
 // publishLost publishes the failed output of a call whose runner is lost.

@@ -259,6 +259,7 @@ func (h *harness) pending(sid string) []string {
 // interrupted output, then confirms; finish publishes an output), silent
 // means "take the job, beat once, then nothing" (a runner that died).
 type fakeRunner struct {
+	noBeat bool // set before any job: acks jobs, never beats nor runs them
 	h      *harness
 	sid    string
 	behave func(job omni.ToolJob) *omni.Message
@@ -288,7 +289,18 @@ func (f *fakeRunner) finish(sid string, out *omni.Message) {
 
 func (h *harness) runner(sid string, behave func(omni.ToolJob) *omni.Message) *fakeRunner {
 	h.t.Helper()
-	f := &fakeRunner{h: h, sid: sid, behave: behave, running: map[string]chan struct{}{}}
+	return h.startRunner(&fakeRunner{h: h, sid: sid, behave: behave, running: map[string]chan struct{}{}})
+}
+
+// runnerNoBeat starts a runner that acks its jobs and never runs them.
+func (h *harness) runnerNoBeat(sid string) *fakeRunner {
+	h.t.Helper()
+	return h.startRunner(&fakeRunner{noBeat: true, h: h, sid: sid, running: map[string]chan struct{}{}})
+}
+
+func (h *harness) startRunner(f *fakeRunner) *fakeRunner {
+	h.t.Helper()
+	sid := f.sid
 	nc := bustest.Connect(h.t, h.env.Server)
 	js, err := jetstream.New(nc)
 	if err != nil {
@@ -343,6 +355,9 @@ func (h *harness) runner(sid string, behave func(omni.ToolJob) *omni.Message) *f
 		f.jobs = append(f.jobs, job.ToolCallID)
 		f.jobIDs = append(f.jobIDs, msg.Headers().Get(jetstream.MsgIDHeader))
 		f.mu.Unlock()
+		if f.noBeat {
+			return // took the job and never ran it (its ack failed on its side)
+		}
 		f.beat(nc, job.SessionID, job.ToolCallID)
 		out := f.behave(job)
 		if out == silent {

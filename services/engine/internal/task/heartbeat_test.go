@@ -73,3 +73,55 @@ func TestHeartbeatsKeepALongCallAlive(t *testing.T) {
 		t.Fatalf("call_1 output%s", dump(msgs))
 	}
 }
+
+// A job no runner takes within the heartbeat timeout (none is there) is
+// withdrawn from the queue, so it never runs later, and the call gets a
+// failed "not started" output; the run goes on.
+func TestAJobNoRunnerTakesFailsAsNotStarted(t *testing.T) {
+	h := newHarness(t, `{"requests": [
+	  {"steps": [{"tool_call": {"name": "exec_command", "id": "call_1", "arguments": {"cmd": "make"}}}]},
+	  {"expect_tool_outputs": ["call_1"], "steps": [{"text": "Nobody ran it."}]}
+	]}`, func(s *Settings) { s.HeartbeatTimeout = 300 * time.Millisecond })
+	sid := "nostart1"
+	h.session(sid, omni.ApproveAllowAll)
+	if st := h.wait(h.run(sid, "t1", "go")); st != Completed {
+		t.Fatalf("status %q", st)
+	}
+	msgs := h.messages(sid)
+	out := index(msgs, isType(omni.TypeToolCallOutput, "call_1"))
+	if out < 0 || msgs[out].Payload.StopReason != omni.StatusFailed ||
+		!strings.Contains(msgs[out].Payload.Output, "tool not started: no tool runner took the job within 300ms") {
+		t.Fatalf("call_1 output%s", dump(msgs))
+	}
+	// Withdrawn: a runner that comes now finds nothing to run.
+	fr := h.runner(sid, func(omni.ToolJob) *omni.Message { return nil })
+	time.Sleep(300 * time.Millisecond)
+	if got := fr.ran(); len(got) != 0 {
+		t.Fatalf("the withdrawn job ran later: %v", got)
+	}
+}
+
+// A runner whose ack of a job was applied though it saw it fail (so it
+// never ran the job, nor beat for it): the engine does not wait for ever;
+// after the heartbeat timeout the call fails with an unknown outcome.
+func TestAJobTakenButNeverStartedFails(t *testing.T) {
+	h := newHarness(t, `{"requests": [
+	  {"steps": [{"tool_call": {"name": "exec_command", "id": "call_1", "arguments": {"cmd": "make"}}}]},
+	  {"expect_tool_outputs": ["call_1"], "steps": [{"text": "It never started."}]}
+	]}`, func(s *Settings) { s.HeartbeatTimeout = 300 * time.Millisecond })
+	sid := "nostart2"
+	h.session(sid, omni.ApproveAllowAll)
+	fr := h.runnerNoBeat(sid)
+	if st := h.wait(h.run(sid, "t1", "go")); st != Completed {
+		t.Fatalf("status %q", st)
+	}
+	msgs := h.messages(sid)
+	out := index(msgs, isType(omni.TypeToolCallOutput, "call_1"))
+	if out < 0 || msgs[out].Payload.StopReason != omni.StatusFailed ||
+		!strings.Contains(msgs[out].Payload.Output, "did not report it running within 300ms; the outcome is unknown") {
+		t.Fatalf("call_1 output%s", dump(msgs))
+	}
+	if got := fr.ran(); len(got) != 1 {
+		t.Fatalf("jobs taken %v, want call_1 once", got)
+	}
+}

@@ -81,13 +81,16 @@ func (r *runner) process(jobsCtx context.Context, m jetstream.Msg) {
 	decodeErr := omni.Unpack(m.Data(), &tj)
 
 	// At most once: the job leaves the queue before anything runs. If the
-	// ack fails the job is not run here; if it was in fact stored, nobody
-	// runs it and the engine pairs the call when no heartbeat comes.
+	// ack fails the job is not run here, and that is not read as "not
+	// delivered": the ack may have been applied (a leader change), and then
+	// nobody runs it; the engine fails the call as not started when no
+	// heartbeat comes within its timeout (and withdraws the job if it is
+	// still queued), so the Task never waits for it.
 	actx, cancel := context.WithTimeout(context.Background(), ackTimeout)
 	err := m.DoubleAck(actx)
 	cancel()
 	if err != nil {
-		log.Error().Err(err).Msg("ack of tool job failed; job not run")
+		log.Error().Err(err).Msg("ack of tool job failed (it may have been applied); job not run here, the engine fails it as not started")
 		return
 	}
 	if decodeErr != nil {
