@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -324,6 +325,10 @@ type chat struct {
 	exit      bool      // a queued /exit ran
 	retryAt   time.Time // when the failed model request is retried (countdown)
 	allowed   toolSet   // tools allowed for the rest of the Session ("a")
+	// lastSeq is the last stream position seen; prompts the position
+	// before each Prompt seen (0: none before it), for /rewind.
+	lastSeq uint64
+	prompts []uint64
 }
 
 type pendingApproval struct {
@@ -732,6 +737,8 @@ const chatHelp = `commands:
   /compact          compact the Session's context now
   /abort            interrupt the running Task (also Ctrl-C)
   /approve [MODE]   show or set the approval mode: allow-all, deny-all, read-only, always-ask
+  /fork             fork the Session here into a new one (SPEC: the fork route)
+  /rewind N         fork the Session before its N-th last Prompt
   /model            show the Session's model
   /session          show the Session id, Workspace and Trace file
   /help             this list
@@ -778,6 +785,24 @@ func (ch *chat) command(ctx context.Context, text string) bool {
 		}
 		ch.sess = s
 		ch.say("approval mode %s", s.ApprovalMode)
+	case "/fork":
+		ch.fork(ctx, 0, "")
+	case "/rewind":
+		n, err := strconv.Atoi(arg)
+		if err != nil || n < 1 {
+			ch.say("/rewind N forks the Session before its N-th last Prompt (N from 1)")
+			break
+		}
+		if n > len(ch.prompts) {
+			ch.say("this chat has seen %d Prompts with their stream positions; /rewind goes back at most that far", len(ch.prompts))
+			break
+		}
+		at := ch.prompts[len(ch.prompts)-n]
+		if at == 0 {
+			ch.say("nothing of this Session comes before that Prompt: start a new chat instead")
+			break
+		}
+		ch.fork(ctx, at, fmt.Sprintf(" before the Prompt %d back", n))
 	case "/compact":
 		if ch.running {
 			ch.say("a Task is running: /compact when it has ended")
@@ -797,6 +822,22 @@ func (ch *chat) command(ctx context.Context, text string) bool {
 		ch.say("unknown command %s: /help lists the commands", name)
 	}
 	return false
+}
+
+// fork forks the Session at stream position at (0: everything so far)
+// and says how to go on in the fork.
+func (ch *chat) fork(ctx context.Context, at uint64, where string) {
+	f, err := ch.cl.Fork(ctx, ch.sess.ID, at)
+	if err != nil {
+		ch.say("could not fork: %s", apiMessage(err))
+		return
+	}
+	ch.say("forked%s into %s (from %s at %d)", where, f.ID, ch.sess.ID, f.ForkedFrom.Seq)
+	cmd := "floe chat --resume " + f.ID
+	if ch.o.server != "" {
+		cmd += " --server " + ch.o.server
+	}
+	ch.say("continue there: %s", cmd)
 }
 
 func (ch *chat) tracePath(ctx context.Context) string {
@@ -869,6 +910,15 @@ func (ch *chat) onEvent(ctx context.Context, ev client.Event) {
 		return
 	case m.Type == omni.KindEvent && p.Type == omni.TypeApprovalDecision:
 		ch.dropApproval(p.ToolCallID)
+	case m.Type == omni.KindModel && len(m.Origin) == 0 && p.Type == omni.TypeText && p.Role == omni.RoleUser && p.Sender == "" &&
+		!strings.HasPrefix(p.Text, "["):
+		// A Prompt: /rewind forks at the Session's position before it.
+		ch.prompts = append(ch.prompts, ch.lastSeq)
+	}
+	if seq := seqOf(ev.ID); seq > 0 {
+		ch.lastSeq = seq
+	}
+	switch {
 	case m.Type == omni.KindModel && len(m.Origin) == 0 && p.Type == omni.TypeText && p.Role == omni.RoleUser:
 		if len(ch.steered) > 0 && strings.HasPrefix(p.Text, "["+omni.TagUserSteering+"]") {
 			ch.steered = ch.steered[1:]
