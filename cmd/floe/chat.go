@@ -263,6 +263,7 @@ func startLocal(ctx context.Context, c *common, eng *engine.Config, workspace st
 		// floe run's and those of a floe serve without tokens, so chat
 		// --resume finds them all.
 		Addr: "127.0.0.1:0", Home: c.home, DefaultModel: c.model, Tokens: map[string]string{token: ""},
+		CheckModel: func(ref string) error { return checkModel(eng, ref) },
 	}
 	if workspace != "" {
 		cfg.WorkspaceRoots = []string{workspace} // checked above, like floe run's

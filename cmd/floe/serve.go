@@ -35,6 +35,7 @@ func cmdServe(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
+	gw.CheckModel = func(ref string) error { return checkModel(eng, ref) }
 	connect, err := c.auth.options()
 	if err != nil {
 		return err

@@ -2,10 +2,14 @@ package main
 
 import (
 	"encoding/json"
+	"errors"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	"floe.dev/pkg/omni"
 	"floe.dev/services/gateway/client"
 )
 
@@ -48,4 +52,29 @@ func TestSessionsListsTitles(t *testing.T) {
 	if _, err := time.Parse(time.RFC3339, list[0].CreatedAt); err != nil {
 		t.Fatalf("createdAt %q: %v", list[0].CreatedAt, err)
 	}
+}
+
+// Over HTTP, a Session whose model's provider has no key here is refused
+// at once (400 model_unavailable naming the variable), not created to
+// retry for a minute.
+func TestServeRefusesAModelWithoutItsKey(t *testing.T) {
+	home, ws, env := chatEnv(t)
+	addr := freeAddr(t)
+	serveEnv := append(append([]string{}, env...), "FLOE_HTTP_ADDR="+addr, "FLOE_NATS_LISTEN=off", "FLOE_HOME="+filepath.Join(home, "server"))
+	serve := startPTY(t, ws, serveEnv, "serve")
+	serve.expect("floe serve: http://" + addr)
+	c := client.New("http://" + addr)
+	_, err := c.CreateSession(t.Context(), client.CreateSession{Model: "openai:gpt-4o-mini", Workspace: ws})
+	var ae *client.APIError
+	if !errors.As(err, &ae) || ae.Status != 400 || ae.Code != omni.CodeModelUnavailable || !strings.Contains(ae.Message, "OPENAI_API_KEY") {
+		t.Fatalf("create with openai and no key: %v, want 400 model_unavailable naming OPENAI_API_KEY", err)
+	}
+	if _, err := c.CreateSession(t.Context(), client.CreateSession{Model: "anthropic:claude-sonnet-4-5", Workspace: ws}); !client.IsCode(err, omni.CodeModelUnavailable) {
+		t.Fatalf("create with anthropic and no key: %v", err)
+	}
+	if _, err := c.CreateSession(t.Context(), client.CreateSession{Workspace: ws}); err != nil {
+		t.Fatalf("the default model: %v", err)
+	}
+	serve.cmd.Process.Signal(os.Interrupt)
+	serve.wait()
 }

@@ -245,7 +245,9 @@ func TestAttachApprovalAnsweredElsewhereInTmux(t *testing.T) {
 		t.Fatal(err)
 	}
 	p.contains("(answered elsewhere: allowed)")
-	p.until("the next question", func(s string) bool { return strings.Count(s, "allow exec_command? [Y/n/a]") == 2 && strings.Contains(s, "from-a") })
+	p.until("the next question", func(s string) bool {
+		return strings.Count(s, "allow exec_command? [Y/n/a]") == 2 && strings.Contains(s, "from-a")
+	})
 	p.keys("", true) // Enter: allows call_b, not the stale call_a
 	p.contains("from-b")
 	p.until("the third question", func(s string) bool { return strings.Count(s, "allow exec_command? [Y/n/a]") == 3 })

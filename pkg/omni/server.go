@@ -43,7 +43,8 @@ const (
 	CodeUnavailable      = "unavailable"
 	CodeRequestTimeout   = "request_timeout" // the request body did not arrive in time
 	CodeTraceExists      = "trace_session_exists"
-	CodeExpired          = "expired" // what was asked for left the stream's retention
-	CodeForbidden        = "forbidden"    // a Host, Origin or Sec-Fetch-Site the gateway refuses
-	CodeRateLimited      = "rate_limited" // too many attempts or requests at once: retry after Retry-After
+	CodeExpired          = "expired"           // what was asked for left the stream's retention
+	CodeForbidden        = "forbidden"         // a Host, Origin or Sec-Fetch-Site the gateway refuses
+	CodeRateLimited      = "rate_limited"      // too many attempts or requests at once: retry after Retry-After
+	CodeModelUnavailable = "model_unavailable" // the model's provider is not configured here (its key is missing)
 )

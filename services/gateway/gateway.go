@@ -79,6 +79,12 @@ type Config struct {
 	// DefaultModel is the model of Sessions created without one
 	// (default "scripted:demo").
 	DefaultModel string
+	// CheckModel, when set, checks a new Session's model where the
+	// gateway runs with the engine (floe serve, floe chat): a model whose
+	// provider key is missing gets 400 model_unavailable naming the
+	// variable, instead of a Session whose requests fail and retry. nil
+	// (a gateway alone): the engines decide.
+	CheckModel func(ref string) error
 	// WorkspaceRoots are the directories (FLOE_WORKSPACE_ROOTS) a
 	// Session's requested workspace must lie inside, as an existing
 	// directory; "/" is never one. Nil means Home/workspaces and the home
@@ -267,7 +273,7 @@ func (c *Config) options() server.Options {
 		WorkspaceRoots: c.WorkspaceRoots, ScriptsDir: c.ScriptsDir, ReadBodyTimeout: c.ReadBodyTimeout,
 		Heartbeat: c.Heartbeat, ControlTimeout: c.ControlTimeout, QueueWait: c.QueueWait,
 		ClientBuffer: c.ClientBuffer, WriteTimeout: c.WriteTimeout, DetachSSE: c.DetachSSE, Metrics: c.Metrics, Gatherer: c.Gatherer, CommandPolicy: c.CommandPolicy,
-		Telemetry: c.Telemetry,
+		Telemetry: c.Telemetry, CheckModel: c.CheckModel,
 	}
 }
 

@@ -56,6 +56,9 @@ type Options struct {
 	QueueWait       time.Duration
 	ClientBuffer    int
 	WriteTimeout    time.Duration
+	// CheckModel, when set, says whether the engines can use a model
+	// (its provider's key is configured); nil: any model is taken.
+	CheckModel func(ref string) error
 	// CommandPolicy is snapshotted into every Session created here.
 	CommandPolicy *omni.CommandPolicy
 	// DetachSSE serves SSE on the taken-over connection (see stream.go).

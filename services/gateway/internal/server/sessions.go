@@ -160,6 +160,11 @@ func (s *Server) createSession(ctx context.Context, req client.CreateSession) (*
 	if rec.Model, e = s.checkModel(rec.Model); e != nil {
 		return nil, e
 	}
+	if s.opts.CheckModel != nil {
+		if err := s.opts.CheckModel(rec.Model); err != nil {
+			return nil, errorf(http.StatusBadRequest, omni.CodeModelUnavailable, "%v", err)
+		}
+	}
 	if rec.ApprovalMode == "" {
 		rec.ApprovalMode = omni.ApproveAllowAll
 	}
