@@ -36,7 +36,7 @@ func startTmux(t *testing.T, dir string, env []string, cols, rows int, args ...s
 	shell = append(shell, env...)
 	shell = append(shell, buildFloe(t))
 	shell = append(shell, args...)
-	p.tmux("-f", "/dev/null", "new-session", "-d", "-x", itoa(cols), "-y", itoa(rows), "-c", dir, "-s", "main", shellJoin(shell))
+	p.tmux("-f", "/dev/null", "new-session", "-d", "-x", strconv.Itoa(cols), "-y", strconv.Itoa(rows), "-c", dir, "-s", "main", shellJoin(shell))
 	p.tmux("set-option", "-t", "main", "remain-on-exit", "on")
 	p.tmux("set-option", "-t", "main", "history-limit", "10000")
 	t.Cleanup(func() {
@@ -47,8 +47,6 @@ func startTmux(t *testing.T, dir string, env []string, cols, rows int, args ...s
 	})
 	return p
 }
-
-func itoa(n int) string { return strconv.Itoa(n) }
 
 func shellJoin(args []string) string {
 	q := make([]string, len(args))
