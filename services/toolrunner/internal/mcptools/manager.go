@@ -17,6 +17,7 @@ import (
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/rs/zerolog"
 
+	"floe.dev/pkg/bus/retry"
 	"floe.dev/pkg/omni"
 	"floe.dev/services/toolrunner/internal/sandbox"
 	"floe.dev/services/toolrunner/internal/toolenv"
@@ -223,13 +224,8 @@ type server struct {
 	progress   map[string]func(*sdk.ProgressNotificationParams) // by progress token
 }
 
-func backoff(failures int) time.Duration {
-	d := restartBase
-	for i := 1; i < failures && d < restartCap; i++ {
-		d *= 2
-	}
-	return min(d, restartCap)
-}
+// backoff is the wait before restarting after n consecutive failures.
+func backoff(failures int) time.Duration { return retry.Nth(restartBase, restartCap, failures) }
 
 // ensure returns the tools of a live session, connecting if there is none:
 // it waits for a connect or restart already under way, and fails at once
@@ -473,12 +469,7 @@ func (s *server) watch(sess *sdk.ClientSession, stop func()) {
 	s.mu.Unlock()
 	s.m.log.Warn().Str("mcp_server", s.name).Dur("restart_in", delay).Msg("MCP server connection ended; restarting")
 
-	t := time.NewTimer(delay)
-	select {
-	case <-t.C:
-	case <-s.m.ctx.Done():
-		t.Stop()
-	}
+	_ = retry.Sleep(s.m.ctx, delay) // a Close cuts the wait; connect sees it
 	s.connect(ch)
 }
 

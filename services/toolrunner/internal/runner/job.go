@@ -16,6 +16,7 @@ import (
 
 	"floe.dev/pkg/bus"
 	"floe.dev/pkg/bus/publish"
+	"floe.dev/pkg/bus/retry"
 	"floe.dev/pkg/omni"
 	"floe.dev/services/toolrunner/internal/tools"
 )
@@ -331,7 +332,7 @@ func (j *job) finish(res tools.Result) {
 // and the segment is closed; it retries that for up to publishBudget.
 func (j *job) settleSegment(sent string) {
 	deadline := time.Now().Add(publishBudget)
-	wait := 100 * time.Millisecond
+	backoff := retry.Exponential(100*time.Millisecond, 2*time.Second)
 	for {
 		ctx, cancel := context.WithTimeout(context.Background(), publishTimeout)
 		_, err := j.pub.Settle(ctx)
@@ -344,8 +345,9 @@ func (j *job) settleSegment(sent string) {
 			return
 		}
 		j.log.Warn().Err(err).Msg("the stream lost part of the output segment; repairing")
-		time.Sleep(wait)
-		wait = min(2*wait, 2*time.Second)
+		// No ctx bounds the repair (the output must be stored even when
+		// the job was cancelled): publishBudget does.
+		_ = retry.Sleep(context.Background(), backoff.NextBackOff())
 		j.pub.Resume()
 		stored, started, stopped, rerr := j.storedSegment()
 		if rerr != nil {

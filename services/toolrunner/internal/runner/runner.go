@@ -30,6 +30,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"floe.dev/pkg/bus"
+	"floe.dev/pkg/bus/retry"
 	"floe.dev/pkg/omni"
 	"floe.dev/pkg/telemetry"
 	"floe.dev/services/toolrunner/internal/tools"
@@ -224,30 +225,22 @@ func (r *runner) consumer(ctx context.Context) (jetstream.Consumer, error) {
 		MaxAckPending: maxAckPending,
 		DeliverPolicy: jetstream.DeliverAllPolicy,
 	}
-	backoff := 100 * time.Millisecond
-	for attempt := 0; ; attempt++ {
+	attempt := 0
+	return retry.Do(ctx, retry.Exponential(100*time.Millisecond, maxBackoff), 0, func() (jetstream.Consumer, error) {
 		cons, err := r.js.CreateOrUpdateConsumer(ctx, omni.ToolsStream, cc)
-		if err == nil {
-			return cons, nil
-		}
-		if ctx.Err() != nil {
-			return nil, ctx.Err()
-		}
-		if attempt == 0 || attempt%20 == 0 {
+		if err != nil && attempt%20 == 0 {
 			r.log.Warn().Err(err).Str("stream", omni.ToolsStream).Msg("cannot create tool job consumer; retrying")
 		}
-		if !sleepCtx(ctx, backoff) {
-			return nil, ctx.Err()
-		}
-		backoff = min(2*backoff, maxBackoff)
-	}
+		attempt++
+		return cons, err
+	}, nil)
 }
 
 // fetchLoop pulls jobs while ctx lasts, never more than the free slots, and
 // runs each under jobsCtx. It returns nil when ctx ends, an error when the
 // connection is closed.
 func (r *runner) fetchLoop(ctx, jobsCtx context.Context, cons jetstream.Consumer) error {
-	backoff := 100 * time.Millisecond
+	backoff := retry.Exponential(100*time.Millisecond, maxBackoff)
 	for {
 		// Reserve every free slot, waiting for at least one.
 		select {
@@ -292,18 +285,18 @@ func (r *runner) fetchLoop(ctx, jobsCtx context.Context, cons jetstream.Consumer
 		}
 		switch {
 		case err == nil:
-			backoff = 100 * time.Millisecond
+			backoff.Reset()
 			continue
 		case r.nc.IsClosed():
 			return fmt.Errorf("toolrunner: fetch jobs: %w", nats.ErrConnectionClosed)
 		case ctx.Err() != nil:
 			return nil
 		}
-		r.log.Warn().Err(err).Dur("backoff", backoff).Msg("fetch tool jobs failed")
-		if !sleepCtx(ctx, backoff) {
+		wait := backoff.NextBackOff()
+		r.log.Warn().Err(err).Dur("backoff", wait).Msg("fetch tool jobs failed")
+		if retry.Sleep(ctx, wait) != nil {
 			return nil
 		}
-		backoff = min(2*backoff, maxBackoff)
 		if errors.Is(err, jetstream.ErrConsumerNotFound) || errors.Is(err, jetstream.ErrConsumerDeleted) {
 			c, err := r.consumer(ctx)
 			if err != nil {
@@ -343,17 +336,5 @@ func (r *runner) drainJobs(cancelJobs context.CancelCauseFunc) {
 func (r *runner) flush() {
 	if err := r.nc.FlushTimeout(flushTimeout); err != nil && !r.nc.IsClosed() {
 		r.log.Warn().Err(err).Msg("flush at shutdown failed")
-	}
-}
-
-// sleepCtx waits d; false if ctx ended first.
-func sleepCtx(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-ctx.Done():
-		return false
 	}
 }
