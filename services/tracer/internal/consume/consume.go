@@ -52,6 +52,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 
+	"floe.dev/pkg/bus/retry"
 	"floe.dev/pkg/omni"
 	"floe.dev/services/tracer/internal/tracefile"
 )
@@ -145,7 +146,7 @@ func openStore(ctx context.Context, o Options, log zerolog.Logger) (*tracefile.S
 			log.Info().Str("home", o.Home).Msg("another tracer holds this home; waiting for its lock")
 			logged = true
 		}
-		if !sleep(ctx, o.RetryMax) {
+		if retry.Sleep(ctx, o.RetryMax) != nil {
 			return nil, nil
 		}
 	}
@@ -188,7 +189,7 @@ func (r *runner) run(ctx context.Context) error {
 	}
 	defer sub.Unsubscribe()
 	var cons jetstream.Consumer
-	backoff := r.o.RetryMin
+	backoff := retry.Exponential(r.o.RetryMin, r.o.RetryMax)
 	for ctx.Err() == nil {
 		if cons == nil {
 			c, err := r.setup(ctx)
@@ -196,9 +197,9 @@ func (r *runner) run(ctx context.Context) error {
 				if ctx.Err() != nil {
 					break
 				}
-				r.log.Warn().Err(err).Dur("retry_in", backoff).Msg("cannot set up the tracer consumer; retrying")
-				sleep(ctx, backoff)
-				backoff = min(2*backoff, r.o.RetryMax)
+				wait := backoff.NextBackOff()
+				r.log.Warn().Err(err).Dur("retry_in", wait).Msg("cannot set up the tracer consumer; retrying")
+				_ = retry.Sleep(ctx, wait)
 				continue
 			}
 			cons, r.dseq = c, 0
@@ -207,7 +208,7 @@ func (r *runner) run(ctx context.Context) error {
 		var crash *crashError
 		switch {
 		case err == nil:
-			backoff = r.o.RetryMin
+			backoff.Reset()
 		case errors.As(err, &crash):
 			return err
 		case ctx.Err() != nil:
@@ -218,22 +219,22 @@ func (r *runner) run(ctx context.Context) error {
 			// minutes.)
 			r.log.Info().Err(err).Int("delivered", delivered).Msg("resetting the consumer to its ack floor")
 			cons = nil
-			backoff = r.o.RetryMin
+			backoff.Reset()
 		case errors.Is(err, errResync):
 			// Nothing came: back off, or a server refusing every pull
 			// would be asked in a tight loop.
-			r.log.Info().Err(err).Dur("retry_in", backoff).Msg("resetting the consumer to its ack floor")
+			wait := backoff.NextBackOff()
+			r.log.Info().Err(err).Dur("retry_in", wait).Msg("resetting the consumer to its ack floor")
 			cons = nil
-			sleep(ctx, backoff)
-			backoff = min(2*backoff, r.o.RetryMax)
+			_ = retry.Sleep(ctx, wait)
 		default:
 			// The Store may hold partial writes: forget it all, as a crash
 			// would, and let the redelivery rewrite from the positions.
-			r.log.Error().Err(err).Dur("retry_in", backoff).Msg("tracing failed; resuming from the recorded positions")
+			wait := backoff.NextBackOff()
+			r.log.Error().Err(err).Dur("retry_in", wait).Msg("tracing failed; resuming from the recorded positions")
 			r.store.Reset()
 			cons = nil
-			sleep(ctx, backoff)
-			backoff = min(2*backoff, r.o.RetryMax)
+			_ = retry.Sleep(ctx, wait)
 		}
 	}
 	// Get the last acks to the server before the caller closes the
@@ -656,16 +657,4 @@ func traceClass(class string) bool {
 		}
 	}
 	return false
-}
-
-// sleep waits d or until ctx ends; false when ctx ended.
-func sleep(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-		return true
-	}
 }

@@ -14,6 +14,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"floe.dev/pkg/bus/retry"
 	"floe.dev/pkg/omni"
 )
 
@@ -29,10 +30,10 @@ import (
 
 // stuckSession is a Session whose Trace is behind.
 type stuckSession struct {
-	since   time.Time // stream time of its first record not written
-	retry   time.Time
-	backoff time.Duration
-	err     error
+	since    time.Time // stream time of its first record not written
+	retry    time.Time
+	failures int // failed catch-ups in a row: the next waits retry.Nth of it
+	err      error
 }
 
 // Stuck describes a Session set aside, for metrics.
@@ -48,18 +49,24 @@ func (r *runner) stuckPath() string { return filepath.Join(r.o.Home, "tracer", "
 func (r *runner) stick(sid string, stored time.Time, err error) {
 	st := r.stuck[sid]
 	if st == nil {
-		st = &stuckSession{since: stored, backoff: r.o.RetryMin}
+		st = &stuckSession{since: stored, failures: 1}
 		r.stuck[sid] = st
-		r.log.Error().Err(err).Str("session_id", sid).Dur("retry_in", st.backoff).
+		r.log.Error().Err(err).Str("session_id", sid).Dur("retry_in", r.stuckWait(st)).
 			Msg("cannot write this Session's Trace; its records are retried with backoff, the other Sessions go on")
 		r.saveStuck()
 	} else {
-		st.backoff = min(2*st.backoff, r.o.RetryMax)
-		r.log.Warn().Err(err).Str("session_id", sid).Dur("retry_in", st.backoff).Msg("still cannot write this Session's Trace")
+		st.failures++
+		r.log.Warn().Err(err).Str("session_id", sid).Dur("retry_in", r.stuckWait(st)).Msg("still cannot write this Session's Trace")
 	}
 	st.err = err
-	st.retry = time.Now().Add(st.backoff)
+	st.retry = time.Now().Add(r.stuckWait(st))
 	r.reportStuck()
+}
+
+// stuckWait is the wait before st's next catch-up: RetryMin doubling per
+// failure, capped at RetryMax.
+func (r *runner) stuckWait(st *stuckSession) time.Duration {
+	return retry.Nth(r.o.RetryMin, r.o.RetryMax, st.failures)
 }
 
 // retryStuck catches up every set-aside Session whose retry is due.
@@ -178,7 +185,7 @@ func (r *runner) loadStuck() {
 		if !ok || err != nil || !omni.ValidSessionID(sid) {
 			continue
 		}
-		r.stuck[sid] = &stuckSession{since: time.Unix(0, n), backoff: r.o.RetryMin, retry: time.Now()}
+		r.stuck[sid] = &stuckSession{since: time.Unix(0, n), failures: 1, retry: time.Now()}
 	}
 	if len(r.stuck) > 0 {
 		r.log.Warn().Int("sessions", len(r.stuck)).Msg("catching up the Traces a previous tracer set aside")
