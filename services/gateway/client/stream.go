@@ -11,6 +11,8 @@ import (
 	"strconv"
 	"sync"
 	"time"
+
+	"floe.dev/pkg/bus/retry"
 )
 
 // Event is one SSE event of a Session stream.
@@ -134,22 +136,20 @@ func permanent(err error) bool {
 func (s *Stream) run(ctx context.Context, c *Client, id string, body io.ReadCloser, ch chan<- Event) {
 	defer close(s.done)
 	defer close(ch)
-	backoff := s.minBackoff
+	backoff := retry.Exponential(s.minBackoff, s.maxBackoff)
 	for {
 		stop := context.AfterFunc(ctx, func() { body.Close() })
 		got := s.read(ctx, body, ch)
 		stop()
 		body.Close()
 		if got {
-			backoff = s.minBackoff
+			// The gateway's retry field may have moved the first delay.
+			backoff = retry.Exponential(s.minBackoff, s.maxBackoff)
 		}
 		for {
-			select {
-			case <-ctx.Done():
+			if retry.Sleep(ctx, backoff.NextBackOff()) != nil {
 				return
-			case <-time.After(backoff):
 			}
-			backoff = min(backoff*2, s.maxBackoff)
 			var err error
 			body, err = c.connect(ctx, id, s.LastEventID())
 			if err == nil {

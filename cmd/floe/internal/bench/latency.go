@@ -14,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"floe.dev/pkg/bus"
+	"floe.dev/pkg/bus/retry"
 	"floe.dev/pkg/omni"
 	"floe.dev/services/gateway/client"
 )
@@ -356,8 +357,8 @@ func publishPaced(ctx context.Context, e *env, sids []string, n int, rate float6
 	interval := time.Duration(float64(time.Second) / rate)
 	start := time.Now()
 	for k := range n {
-		if d := time.Until(start.Add(time.Duration(k) * interval)); d > 0 {
-			time.Sleep(d)
+		if err := retry.Sleep(ctx, time.Until(start.Add(time.Duration(k)*interval))); err != nil {
+			return err
 		}
 		if err := publishStamped(ctx, e, sids[k%len(sids)], stamp()); err != nil {
 			return err
@@ -430,10 +431,8 @@ func waitFor(ctx context.Context, limit time.Duration, cond func() bool) error {
 		if time.Now().After(deadline) {
 			return fmt.Errorf("bench: condition not met within %v", limit)
 		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(5 * time.Millisecond):
+		if err := retry.Sleep(ctx, 5*time.Millisecond); err != nil {
+			return err
 		}
 	}
 	return nil

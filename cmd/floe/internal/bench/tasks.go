@@ -9,6 +9,7 @@ import (
 	"runtime/pprof"
 	"time"
 
+	"floe.dev/pkg/bus/retry"
 	"floe.dev/pkg/omni"
 	"floe.dev/services/gateway/client"
 )
@@ -127,10 +128,7 @@ func runTasksIdle(ctx context.Context, c *Config, p *progress) (*TasksIdleResult
 			if k, err := streamConsumers(peakCtx, e); err == nil {
 				res.ConsumersPeak = max(res.ConsumersPeak, k)
 			}
-			select {
-			case <-time.After(200 * time.Millisecond):
-			case <-peakCtx.Done():
-			}
+			_ = retry.Sleep(peakCtx, 200*time.Millisecond)
 		}
 	}()
 	defer func() { stopPeak(); <-peakDone }()
@@ -139,7 +137,9 @@ func runTasksIdle(ctx context.Context, c *Config, p *progress) (*TasksIdleResult
 	if err != nil {
 		return nil, err
 	}
-	sleepUntil(warm.Add(settledWait))
+	if err := retry.Sleep(ctx, time.Until(warm.Add(settledWait))); err != nil {
+		return nil, err
+	}
 	// Each process's memory at one moment: this process's, then the
 	// broker child's.
 	snapshots := func() (memSnap, memSnap, error) {
@@ -160,7 +160,9 @@ func runTasksIdle(ctx context.Context, c *Config, p *progress) (*TasksIdleResult
 	}
 	res.Run = last.Sub(t0)
 	p.logf("tasks-idle: %d Tasks in %v; measuring %v and %v after the last", n, res.Run.Round(time.Millisecond), idleWait, settledWait)
-	sleepUntil(last.Add(idleWait))
+	if err := retry.Sleep(ctx, time.Until(last.Add(idleWait))); err != nil {
+		return nil, err
+	}
 	at10, brAt10, err := snapshots()
 	if err != nil {
 		return nil, err
@@ -168,7 +170,9 @@ func runTasksIdle(ctx context.Context, c *Config, p *progress) (*TasksIdleResult
 	if res.ConsumersAfter, err = streamConsumers(ctx, e); err != nil {
 		return nil, err
 	}
-	sleepUntil(last.Add(settledWait))
+	if err := retry.Sleep(ctx, time.Until(last.Add(settledWait))); err != nil {
+		return nil, err
+	}
 	after, brAfter, err := snapshots()
 	if err != nil {
 		return nil, err
@@ -222,11 +226,5 @@ func writeHeap(suffix string) {
 			pprof.Lookup("heap").WriteTo(f, 0)
 			f.Close()
 		}
-	}
-}
-
-func sleepUntil(t time.Time) {
-	if d := time.Until(t); d > 0 {
-		time.Sleep(d)
 	}
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"floe.dev/pkg/bus/retry"
 	"floe.dev/pkg/omni"
 	"floe.dev/pkg/trace"
 	"floe.dev/services/gateway/client"
@@ -247,7 +248,7 @@ func engineRun(ctx context.Context, e *env, ref string) (*engineRunResult, error
 				traceDone <- nil
 				return
 			}
-			time.Sleep(time.Millisecond)
+			_ = retry.Sleep(ctx, time.Millisecond)
 		}
 		traceDone <- ctx.Err()
 	}()

@@ -10,6 +10,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"floe.dev/pkg/bus"
+	"floe.dev/pkg/bus/retry"
 	"floe.dev/pkg/omni"
 	"floe.dev/services/gateway/client"
 )
@@ -80,10 +81,8 @@ func (s *Server) controlWhileRunning(ctx context.Context, sid, verb string, c om
 		if stateOf(rec) == omni.StateIdle || rec.Deleted || !time.Now().Before(deadline) {
 			return nil, rec, nil
 		}
-		select {
-		case <-ctx.Done():
-			return nil, nil, ctx.Err()
-		case <-time.After(100 * time.Millisecond):
+		if err := retry.Sleep(ctx, 100*time.Millisecond); err != nil {
+			return nil, nil, err
 		}
 	}
 }
