@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	"floe.dev/pkg/bus"
 	"floe.dev/pkg/omni"
 	"floe.dev/pkg/trace"
 	"floe.dev/services/gateway/client"
@@ -253,5 +254,75 @@ func TestCreateRefusesTheReplayProvider(t *testing.T) {
 	var ae *client.APIError
 	if _, err := g.Alice.CreateSession(ctxT(t), client.CreateSession{Model: "replay:/etc/passwd"}); !errors.As(err, &ae) || ae.Status != http.StatusBadRequest {
 		t.Errorf("create with replay:/etc/passwd = %v, want 400", err)
+	}
+}
+
+// A cut inside a subagent's span: the parent's run_subagent call is
+// interrupted, and the child, whose run was open, is forked at the same
+// position; the fork's pointer names the child's fork.
+func TestForkInsideASubagentSpanForksTheChild(t *testing.T) {
+	t.Parallel()
+	g := startGateway(t, newBus(t), "", nil)
+	parent := createSession(t, g.Alice, client.CreateSession{})
+	sessions, err := bus.Open(ctxT(t), g.env.JS)
+	if err != nil {
+		t.Fatal(err)
+	}
+	child := parent.ID[:len(parent.ID)-8] + "c0c0c0c0"
+	if err := sessions.Create(ctxT(t), &omni.SessionRecord{ID: child, Model: parent.Model, Workspace: parent.Workspace,
+		ApprovalMode: omni.ApproveAllowAll, Principal: "alice", Parent: parent.ID, Depth: 1, State: omni.StateRunning,
+		CreatedUnixMs: parent.CreatedUnixMs}); err != nil {
+		t.Fatal(err)
+	}
+	var at uint64
+	pub := func(sid string, m omni.Message) uint64 {
+		ack, err := g.env.JS.Publish(ctxT(t), omni.SessionSubject(sid, omni.ClassOf(&m)), omni.MustMarshal(&m))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ack.Sequence
+	}
+	pub(parent.ID, omni.SessionMeta(omni.Meta{SessionID: parent.ID, Provider: "scripted", ModelID: "demo", Workspace: "/w"}))
+	pub(parent.ID, omni.UserText("delegate"))
+	pub(parent.ID, omni.RequestBegin())
+	tc := omni.ToolCall("run_subagent", `{"description":"d","prompt":"look around"}`, "call_sub")
+	tc.Payload.StopReason = omni.StatusCompleted
+	pub(parent.ID, tc)
+	pub(parent.ID, omni.RequestEnd(omni.StatusCompleted, "", 0, 0))
+	pub(parent.ID, omni.Subagent(child))
+	pub(child, omni.SessionMeta(omni.Meta{SessionID: child, Provider: "scripted", ModelID: "demo", Workspace: "/w", Source: "subagent"}))
+	pub(child, omni.UserText("look around"))
+	pub(child, omni.RequestBegin())
+	at = pub(child, omni.Text(omni.RoleAssistant, "looking")) // a position of the child, not of the parent
+	mid := pub(parent.ID, omni.Partial("text", "delta", "x", "", ""))
+	pub(child, omni.RequestEnd(omni.StatusCompleted, "", 0, 0))
+	pub(parent.ID, omni.ToolCallOutput("call_sub", "the child's answer", omni.StatusCompleted))
+
+	var ae *client.APIError
+	if _, err := g.Alice.Fork(ctxT(t), parent.ID, at); !errors.As(err, &ae) || ae.Status != http.StatusBadRequest {
+		t.Errorf("fork at the child's position: %v, want 400", err)
+	}
+	fork, err := g.Alice.Fork(ctxT(t), parent.ID, mid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	recs := traceRecords(t, g.Alice, fork.ID)
+	if got, want := kinds(recs), "meta text request_begin tool_call request_end/completed subagent abort"; got != want {
+		t.Fatalf("fork's Trace = %s\nwant %s", got, want)
+	}
+	childFork := recs[5].Payload.SessionID
+	if childFork == child || childFork == "" {
+		t.Fatalf("the fork's pointer names %q, want the child's fork", childFork)
+	}
+	cf, err := g.Alice.GetSession(ctxT(t), childFork)
+	if err != nil || cf.Parent != fork.ID || cf.ForkedFrom == nil || cf.ForkedFrom.SessionID != child || cf.ForkedFrom.Seq != mid {
+		t.Fatalf("child fork = %+v, %v; want parent %s, forked from %s at %d", cf, err, fork.ID, child, mid)
+	}
+	crecs := traceRecords(t, g.Alice, childFork)
+	if got, want := kinds(crecs), "meta text request_begin text request_end/aborted abort"; got != want {
+		t.Errorf("child fork's Trace = %s\nwant %s", got, want)
+	}
+	if crecs[0].Payload.Source != "subagent" || crecs[0].Payload.SessionID != childFork {
+		t.Errorf("child fork's head = %+v", crecs[0].Payload.Meta())
 	}
 }
