@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -147,7 +148,29 @@ func isPrompt(m *omni.Message) bool {
 				return false
 			}
 		}
-		return true
+		return !steeredNotice(p.Text)
+	}
+	return false
+}
+
+// steeredNotice reports a background completion the original (0.2.6 and
+// later) delivered into a running Task: a [background_task_done] block at
+// the start of the text with a "delivery: steering" field line. Like
+// steering, it is inside the Task, never the start of one (the original's
+// isSteeredBackgroundNotice).
+func steeredNotice(text string) bool {
+	const open, end = "[background_task_done]\n", "\n[/background_task_done]"
+	if !strings.HasPrefix(text, open) {
+		return false
+	}
+	body, _, ok := strings.Cut(text[len(open):], end)
+	if !ok {
+		return false
+	}
+	for _, line := range strings.Split(body, "\n") {
+		if line == "delivery: steering" {
+			return true
+		}
 	}
 	return false
 }

@@ -201,3 +201,19 @@ func TestWindowSkipsMalformedLinesKeepingOrdinals(t *testing.T) {
 		t.Fatalf("pages =\n%v\nwant every record but the garbage line\n%v", got, want)
 	}
 }
+
+// A background completion the original delivered mid-run (delivery:
+// steering) is inside its Task; one delivered while idle starts a Task.
+func TestSteeredBackgroundNoticeIsNotAPrompt(t *testing.T) {
+	const steered = "[background_task_done]\nkind: command\nid: bg_1\nstatus: completed\ndelivery: steering\n[/background_task_done]\n\nbuilt"
+	const idle = "[background_task_done]\nkind: command\nid: bg_1\nstatus: completed\n[/background_task_done]\n\nbuilt"
+	for _, tc := range []struct {
+		text string
+		want bool
+	}{{steered, false}, {idle, true}, {"delivery: steering", true}} {
+		m := omni.UserText(tc.text)
+		if got := isPrompt(&m); got != tc.want {
+			t.Errorf("isPrompt(%q) = %v, want %v", tc.text, got, tc.want)
+		}
+	}
+}
