@@ -122,8 +122,8 @@ type Sandbox struct {
 
 // New returns the Sandbox cfg asks for, after checking (by running a
 // confined `true`) that the host provides it. A named backend the host
-// cannot provide is an error wrapping ErrUnavailable; Auto takes landlock,
-// else bwrap, else off with Warning set.
+// cannot provide is an error wrapping ErrUnavailable; Auto takes bwrap,
+// else landlock, else off with Warning set.
 func New(cfg Config) (*Sandbox, error) {
 	if cfg.MemoryMB == 0 {
 		cfg.MemoryMB = DefaultMemoryMB
@@ -148,7 +148,11 @@ func New(cfg Config) (*Sandbox, error) {
 		return s, nil
 	case Auto:
 		var reasons []string
-		for _, b := range []Backend{Landlock, Bwrap} {
+		// bwrap first: on the machines measured it starts a call faster
+		// (BenchmarkExecCommandTrue: 54 ms against 81 ms, where the
+		// landlock backend's per-call Landlock layer copies the 65k port
+		// rules of the network layer it stacks on).
+		for _, b := range []Backend{Bwrap, Landlock} {
 			s, err := open(cfg, b)
 			if err == nil {
 				return s, nil
