@@ -17,8 +17,12 @@ const (
 	SandboxVar        = "FLOE_SANDBOX"
 	SandboxNetworkVar = "FLOE_SANDBOX_NETWORK"
 	SandboxReadVar    = "FLOE_SANDBOX_READ"
-	ToolMemoryVar     = "FLOE_TOOL_MEMORY_MB"
-	ToolPidsVar       = "FLOE_TOOL_PIDS"
+	// SandboxDenyPortsVar lists more Floe ports (comma-separated) tools
+	// may not connect to: an external NATS cluster's route and
+	// monitoring ports, which the runner cannot discover.
+	SandboxDenyPortsVar = "FLOE_SANDBOX_DENY_PORTS"
+	ToolMemoryVar       = "FLOE_TOOL_MEMORY_MB"
+	ToolPidsVar         = "FLOE_TOOL_PIDS"
 )
 
 // SandboxConfig confines every exec_command and stdio MCP server process
@@ -47,7 +51,8 @@ type SandboxConfig struct {
 }
 
 // SandboxFromEnv reads FLOE_SANDBOX, FLOE_SANDBOX_NETWORK,
-// FLOE_SANDBOX_READ, FLOE_TOOL_MEMORY_MB and FLOE_TOOL_PIDS, and hides the
+// FLOE_SANDBOX_READ, FLOE_SANDBOX_DENY_PORTS, FLOE_TOOL_MEMORY_MB and
+// FLOE_TOOL_PIDS, and hides the
 // files of FLOE_NATS_PASSWORD_FILE and FLOE_NATS_CREDS.
 func SandboxFromEnv(getenv func(string) string) (SandboxConfig, error) {
 	c := SandboxConfig{Backend: getenv(SandboxVar), Network: getenv(SandboxNetworkVar)}
@@ -67,6 +72,13 @@ func SandboxFromEnv(getenv func(string) string) (SandboxConfig, error) {
 			}
 			*v.dst = n
 		}
+	}
+	for _, p := range strings.FieldsFunc(getenv(SandboxDenyPortsVar), func(r rune) bool { return r == ',' || r == ' ' }) {
+		n, err := strconv.Atoi(p)
+		if err != nil || n < 1 || n > 65535 {
+			return c, fmt.Errorf("%w: %s: %q is not a port", ErrInvalidConfig, SandboxDenyPortsVar, p)
+		}
+		c.DenyPorts = append(c.DenyPorts, n)
 	}
 	for _, v := range []string{"FLOE_NATS_PASSWORD_FILE", "FLOE_NATS_CREDS"} {
 		if f := getenv(v); f != "" {
