@@ -523,7 +523,35 @@ function drawHeader() {
   $('s-title').title = c.id;
   document.title = (title || 'New session') + ' — Floe';
   $('s-model').textContent = s ? s.model + ' · ' + s.approvalMode + (s.workspace ? ' · ' + s.workspace : '') + sandboxLabel(s.sandbox) : '';
+  drawForkedFrom(s && s.forkedFrom);
 }
+
+// drawForkedFrom links a fork's header to its parent (SPEC §3: the fork
+// route; GET shows forkedFrom {sessionId, seq}).
+function drawForkedFrom(f) {
+  const el = $('s-forked');
+  el.textContent = '';
+  el.hidden = !f;
+  if (!f) return;
+  const a = document.createElement('a');
+  a.href = '#/s/' + enc(f.sessionId);
+  a.textContent = f.sessionId;
+  el.append('forked from ', a, ' at ' + f.seq);
+}
+
+// The header's Fork: a new Session with this one's history so far (a
+// running Task is cut where it is, as an interrupt would leave it).
+$('fork-session').addEventListener('click', async () => {
+  const c = current;
+  if (!c) return;
+  try {
+    const s = await api('POST', '/api/sessions/' + enc(c.id) + '/fork', {});
+    sessions.set(s.id, { session: s, state: s.state, status: '', pendingApprovals: 0 });
+    location.hash = '#/s/' + enc(s.id);
+  } catch (e) {
+    alert('Could not fork: ' + (e && e.message ? e.message : e));
+  }
+});
 
 // sandboxLabel shows the tool confinement the runners report (SPEC §7);
 // tools running unconfined say so plainly.
