@@ -413,10 +413,11 @@ func TestChatRetryCountdown(t *testing.T) {
 	p := startPTY(t, ws, env, "chat", "--model", "openai:gpt-4o-mini")
 	p.expect("> ")
 	p.send("hello?\r")
-	p.expect("model request failed: connection refused (" + dead + "); retrying in 2 s (attempt 2 of 2)")
+	refused := "connection refused by the model server at http://" + dead + "/v1/chat/completions (is it running?)"
+	p.expect("model request failed: " + refused + "; retrying in 2 s (attempt 2 of 2)")
 	p.expect("retrying in 2 s… ")
 	p.expect("retrying in 1 s… ")
-	p.expect("task failed: model request failed: connection refused (" + dead + ")")
+	p.expect("task failed: model request failed: " + refused)
 	p.expect("> ")
 	p.send("\x04")
 	if code := p.wait(); code != 0 {

@@ -78,6 +78,11 @@ type Error struct {
 	Message string
 	// HTTPStatus is the provider's HTTP status, 0 when none.
 	HTTPStatus int
+	// MaxRetries, when above zero, bounds the retries of a request that
+	// failed so, below the engine's ladder: a model server on this
+	// machine that refuses connections is not starting in the next
+	// minute.
+	MaxRetries int
 }
 
 func (e *Error) Error() string {

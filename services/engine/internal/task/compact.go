@@ -215,6 +215,7 @@ func (c *compactor) summarizeOnce(ctx, actx context.Context, attempt int) compac
 		c.prod.publishClass(&m, omni.ClassTrace, "")
 	}
 	c.prod.publish(&tu, "")
+	c.ladder.noteErr(err)
 	wait, _ := c.ladder.retryIn(attempt, status)
 	re := omni.RequestEnd(status, msg, int64(attempt), wait.Milliseconds())
 	c.prod.publishClass(&re, omni.ClassTrace, "")

@@ -2,11 +2,13 @@ package task
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"time"
 
 	"floe.dev/pkg/bus/retry"
 	"floe.dev/pkg/omni"
+	"floe.dev/services/engine/internal/model"
 )
 
 // ladder is the reconnect ladder, one for every model request of a Task:
@@ -25,6 +27,10 @@ import (
 type ladder struct {
 	base, cap time.Duration
 	max       int
+	// errMax, when above zero, is the retry bound the last attempt's
+	// error set (model.Error.MaxRetries); noteErr sets it per attempt,
+	// on the agent loop's goroutine like climb.
+	errMax int
 
 	mu   sync.Mutex
 	skip chan struct{}
@@ -41,10 +47,20 @@ func (l *ladder) retryIn(n int, status string) (time.Duration, bool) {
 	case omni.StatusCompleted, omni.StatusAborted, omni.StatusAuth, statusShutdown:
 		return 0, false
 	}
-	if n > l.max {
+	if n > l.max || l.errMax > 0 && n > l.errMax {
 		return 0, false
 	}
 	return l.backoffFor(n), true
+}
+
+// noteErr takes the retry bound of an attempt's error (none: the
+// ladder's own).
+func (l *ladder) noteErr(err error) {
+	l.errMax = 0
+	var me *model.Error
+	if errors.As(err, &me) && me.MaxRetries > 0 {
+		l.errMax = me.MaxRetries
+	}
 }
 
 // climb runs attempts first, first+1, … of one request until one is not

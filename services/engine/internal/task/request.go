@@ -147,6 +147,7 @@ func (r *Runner) attempt(ctx, actx context.Context, attempt int, retried, retryO
 	span.end(ctx, status, errMsg, res.Usage, seg.Completed)
 	r.llm.usage = r.llm.usage.Add(res.Usage)
 	tu := omni.TokenUsage(r.llm.usage, res.Usage)
+	r.ladder.noteErr(err)
 	wait, _ := r.ladder.retryIn(attempt, status)
 	var end omni.Message
 	switch status {

@@ -8,8 +8,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
+	"net/url"
 	"strings"
+	"syscall"
 	"time"
 	"unicode/utf8"
 
@@ -139,7 +142,33 @@ func Classify(err error) *model.Error {
 	if errors.Is(err, io.ErrUnexpectedEOF) {
 		msg = "connection lost mid-stream: " + msg
 	}
+	if u, ok := refusedLocally(err); ok {
+		// A model server on this machine (OPENAI_BASE_URL pointing at a
+		// local one) that is not running: one retry, then the Task
+		// fails naming it, instead of a minute of retries.
+		return &model.Error{Status: omni.StatusTimeout, MaxRetries: 1,
+			Message: "connection refused by the model server at " + u + " (is it running?)"}
+	}
 	return &model.Error{Status: omni.StatusTimeout, Message: msg}
+}
+
+// refusedLocally reports a connection refused by a loopback address, and
+// the URL that was asked.
+func refusedLocally(err error) (string, bool) {
+	var ue *url.Error
+	if !errors.Is(err, syscall.ECONNREFUSED) || !errors.As(err, &ue) {
+		return "", false
+	}
+	u, perr := url.Parse(ue.URL)
+	if perr != nil {
+		return "", false
+	}
+	host := u.Hostname()
+	if ip := net.ParseIP(host); !strings.EqualFold(host, "localhost") && (ip == nil || !ip.IsLoopback()) {
+		return "", false
+	}
+	u.RawQuery, u.User = "", nil
+	return u.String(), true
 }
 
 // StatusForHTTP maps a rejected response to a stop reason (SPEC §6): 401, or

@@ -5,9 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
+	"os"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 	"unicode/utf8"
@@ -194,5 +198,29 @@ func TestClassifyPermanentTransportErrors(t *testing.T) {
 	_, err = Open(context.Background(), NewClient(), req, 5*time.Second)
 	if !errors.As(err, &me) || me.Status != omni.StatusFailed {
 		t.Fatalf("untrusted certificate: %v, want failed", err)
+	}
+}
+
+// A connection refused by a loopback model server is retried once and
+// names the URL; one refused elsewhere keeps the engine's ladder.
+func TestClassifyRefusedLocalServer(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close() // nothing listens there now
+	req, _ := http.NewRequest(http.MethodPost, "http://"+addr+"/v1/chat/completions?x=1", nil)
+	_, err = http.DefaultClient.Do(req)
+	if err == nil {
+		t.Fatal("a closed port answered")
+	}
+	me := Classify(err)
+	if me.Status != omni.StatusTimeout || me.MaxRetries != 1 || !strings.Contains(me.Message, "http://"+addr+"/v1/chat/completions (is it running?)") || strings.Contains(me.Message, "x=1") {
+		t.Fatalf("Classify(refused local) = %+v", me)
+	}
+	remote := &url.Error{Op: "Post", URL: "http://203.0.113.7:443/v1", Err: &net.OpError{Op: "dial", Net: "tcp", Err: os.NewSyscallError("connect", syscall.ECONNREFUSED)}}
+	if me := Classify(remote); me.MaxRetries != 0 || me.Status != omni.StatusTimeout {
+		t.Fatalf("Classify(refused remote) = %+v, want the ladder's retries", me)
 	}
 }
