@@ -182,7 +182,8 @@ func TestOneTaskIsOneTraceAcrossProcesses(t *testing.T) {
 	ids := map[string]bool{}
 	for _, sp := range tools {
 		if sp.Service != "floe-toolrunner" || sp.Attr("gen_ai.tool.name") != "exec_command" ||
-			sp.Attr("floe.approval.decision") != "allow" || sp.Attr("floe.tool.status") != omni.StatusCompleted {
+			sp.Attr("floe.approval.decision") != "allow" || sp.Attr("floe.tool.status") != omni.StatusCompleted ||
+			sp.Attr("floe.sandbox.backend") == "" {
 			t.Errorf("tool span %s: %v", sp.Service, sp.Attrs)
 		}
 		ids[sp.Attr("gen_ai.tool.call.id")] = true

@@ -33,6 +33,9 @@ func (r *runner) startSpan(ctx context.Context, m jetstream.Msg, tj *omni.ToolJo
 			telemetry.ApprovalDecision.String(omni.DecisionAllow),
 			telemetry.RunnerID.String(r.cfg.RunnerID),
 		))
+	if sb := r.cfg.Sandbox; sb != nil {
+		span.SetAttributes(telemetry.SandboxBackend.String(sb.Backend), telemetry.SandboxNetwork.String(sb.Network))
+	}
 	if tel.CaptureContent() {
 		span.SetAttributes(telemetry.ToolCallArguments.String(tj.Arguments))
 	}
