@@ -3,6 +3,7 @@
 package bench
 
 import (
+	"io/fs"
 	"syscall"
 	"time"
 )
@@ -14,4 +15,13 @@ func processCPU() time.Duration {
 		return 0
 	}
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// diskBytes is what the file takes on disk (its allocated blocks: a
+// sparse file's holes take nothing).
+func diskBytes(info fs.FileInfo) int64 {
+	if st, ok := info.Sys().(*syscall.Stat_t); ok {
+		return st.Blocks * 512
+	}
+	return info.Size()
 }

@@ -7,6 +7,7 @@ import (
 	"io"
 	"io/fs"
 	"net/http"
+	"os"
 	"path/filepath"
 	"slices"
 	"time"
@@ -35,8 +36,12 @@ type LongResult struct {
 	WindowBytes, WholeBytes int64
 	Window, Whole           time.Duration
 	// Disk is the FLOE_HOME's bytes (JetStream store and Traces) and
-	// TraceBytes the Trace files' after the last Task is traced.
-	Disk, TraceBytes int64
+	// TraceBytes the Trace files' after the last Task is traced; Store the
+	// JetStream store directory's, of which the streams' own accounting
+	// says SessionsBytes are FLOE_SESSIONS's messages and SnapshotBytes
+	// the context snapshot bucket's.
+	Disk, TraceBytes, Store      int64
+	SessionsBytes, SnapshotBytes uint64
 }
 
 // TimeRatio is late_task_ratio: a late Task's time ÷ an early one's.
@@ -114,6 +119,19 @@ func runLong(ctx context.Context, c *Config, p *progress) (*LongResult, error) {
 	syncDisks()
 	res.Disk = dirBytes(e.home)
 	res.TraceBytes = dirBytes(filepath.Join(e.home, "traces"))
+	res.Store = dirBytes(filepath.Join(e.home, "jetstream"))
+	for _, dir := range []string{e.home, filepath.Join(e.home, "jetstream", "jetstream", "$G", "streams")} {
+		if ents, err := os.ReadDir(dir); err == nil {
+			for _, d := range ents {
+				p.logf("long: %s %d bytes", d.Name(), dirBytes(filepath.Join(dir, d.Name())))
+			}
+		}
+	}
+	for name, dst := range map[string]*uint64{omni.SessionsStream: &res.SessionsBytes, "KV_" + omni.SnapshotsBucket: &res.SnapshotBytes} {
+		if st, err := e.js.Stream(ctx, name); err == nil {
+			*dst = st.CachedInfo().State.Bytes
+		}
+	}
 	return res, nil
 }
 
@@ -180,13 +198,13 @@ func timeGet(ctx context.Context, e *env, sid, query string) (int64, time.Durati
 	return size, times[len(times)/2], nil
 }
 
-// dirBytes is the size of the regular files under dir.
+// dirBytes is the disk taken by the regular files under dir.
 func dirBytes(dir string) int64 {
 	var n int64
 	_ = filepath.WalkDir(dir, func(_ string, d fs.DirEntry, err error) error {
 		if err == nil && d.Type().IsRegular() {
 			if info, err := d.Info(); err == nil {
-				n += info.Size()
+				n += diskBytes(info)
 			}
 		}
 		return nil
