@@ -144,12 +144,8 @@ func cmdRun(ctx context.Context, stopSignals context.CancelFunc, name string, ar
 	}
 	t := omni.Task{ID: taskID, Kind: omni.TaskRun, SessionID: sid, ThinkingLevel: *thinking,
 		Input: []omni.InputPart{{Type: "text", Text: prompt}}}
-	nm, err := bus.PackMsg(omni.TaskSubject(sid), &t)
-	if err != nil {
+	if _, err := bus.SubmitTask(opCtx, st.JS, &t, nil); err != nil {
 		return 1, err
-	}
-	if _, err := st.JS.PublishMsg(opCtx, nm); err != nil {
-		return 1, fmt.Errorf("submit task: %w", err)
 	}
 
 	r := render.New(os.Stdout, color)

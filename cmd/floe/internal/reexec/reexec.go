@@ -234,12 +234,8 @@ func runTask(ctx context.Context, st *stack.Stack, sid, id string, t task, decis
 	if _, err := st.Sessions.Begin(ctx, sid, omni.StateRunning, id); err != nil {
 		return fmt.Errorf("reexec: begin task: %w", err)
 	}
-	nm, err := bus.PackMsg(omni.TaskSubject(sid), &omni.Task{ID: id, Kind: t.kind, SessionID: sid, Input: t.input})
-	if err != nil {
-		return err
-	}
-	if _, err := st.JS.PublishMsg(ctx, nm); err != nil {
-		return fmt.Errorf("reexec: submit task: %w", err)
+	if _, err := bus.SubmitTask(ctx, st.JS, &omni.Task{ID: id, Kind: t.kind, SessionID: sid, Input: t.input}, nil); err != nil {
+		return fmt.Errorf("reexec: %w", err)
 	}
 	err = bus.FollowUntil(ctx, st.JS, sid, []string{omni.ClassServer}, last+1, false, func(sm bus.StreamMsg) error {
 		var ev omni.ServerEvent

@@ -135,13 +135,9 @@ func (s *subagents) run(ctx, actx context.Context, tc omni.Message) (status, out
 		s.mu.Unlock()
 	}()
 
-	nm, err := bus.PackMsg(omni.TaskSubject(child), &childTask)
-	if err == nil {
-		telemetry.Inject(actx, nm.Header) // the child's invoke_agent joins this trace
-
-		_, err = s.d.JS.PublishMsg(actx, nm)
-	}
-	if err != nil {
+	h := nats.Header{}
+	telemetry.Inject(actx, h) // the child's invoke_agent joins this trace
+	if _, err := bus.SubmitTask(actx, s.d.JS, &childTask, h); err != nil {
 		fail(fmt.Sprintf("run_subagent: could not start the child Task: %v", err))
 		return
 	}

@@ -7,7 +7,7 @@ import (
 	"net/http"
 	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nats.go"
 
 	"floe.dev/pkg/bus"
 	"floe.dev/pkg/omni"
@@ -171,13 +171,9 @@ func (s *Server) submitTask(rctx context.Context, rec *omni.SessionRecord, state
 		}
 		return "", unavailable("begin task", err)
 	}
-	msg, err := bus.PackMsg(omni.TaskSubject(rec.ID), &task)
-	if err == nil {
-		msg.Header.Set(jetstream.MsgIDHeader, task.ID)
-		telemetry.Inject(ctx, msg.Header) // the Task's invoke_agent is this request's child
-		_, err = s.js.PublishMsg(ctx, msg)
-	}
-	if err != nil {
+	h := nats.Header{}
+	telemetry.Inject(ctx, h) // the Task's invoke_agent is this request's child
+	if _, err := bus.SubmitTask(ctx, s.js, &task, h); err != nil {
 		if endErr := s.sessions.End(ctx, rec.ID, task.ID, rec.LastStatus); endErr != nil {
 			s.log.Error().Err(endErr).Str("session_id", rec.ID).Str("task_id", task.ID).Msg("release session after failed submit")
 		}
