@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"slices"
+	"strings"
 	"testing"
 
 	"floe.dev/pkg/omni"
@@ -216,4 +217,50 @@ func TestSteeredBackgroundNoticeIsNotAPrompt(t *testing.T) {
 			t.Errorf("isPrompt(%q) = %v, want %v", tc.text, got, tc.want)
 		}
 	}
+}
+
+// FuzzWindowPages: any history (lines of anything, valid records or not)
+// paged with any window size joins into the whole history, without gap or
+// repeat, and every page starts at 0 or where a window may start.
+func FuzzWindowPages(f *testing.F) {
+	prompt := string(omni.MustMarshal(ptr(omni.UserText("go"))))
+	answer := string(omni.MustMarshal(ptr(omni.Text(omni.RoleAssistant, "ok"))))
+	begin := string(omni.MustMarshal(ptr(omni.CompactionBegin(omni.CompactManual, omni.ModeSummarize, 1, 1))))
+	end := string(omni.MustMarshal(ptr(omni.CompactionEnd(omni.CompactManual, omni.ModeSummarize, omni.StatusCompleted))))
+	f.Add(strings.Join([]string{prompt, answer, prompt, answer}, "\n"), 1)
+	f.Add(strings.Join([]string{begin, prompt, end, prompt, "{garbage", answer}, "\n"), 2)
+	f.Add("", 3)
+	f.Fuzz(func(t *testing.T, history string, tasks int) {
+		tasks = 1 + abs(tasks)%5
+		var recs []Record
+		for _, l := range strings.Split(history, "\n") {
+			recs = append(recs, Record{Data: []byte(l)})
+		}
+		end := len(recs)
+		var got []Record
+		for pages := 0; ; pages++ {
+			start, more := windowStart(recs[:end], tasks)
+			if start < 0 || start > end || (start == 0 && more) {
+				t.Fatalf("windowStart(%d records, %d) = %d, more %v", end, tasks, start, more)
+			}
+			got = append(append([]Record(nil), recs[start:end]...), got...)
+			if !more {
+				break
+			}
+			if start == end || pages > len(recs) {
+				t.Fatalf("paging does not advance: start %d, end %d", start, end)
+			}
+			end = start
+		}
+		if len(got) != len(recs) {
+			t.Fatalf("pages hold %d records, want %d", len(got), len(recs))
+		}
+	})
+}
+
+func abs(n int) int {
+	if n < 0 {
+		return -n
+	}
+	return n
 }
