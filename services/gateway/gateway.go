@@ -384,7 +384,9 @@ func DefaultWorkspaceRoots(home string) []string { return confine.DefaultRoots(h
 // roots, never "/", and returns it with its symbolic links resolved: the
 // rule the gateway applies to a requested workspace, for other front ends
 // (floe run) to apply too.
-func CheckWorkspace(dir string, roots []string) (string, error) { return confine.Workspace(dir, roots) }
+func CheckWorkspace(dir string, roots []string) (string, error) {
+	return confine.Workspace(dir, roots, "")
+}
 
 // debugWriter logs each line net/http writes at debug level.
 type debugWriter struct{ log zerolog.Logger }

@@ -58,10 +58,17 @@ func CheckRoots(roots []string) error {
 // ErrOutside is wrapped by Workspace for a directory outside every root.
 var ErrOutside = errors.New("outside every allowed workspace root (FLOE_WORKSPACE_ROOTS)")
 
+// ErrInHome is wrapped by Workspace for a directory inside $FLOE_HOME but
+// not inside its workspaces/.
+var ErrInHome = errors.New("inside $FLOE_HOME, where only workspaces/ may hold Workspaces (the JetStream store, Traces and credentials never are)")
+
 // Workspace checks that dir is an existing directory inside one of roots
-// (a root itself included; "/" never) and returns it with its symbolic
-// links resolved. Errors quote dir as given and say what is wrong.
-func Workspace(dir string, roots []string) (string, error) {
+// (a root itself included; "/" never) and, when home ($FLOE_HOME) is not
+// empty, not inside home unless inside home/workspaces, whatever the roots
+// say (SPEC §7: no Session works inside the store). It returns dir with
+// its symbolic links resolved. Errors quote dir as given and say what is
+// wrong.
+func Workspace(dir string, roots []string, home string) (string, error) {
 	if !filepath.IsAbs(dir) {
 		return "", fmt.Errorf("workspace %q is not an absolute path", dir)
 	}
@@ -80,6 +87,9 @@ func Workspace(dir string, roots []string) (string, error) {
 	}
 	if !within(real, roots) {
 		return "", fmt.Errorf("workspace %q is %w", dir, ErrOutside)
+	}
+	if home != "" && within(real, []string{home}) && !within(real, []string{filepath.Join(home, "workspaces")}) {
+		return "", fmt.Errorf("workspace %q is %w", dir, ErrInHome)
 	}
 	fi, err := os.Stat(real)
 	if err != nil || !fi.IsDir() {

@@ -103,7 +103,7 @@ func (s *Server) handleImport(w http.ResponseWriter, r *http.Request) *apiError 
 	if ws == "" {
 		return badRequest("the Trace names no workspace; pass workspace")
 	}
-	ws, err = confine.Workspace(ws, s.opts.WorkspaceRoots)
+	ws, err = confine.Workspace(ws, s.opts.WorkspaceRoots, s.opts.Home)
 	if err != nil {
 		if req.workspace == "" {
 			return badRequest("the Trace's %v; pass workspace to choose one here", err)

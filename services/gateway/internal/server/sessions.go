@@ -189,7 +189,7 @@ func (s *Server) createSession(ctx context.Context, req client.CreateSession) (*
 	if rec.Workspace != "" {
 		// The gateway never creates a requested Workspace: it must exist
 		// inside an allowed root, and the Session keeps its resolved path.
-		ws, err := confine.Workspace(rec.Workspace, s.opts.WorkspaceRoots)
+		ws, err := confine.Workspace(rec.Workspace, s.opts.WorkspaceRoots, s.opts.Home)
 		if err != nil {
 			return nil, badRequest("%v", err)
 		}
