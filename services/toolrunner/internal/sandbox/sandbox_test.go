@@ -276,3 +276,40 @@ func TestNamedBackendTheHostLacksIsAnError(t *testing.T) {
 		t.Fatalf("New(bwrap) without bwrap = %v, want ErrUnavailable naming bwrap", err)
 	}
 }
+
+// 50 aborts of commands that background grandchildren leave no orphan.
+func TestFiftyAbortsLeaveNoOrphan(t *testing.T) {
+	s, err := New(Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if s.Backend() == Off {
+		t.Skip("no sandbox backend on this host")
+	}
+	mark := fmt.Sprintf("1000.%d77", os.Getpid())
+	cmd := fmt.Sprintf("(setsid nohup sleep %s >/dev/null 2>&1 &); (sleep %s &); echo started; sleep 1000", mark, mark)
+	for i := range 50 {
+		ctx, cancel := context.WithCancel(t.Context())
+		p, err := s.Command(ctx, Spec{Argv: []string{"bash", "-c", cmd}, Workspace: t.TempDir(), Env: []string{"PATH=/usr/bin:/bin"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		r, w, _ := os.Pipe()
+		p.Cmd.Stdout = w
+		if err := p.Start(); err != nil {
+			t.Fatal(err)
+		}
+		w.Close()
+		buf := make([]byte, 16)
+		r.Read(buf) // "started": the grandchildren are on their way
+		cancel()
+		p.Cmd.Wait()
+		r.Close()
+		p.Close()
+		if i%10 == 9 {
+			t.Logf("%d aborts", i+1)
+		}
+	}
+	waitGone(t, mark, 2*time.Second)
+}
