@@ -23,6 +23,7 @@
 //   - subagents (subagents.go): child Sessions of run_subagent calls.
 //   - hooks.go: the Session's hooks, user_prompt and stop run by the
 //     Runner, pre_tool_use by the approvals.
+//   - chatSpan (spans.go): a model request attempt on the Task's trace.
 //
 // How a Task flows: Run (task.go) loads the Session record, takes the
 // lease, opens the producers and inboxes, replays the history (Trace,
