@@ -41,7 +41,26 @@ func Filters(sessionID string, classes []string) []string {
 // A start sequence that is no longer retained is not detected here; see
 // Retained.
 func Follow(ctx context.Context, js jetstream.JetStream, sessionID string, classes []string, startSeq uint64, untilCaughtUp bool, fn func(StreamMsg) error) error {
-	cfg := jetstream.OrderedConsumerConfig{FilterSubjects: Filters(sessionID, classes)}
+	return follow(ctx, js, sessionID, classes, startSeq, untilCaughtUp, followOptions{}, fn)
+}
+
+// Scan is Follow until caught up for a server that reads history for its
+// clients: created, when set, runs once the consumer exists and before any
+// delivery (its error ends the scan); the consumer of a scan whose process
+// vanished is dropped by the server after a minute; and a consumer that
+// closes before the scan caught up is an error, not a short history.
+func Scan(ctx context.Context, js jetstream.JetStream, sessionID string, classes []string, startSeq uint64, created func() error, fn func(StreamMsg) error) error {
+	return follow(ctx, js, sessionID, classes, startSeq, true, followOptions{created: created, inactive: time.Minute, closedIsError: true}, fn)
+}
+
+type followOptions struct {
+	created       func() error
+	inactive      time.Duration
+	closedIsError bool
+}
+
+func follow(ctx context.Context, js jetstream.JetStream, sessionID string, classes []string, startSeq uint64, untilCaughtUp bool, o followOptions, fn func(StreamMsg) error) error {
+	cfg := jetstream.OrderedConsumerConfig{FilterSubjects: Filters(sessionID, classes), InactiveThreshold: o.inactive}
 	if startSeq > 1 {
 		cfg.DeliverPolicy = jetstream.DeliverByStartSequencePolicy
 		cfg.OptStartSeq = startSeq
@@ -54,6 +73,11 @@ func Follow(ctx context.Context, js jetstream.JetStream, sessionID string, class
 	// otherwise keep it until its inactivity threshold); in the background,
 	// so a caller reading history does not wait for the round trip.
 	defer func() { go DeleteConsumer(js, cons) }()
+	if o.created != nil {
+		if err := o.created(); err != nil {
+			return err
+		}
+	}
 	if untilCaughtUp {
 		info, err := cons.Info(ctx)
 		if err != nil {
@@ -77,6 +101,9 @@ func Follow(ctx context.Context, js jetstream.JetStream, sessionID string, class
 				return ctx.Err()
 			}
 			if errors.Is(err, jetstream.ErrMsgIteratorClosed) {
+				if o.closedIsError {
+					return fmt.Errorf("bus: follow %s: consumer closed", sessionID)
+				}
 				return ctx.Err()
 			}
 			return fmt.Errorf("bus: follow %s: %w", sessionID, err)
