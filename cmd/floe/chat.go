@@ -738,7 +738,7 @@ const chatHelp = `commands:
   /compact          compact the Session's context now
   /abort            interrupt the running Task (also Ctrl-C)
   /approve [MODE]   show or set the approval mode: allow-all, deny-all, read-only, always-ask
-  /fork             fork the Session here into a new one (SPEC: the fork route)
+  /fork             fork the Session here into a new one (the fork route)
   /rewind N         fork the Session before its N-th last Prompt
   /model            show the Session's model
   /session          show the Session id, Workspace and Trace file

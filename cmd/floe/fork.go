@@ -8,7 +8,7 @@ import (
 	"floe.dev/services/gateway/client"
 )
 
-// cmdFork forks a Session (SPEC §8, the fork route): through a running
+// cmdFork forks a Session (protocol.md §8, the fork route): through a running
 // gateway with --server, or straight into $FLOE_HOME (the gateway's own
 // route in-process) without one. It prints the new Session's id.
 func cmdFork(ctx context.Context, _ context.CancelFunc, name string, args []string) (int, error) {

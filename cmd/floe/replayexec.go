@@ -13,7 +13,7 @@ import (
 	"floe.dev/pkg/trace"
 )
 
-// replayExecute re-executes a recorded Session (SPEC §8): the Trace file
+// replayExecute re-executes a recorded Session (protocol.md §8): the Trace file
 // given, or the Session's Trace files under c.home (whose Session record,
 // when the store can be opened, gives its maxTurns and compaction
 // settings). It prints whether the new Trace equals the recorded one

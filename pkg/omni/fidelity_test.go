@@ -6,7 +6,7 @@ import (
 )
 
 // Records the original writes that Floe must read, keep and re-encode byte
-// for byte (SPEC §1): unknown event types (also with known field names
+// for byte (protocol.md §1): unknown event types (also with known field names
 // holding other types), unknown payload fields, model_context_window
 // "unknown", records without stop_reason.
 func TestOriginalRecordsRoundTrip(t *testing.T) {

@@ -4,7 +4,7 @@ import "encoding/json"
 
 // ForkedFrom names where a forked Session was cut from its parent: the
 // parent's id and the stream sequence its history was taken up to
-// (SPEC §3, the fork route). Its JSON form is the forked_from field of
+// (protocol.md §3, the fork route). Its JSON form is the forked_from field of
 // the fork's session_meta, an extra field the original harness ignores.
 type ForkedFrom struct {
 	SessionID string `json:"session_id" msgpack:"session_id"`

@@ -7,8 +7,8 @@ import (
 	"testing"
 )
 
-// testdata/golden.jsonl is a Trace in the original harness's format (SPEC §1):
-// JSON.stringify output, payload keys with type first, then in SPEC order. One
+// testdata/golden.jsonl is a Trace in the original harness's format (protocol.md §1):
+// JSON.stringify output, payload keys with type first, then in protocol order. One
 // record is an origin-tagged child message, which a real Trace would not hold;
 // it is there to cover the envelope's origin.
 const goldenPath = "testdata/golden.jsonl"

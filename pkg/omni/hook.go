@@ -7,7 +7,7 @@ import (
 	"sort"
 )
 
-// Hooks (SPEC §7 "Hooks"): deployments intercept the loop at three points,
+// Hooks (protocol.md §7 "Hooks"): deployments intercept the loop at three points,
 // as the original harness does since its 0.2.10. Every pre_tool_use and stop
 // hook that answers leaves one hook event on the stream and in the Trace:
 // {type: "hook", hook, name, decision?, reason?, output?}, exactly the
@@ -153,7 +153,7 @@ func (r HookRecord) Summary() string {
 }
 
 // DeniedByHook is the output of a tool call a pre_tool_use hook denied
-// (SPEC §7): "Tool call denied by the <name> hook: <reason>." (without a
+// (protocol.md §7): "Tool call denied by the <name> hook: <reason>." (without a
 // reason, "Tool call denied by the <name> hook.").
 func DeniedByHook(name, reason string) string {
 	if reason == "" {

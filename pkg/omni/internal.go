@@ -34,7 +34,7 @@ const (
 	// values, written by the gateway.
 	ProtocolsBucket = "floe_protocols"
 	// LocksBucket is the KV bucket of the toolrunners' per-path file
-	// locks (SPEC §7): a key per resolved path, created with a lease (a
+	// locks (protocol.md §7): a key per resolved path, created with a lease (a
 	// per-key TTL) by the runner editing it and deleted when done.
 	LocksBucket = "floe_locks"
 	// DefaultPool is the runner pool tool jobs go to unless routed elsewhere.
@@ -245,7 +245,7 @@ type SessionRecord struct {
 	// streamed, never in the Trace.
 	CarryOver []CarryItem `msgpack:"carry_over,omitempty"`
 	// CommandPolicy is the deployment's command policy as it was when the
-	// Session was created (SPEC §7); nil on records that predate it, which
+	// Session was created (protocol.md §7); nil on records that predate it, which
 	// get the factory set.
 	CommandPolicy *CommandPolicy `msgpack:"command_policy,omitempty"`
 	// ForkedFrom is where a forked Session was cut from its parent (nil

@@ -6,7 +6,7 @@ import (
 	"slices"
 )
 
-// MCP connection events (SPEC §7 "MCP servers"): a Task start reports the
+// MCP connection events (protocol.md §7 "MCP servers"): a Task start reports the
 // toolrunners' connections to the deployment's MCP servers, before
 // tool_list_ready, as the original harness writes them.
 const (
@@ -34,7 +34,7 @@ type ToolList struct {
 	Tools   []ToolSpec         `msgpack:"tools"`
 	MCP     []MCPConnectResult `msgpack:"mcp,omitempty"`
 	Servers []string           `msgpack:"servers,omitempty"`
-	// Sandbox is the confinement of the answering runner's tools (SPEC
+	// Sandbox is the confinement of the answering runner's tools (protocol.md
 	// §7); nil from a runner that predates it.
 	Sandbox *SandboxInfo `msgpack:"sandbox,omitempty"`
 }

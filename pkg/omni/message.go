@@ -1,7 +1,7 @@
 // Package omni is Floe's vocabulary: the OmniMessage envelope and payloads of
-// SPEC §1, their builders and guards, the single-line JSON codec of the public
+// protocol.md §1, their builders and guards, the single-line JSON codec of the public
 // stream, the msgpack codec of internal payloads, the bus subject names of
-// SPEC §2 and the error codes that travel on the wire.
+// protocol.md §2 and the error codes that travel on the wire.
 //
 // It is plain data and pure functions: no NATS, no logging, no clocks except
 // in the builders that stamp a timestamp.
@@ -62,7 +62,7 @@ const (
 	EventStop  = "stop"
 )
 
-// Stop reasons and request statuses: the vocabulary Floe writes (SPEC §1).
+// Stop reasons and request statuses: the vocabulary Floe writes (protocol.md §1).
 const (
 	StatusCompleted = "completed"
 	StatusFailed    = "failed"
@@ -72,7 +72,7 @@ const (
 	StatusAuth      = "auth"
 )
 
-// The original harness's stop reasons since its 0.2.6 (SPEC §5): one
+// The original harness's stop reasons since its 0.2.6 (protocol.md §5): one
 // four-value vocabulary, completed, aborted, retryable (worth another
 // attempt) and fatal (no retry can fix it). Floe reads them in imported
 // Traces and never writes them; readers only ever compare with completed,
@@ -99,7 +99,7 @@ const (
 	ModeDiscard   = "discard"
 )
 
-// Fixed model-visible strings (SPEC §1).
+// Fixed model-visible strings (protocol.md §1).
 const (
 	DeniedByUser      = "Tool call denied by user."
 	DeniedByPolicy    = "Tool call denied by policy."
@@ -208,7 +208,7 @@ type ToolSpec struct {
 	Source string `json:"-" msgpack:"source,omitempty"`
 }
 
-// Payload is the union of every payload of SPEC §1, flattened: Type says which
+// Payload is the union of every payload of protocol.md §1, flattened: Type says which
 // fields are meaningful. A field is encoded when it is non-zero or when it was
 // present in the decoded input, so zero values round-trip too; a known field
 // decoded as null reads as its zero value and is written as null until it is

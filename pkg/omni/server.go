@@ -3,7 +3,7 @@ package omni
 import "encoding/json"
 
 // ServerEvent is a gateway-facing event published on floe.session.<sid>.server
-// and sent on SSE as `event: server_event` (SPEC §4).
+// and sent on SSE as `event: server_event` (protocol.md §4).
 type ServerEvent struct {
 	Type string `json:"type"`
 	// task_state

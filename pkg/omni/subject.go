@@ -2,7 +2,7 @@ package omni
 
 import "strings"
 
-// Stream and bucket names of the bus (SPEC §2).
+// Stream and bucket names of the bus (protocol.md §2).
 const (
 	// SessionsStream holds every Session subject; its sequence is the
 	// stream order.
@@ -31,7 +31,7 @@ func SessionSubject(sessionID, class string) string {
 func SessionWildcard(sessionID string) string { return "floe.session." + sessionID + ".*" }
 
 // ClientClasses are the classes of a Session's client stream, and
-// TraceClasses those its Trace records (SPEC §2).
+// TraceClasses those its Trace records (protocol.md §2).
 var (
 	ClientClasses = []string{ClassPartial, ClassModel, ClassEvent, ClassNested, ClassServer}
 	TraceClasses  = []string{ClassMeta, ClassModel, ClassEvent, ClassTrace}
@@ -82,5 +82,5 @@ func ValidSessionID(id string) bool {
 }
 
 // HookSubject returns floe.hook.<point>: the subject a NATS hook service
-// answers requests on (SPEC §7 "Hooks").
+// answers requests on (protocol.md §7 "Hooks").
 func HookSubject(point string) string { return "floe.hook." + point }

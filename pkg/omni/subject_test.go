@@ -48,7 +48,7 @@ func TestEveryClassIsAClientOrTraceClass(t *testing.T) {
 	}
 	for _, c := range []string{ClassPartial, ClassNested, ClassServer} {
 		if slices.Contains(TraceClasses, c) {
-			t.Errorf("TraceClasses = %q, want no %q (SPEC §2)", TraceClasses, c)
+			t.Errorf("TraceClasses = %q, want no %q (protocol.md §2)", TraceClasses, c)
 		}
 	}
 }

@@ -138,7 +138,7 @@ func (p *Payload) validateEvent() error {
 			return invalid("model_msg type %q in an event_msg", p.Type)
 		}
 		// Event types Floe does not know (the original's goal_finished,
-		// …) are kept byte for byte and never fail a read (SPEC §1).
+		// …) are kept byte for byte and never fail a read (protocol.md §1).
 	}
 	return nil
 }

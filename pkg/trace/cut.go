@@ -23,7 +23,7 @@ var ErrNoHead = errors.New("no session_meta before the cut")
 
 // A Cut is a Session's history up to a stream position, closed there as
 // an interrupted Task: what a fork of the Session at that position
-// carries (SPEC §3, the fork route).
+// carries (protocol.md §3, the fork route).
 type Cut struct {
 	// Head is the session_meta that opens the context the cut falls in
 	// (the Session's first, or the one a completed compaction wrote).
@@ -237,7 +237,7 @@ func Close(recs []Record, seq uint64) (*Cut, error) {
 
 // openState follows what a history leaves open: a request, a compaction
 // (and its attempt), committed tool calls without output, subagent runs.
-// The rules are the fold's (SPEC §5: a call is committed by its request's
+// The rules are the fold's (protocol.md §5: a call is committed by its request's
 // request_end completed; an abort interrupts every call without output;
 // a completed compaction starts a new context).
 type openState struct {

@@ -1,4 +1,4 @@
-// Package trace is the one home of a Session's Trace on disk (SPEC §5):
+// Package trace is the one home of a Session's Trace on disk (protocol.md §5):
 // the file layout ($FLOE_HOME/traces/<yyyy-mm-dd>/<sid>_<nnn>.jsonl), the
 // tracer's positions (Pos, in one table: $FLOE_HOME/tracer/positions), the
 // import marks that say where an imported Trace landed (MarkImported), the

@@ -14,7 +14,7 @@ import (
 	"floe.dev/pkg/omni"
 )
 
-// An imported Trace lands in the date directory of its first record (SPEC
+// An imported Trace lands in the date directory of its first record (protocol.md
 // §5), which need not be the one its id names (the original's ids use
 // local time). So that Files finds it without looking in every date
 // directory, the import leaves a mark in the id's own date directory,

@@ -80,7 +80,7 @@ type Config struct {
 	MaxSubagentDepth int
 	// Metrics receives the engine's series (nil: none are served).
 	Metrics prometheus.Registerer
-	// HooksFile is the deployment's hooks (FLOE_HOOKS, SPEC §7 "Hooks"):
+	// HooksFile is the deployment's hooks (FLOE_HOOKS, protocol.md §7 "Hooks"):
 	// user_prompt, pre_tool_use and stop hooks, commands or NATS services.
 	// Empty: none.
 	HooksFile string
@@ -500,7 +500,7 @@ func taskConsumer(ctx context.Context, js jetstream.JetStream, cfg *Config, log 
 	return cons, nil
 }
 
-// EnvConfig applies FLOE_* environment variables to c (SPEC §8).
+// EnvConfig applies FLOE_* environment variables to c (protocol.md §8).
 //
 // Both `floe engine` (and the in-process engine of `floe serve`/`floe run`)
 // and the per-service main read the engine's settings here, and Validate

@@ -1,5 +1,5 @@
-// Package gateway is Floe's HTTP front door: the REST API of SPEC §3 and the
-// Server-Sent Events stream of SPEC §4, served from the bus.
+// Package gateway is Floe's HTTP front door: the REST API of protocol.md §3 and the
+// Server-Sent Events stream of protocol.md §4, served from the bus.
 //
 // The gateway holds no state: Session records live in the floe_sessions KV
 // bucket, Tasks go to the FLOE_TASKS work queue, control requests (approve,
@@ -136,7 +136,7 @@ type Config struct {
 	WriteTimeout time.Duration
 	// ShutdownTimeout bounds the graceful shutdown of Run (default 10s).
 	ShutdownTimeout time.Duration
-	// CommandPolicy is the deployment's command policy (SPEC §7), copied
+	// CommandPolicy is the deployment's command policy (protocol.md §7), copied
 	// into each Session at creation; nil is the factory set. Load it from
 	// FLOE_COMMAND_POLICY with cmdpolicy.Load.
 	CommandPolicy *omni.CommandPolicy

@@ -318,7 +318,7 @@ func (g *gate) waitReached(t testing.TB) {
 }
 
 // cursorSeq checks that a /messages live cursor is in the SSE id format
-// "<epoch>-<seq>" (SPEC §3) and returns its sequence.
+// "<epoch>-<seq>" (protocol.md §3) and returns its sequence.
 func cursorSeq(t testing.TB, l *client.Live) uint64 {
 	t.Helper()
 	epoch, seq, ok := client.ParseEventID(l.Cursor)

@@ -229,7 +229,7 @@ func metricsText(t *testing.T, g *testGateway) string {
 
 var _ = json.Marshal
 
-// GET /messages answers every record as the bytes the Trace holds (SPEC
+// GET /messages answers every record as the bytes the Trace holds (protocol.md
 // §2): not compacted, and <, > and & not escaped, as encoding/json would.
 func TestMessagesPassRecordsThroughAsStored(t *testing.T) {
 	t.Parallel()

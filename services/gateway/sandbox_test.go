@@ -14,7 +14,7 @@ import (
 )
 
 // GET /api/sessions/:id reports the tool confinement the runners of the
-// pool answer with (SPEC §7), asked on floe.toollist.<pool>.
+// pool answer with (protocol.md §7), asked on floe.toollist.<pool>.
 func TestGetSessionReportsTheRunnersSandbox(t *testing.T) {
 	t.Parallel()
 	env := newBus(t)
@@ -41,7 +41,7 @@ func TestGetSessionReportsTheRunnersSandbox(t *testing.T) {
 // A Workspace never lies inside $FLOE_HOME except its workspaces/, even
 // when a configured root contains $FLOE_HOME (the default roots do: the
 // user's home holds ~/.floe): no Session works inside the store, whatever
-// its approval mode (SPEC §7, §8).
+// its approval mode (protocol.md §7, §8).
 func TestWorkspaceInsideFloeHomeIsRefused(t *testing.T) {
 	t.Parallel()
 	base := t.TempDir()

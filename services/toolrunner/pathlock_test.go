@@ -15,7 +15,7 @@ import (
 
 // Parallel edit_file calls on one file, spread over two runners (each
 // with room to run them all at once), keep every change: the per-path
-// lock in the floe_locks bucket holds across runners (SPEC §7).
+// lock in the floe_locks bucket holds across runners (protocol.md §7).
 func TestParallelEditsOfOneFileOnTwoRunnersKeepEveryChange(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t)

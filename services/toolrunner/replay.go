@@ -9,7 +9,7 @@ import (
 )
 
 // Replay makes a toolrunner serve recorded tool outputs instead of running
-// tools (floe replay --execute, SPEC §8): it lists the recorded tools and
+// tools (floe replay --execute, protocol.md §8): it lists the recorded tools and
 // answers each call with the output recorded for its tool_call_id,
 // nothing executed. Wait paces an answer to the record: it is given the
 // record's index of the output, and returns once the replayed Session's

@@ -12,7 +12,7 @@ import (
 	"floe.dev/services/toolrunner/internal/sandbox"
 )
 
-// Variables of the sandbox (SPEC §7, §8).
+// Variables of the sandbox (protocol.md §7, §8).
 const (
 	SandboxVar        = "FLOE_SANDBOX"
 	SandboxNetworkVar = "FLOE_SANDBOX_NETWORK"
@@ -26,7 +26,7 @@ const (
 )
 
 // SandboxConfig confines every exec_command and stdio MCP server process
-// of the runner (SPEC §7 "Sandbox"). The zero value is the default: the
+// of the runner (protocol.md §7 "Sandbox"). The zero value is the default: the
 // strongest backend the host has, network on, 2048 MB and 512 processes
 // per call.
 type SandboxConfig struct {

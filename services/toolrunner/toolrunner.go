@@ -1,4 +1,4 @@
-// Package toolrunner is Floe's tool runner service (SPEC §7): it executes
+// Package toolrunner is Floe's tool runner service (protocol.md §7): it executes
 // approved tool calls for any number of Sessions and streams their output
 // straight onto each Session's subjects.
 //
@@ -82,12 +82,12 @@ type Config struct {
 	// context ends; jobs still running then are cancelled and complete with
 	// a failed output. Default 10s.
 	ShutdownGrace time.Duration
-	// MCPConfig is the path of the MCP servers file (SPEC §7,
+	// MCPConfig is the path of the MCP servers file (protocol.md §7,
 	// FLOE_MCP_CONFIG); empty means no MCP servers. Validate reads it. A
 	// stdio server gets the same allow-listed environment as
 	// exec_command (FLOE_TOOL_ENV) plus its declared env.
 	MCPConfig string
-	// Sandbox confines tool processes (SPEC §7); the zero value is the
+	// Sandbox confines tool processes (protocol.md §7); the zero value is the
 	// default (auto). SandboxFromEnv reads it from the environment.
 	Sandbox SandboxConfig
 	// Metrics receives the toolrunner's series (nil: none are served).

@@ -97,7 +97,7 @@ func TestReplicasRunEveryJobExactlyOnce(t *testing.T) {
 	}
 
 	outputs := map[string][]streamed{}
-	// 60 confined commands (each a sandbox start, SPEC §7) on 9 slots.
+	// 60 confined commands (each a sandbox start, protocol.md §7) on 9 slots.
 	bustest.Eventually(t, 3*wait, "every job's complete output", func() bool {
 		outputs = map[string][]streamed{}
 		n := 0
@@ -186,7 +186,7 @@ func TestHeartbeatsWhileJobRunsAndNotAfter(t *testing.T) {
 
 // A cancelled job's process is stopped; its output segment closes with
 // stop_reason aborted and, before the cancel reply, its one complete
-// output holds what it printed and the interrupted marker (SPEC §6 case
+// output holds what it printed and the interrupted marker (protocol.md §6 case
 // A); nothing of the process comes after.
 func TestCancelStopsRunningJobAndPublishesItsAbortedOutput(t *testing.T) {
 	t.Parallel()

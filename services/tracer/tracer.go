@@ -1,5 +1,5 @@
 // Package tracer is Floe's tracer service: it writes every Session's Trace
-// (SPEC §5), the append-only JSONL files that the history API and resume
+// (protocol.md §5), the append-only JSONL files that the history API and resume
 // read, from the FLOE_SESSIONS stream.
 //
 // A durable pull consumer reads the Trace classes of every Session

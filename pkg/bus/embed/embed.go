@@ -17,7 +17,7 @@ import (
 	"github.com/nats-io/nats.go"
 )
 
-// DefaultMaxPayload matches the gateway's default body cap (SPEC §3).
+// DefaultMaxPayload matches the gateway's default body cap (protocol.md §3).
 const DefaultMaxPayload = 8 << 20
 
 // Options configures the embedded server.

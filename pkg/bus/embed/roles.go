@@ -69,7 +69,7 @@ func rolePermissions(user string) *server.Permissions {
 			"$JS.API.CONSUMER.INFO.FLOE_TOOLS.*",
 			"$JS.API.CONSUMER.MSG.NEXT.FLOE_TOOLS.*",
 			"$JS.ACK.FLOE_TOOLS.>",
-			// per-path file locks (SPEC §7)
+			// per-path file locks (protocol.md §7)
 			"$KV.floe_locks.>",
 			"$JS.API.STREAM.INFO.KV_floe_locks",
 			"$JS.API.DIRECT.GET.KV_floe_locks.>",

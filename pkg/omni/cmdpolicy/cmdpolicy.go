@@ -1,4 +1,4 @@
-// Package cmdpolicy is the command policy of SPEC §7: an ordered list of
+// Package cmdpolicy is the command policy of protocol.md §7: an ordered list of
 // RE2 deny rules matched against the normalized cmd of exec_command before
 // any approval mode is consulted. A hit is decided "forbidden" and nothing
 // runs. It is an accident guardrail against the commands people and models

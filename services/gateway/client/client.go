@@ -1,5 +1,5 @@
 // Package client is a Go client of Floe's gateway: typed calls for every
-// route of the HTTP API (SPEC §3) and an SSE stream reader (SPEC §4) that
+// route of the HTTP API (protocol.md §3) and an SSE stream reader (protocol.md §4) that
 // reconnects by itself with Last-Event-ID.
 //
 // Errors answered by the gateway are *APIError values carrying the HTTP

@@ -31,11 +31,11 @@ type Session struct {
 	CreatedAt     string `json:"createdAt"`
 	CreatedUnixMs int64  `json:"createdUnixMs"`
 	// CommandPolicy is the command policy snapshotted when the Session was
-	// created (SPEC §7).
+	// created (protocol.md §7).
 	CommandPolicy *CommandPolicy `json:"commandPolicy,omitempty"`
 	// ForkedFrom is where a forked Session was cut from its parent.
 	ForkedFrom *ForkedFrom `json:"forkedFrom,omitempty"`
-	// Sandbox is the confinement its tools run under (SPEC §7), as the
+	// Sandbox is the confinement its tools run under (protocol.md §7), as the
 	// tool runners report it; absent when none answers.
 	Sandbox *Sandbox `json:"sandbox,omitempty"`
 }

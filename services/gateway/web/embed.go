@@ -1,5 +1,5 @@
 // Package web holds the Web App's static files (ES modules, CSS, no build
-// step), embedded into the gateway's binary and served at / (SPEC §3
+// step), embedded into the gateway's binary and served at / (protocol.md §3
 // "Browsers"). The view model (app/viewmodel.js) and the Markdown renderer
 // (app/markdown.js) are pure modules; their unit tests run with
 // `node --test services/gateway/web/test/*.test.mjs` (scripts/test runs them).

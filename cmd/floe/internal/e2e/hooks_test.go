@@ -15,7 +15,7 @@ import (
 	"floe.dev/services/engine"
 )
 
-// Hooks end to end on the whole stack (SPEC §7): a NATS policy service in a
+// Hooks end to end on the whole stack (protocol.md §7): a NATS policy service in a
 // queue group denies a push while an ordinary command runs; a command
 // stop hook continues the Task once. The model reads the denial naming the
 // hook, the continue input arrives as a harness text, and the Trace holds
@@ -112,7 +112,9 @@ func TestHooksOnTheStack(t *testing.T) {
 	if call < 0 || rec != call+1 || dec < rec {
 		t.Fatalf("the Trace has %q: want the hook record right after its call, before its decision", got)
 	}
-	if slices.ContainsFunc(got, func(s string) bool { return strings.HasPrefix(s, "hook:pre_tool_use:") && strings.HasSuffix(s, "call_ls") }) {
+	if slices.ContainsFunc(got, func(s string) bool {
+		return strings.HasPrefix(s, "hook:pre_tool_use:") && strings.HasSuffix(s, "call_ls")
+	}) {
 		t.Fatalf("the service's no-opinion for call_ls was recorded: %q", got)
 	}
 	tail := got[len(got)-3:]

@@ -24,7 +24,7 @@ func lcPayload(t *testing.T, rs []rec, l string) omni.Payload {
 	return omni.Payload{}
 }
 
-// lcClientStream keeps the classes a client sees (SPEC §2), partials aside.
+// lcClientStream keeps the classes a client sees (protocol.md §2), partials aside.
 func lcClientStream(r rec) bool {
 	return r.class != omni.ClassMeta && r.class != omni.ClassTrace && r.class != omni.ClassServer && !r.msg.IsPartial()
 }

@@ -220,7 +220,7 @@ func TestMCPEverythingOverStdio(t *testing.T) {
 	if status != omni.StatusAborted {
 		t.Errorf("task 2 status %q, want aborted", status)
 	}
-	// Abort case A (SPEC §6): the stopped MCP call's one complete output,
+	// Abort case A (protocol.md §6): the stopped MCP call's one complete output,
 	// aborted and marked interrupted, is on the stream before the abort;
 	// the next request pairs it too (checked below).
 	if out := outputsOf(rs, "call_abort"); len(out) != 1 || out[0].StopReason != omni.StatusAborted ||

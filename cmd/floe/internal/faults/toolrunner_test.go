@@ -44,7 +44,7 @@ func TestToolrunnerKilledMidTool(t *testing.T) {
 	}
 	// The command has logged its execution before it sleeps.
 	eventually(t, 20*time.Second, "call_long to start its command", func() bool { return c.executions(sid, "call_long") == 1 })
-	// Its tool is confined (SPEC §7): its processes die with the runner,
+	// Its tool is confined (protocol.md §7): its processes die with the runner,
 	// through the PID namespace, so nothing writes side effects after the
 	// call was reported lost. Should one survive, end it with the test.
 	tree := childPids(victim.pid())

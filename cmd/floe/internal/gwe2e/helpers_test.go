@@ -656,7 +656,7 @@ func count(evs []client.Event, f func(client.Event) bool) int {
 }
 
 // cursorSeq checks that a /messages live cursor is in the SSE id format
-// "<epoch>-<seq>" (SPEC §3) and returns its sequence.
+// "<epoch>-<seq>" (protocol.md §3) and returns its sequence.
 func cursorSeq(t testing.TB, l *client.Live) uint64 {
 	t.Helper()
 	epoch, seq, ok := client.ParseEventID(l.Cursor)

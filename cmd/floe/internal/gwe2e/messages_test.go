@@ -11,7 +11,7 @@ import (
 	"floe.dev/services/gateway/client"
 )
 
-// A late joiner's view while a Task runs, as the SPEC's clients build it:
+// A late joiner's view while a Task runs, as the protocol's clients build it:
 // connect SSE first and buffer, fetch /messages, drop buffered events the
 // cursor covers, apply the rest. The tool's output segment is held open
 // (the command waits for a file) when /messages is read, so the answer has

@@ -1,4 +1,4 @@
-// Package protoe2e checks Floe's standard protocols (SPEC §9) with the stock
+// Package protoe2e checks Floe's standard protocols (protocol.md §9) with the stock
 // clients: the npm packages @ag-ui/client (HttpAgent and its event
 // verifier) and @a2a-js/sdk, driven by Node's built-in test runner against
 // a whole Floe in one process (embedded nats-server, engine, tool runner,

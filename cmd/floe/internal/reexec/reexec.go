@@ -1,4 +1,4 @@
-// Package reexec re-executes a recorded Session (SPEC §8, floe replay
+// Package reexec re-executes a recorded Session (protocol.md §8, floe replay
 // --execute): the recorded Tasks are run again through the current
 // engine, on a private embedded bus in a temporary home, with every model
 // answer served from the record (the engine's replay provider) and every

@@ -176,7 +176,7 @@ func TestStopMidToolShowsInterrupted(t *testing.T) {
 	tb.until("the abort notice", `document.querySelector('#transcript li[data-kind=notice][data-notice=abort]')`)
 	tb.until("idle", `document.getElementById('s-state').textContent === 'idle'`)
 	// The card is interrupted from the stream: by the tool's own aborted
-	// output when the engine publishes one before abort (SPEC §6 case A),
+	// output when the engine publishes one before abort (protocol.md §6 case A),
 	// else by the abort itself.
 	if out := eval[string](tb, `document.querySelector('`+card+` pre.output')?.textContent || ''`); !strings.Contains(out, "started") {
 		t.Fatalf("the live output before the stop is gone: %q", out)

@@ -10,7 +10,7 @@
 // waits before another engine takes it), FLOE_HEARTBEAT_TIMEOUT_MS (a
 // silent tool job fails as lost after it), FLOE_RETRY_BASE_MS,
 // FLOE_RETRY_CAP_MS, FLOE_RETRY_MAX, FLOE_REQUEST_TIMEOUT_MS and the
-// provider variables (SPEC §8).
+// provider variables (protocol.md §8).
 //
 // Credentials: --nats-creds FILE (FLOE_NATS_CREDS), or --nats-user NAME
 // (FLOE_NATS_USER) whose password comes from FLOE_NATS_PASSWORD or

@@ -3,7 +3,7 @@
 // no clock, no I/O, no randomness — the same records always give the same
 // context, which is how a resumed or failed-over Session continues exactly.
 //
-// Rules (SPEC §5, seed "Guarantees"): only requests whose request_end status
+// Rules (protocol.md §5, seed "Guarantees"): only requests whose request_end status
 // is completed are committed; tool outputs attach to their call wherever they
 // land in the stream and are fed in call order; a committed call whose output
 // never arrived (an interrupted run) gets the interrupted placeholder so

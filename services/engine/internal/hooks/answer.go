@@ -11,7 +11,7 @@ import (
 )
 
 // Input is what a hook is told, as one JSON object on stdin or as the
-// request body, with the original's field names (SPEC §7).
+// request body, with the original's field names (protocol.md §7).
 type Input struct {
 	Point     string
 	SessionID string

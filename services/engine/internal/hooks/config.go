@@ -14,7 +14,7 @@ import (
 	"floe.dev/pkg/omni"
 )
 
-// DefaultTimeout bounds a hook that names no timeout_ms (SPEC §7).
+// DefaultTimeout bounds a hook that names no timeout_ms (protocol.md §7).
 const DefaultTimeout = 10 * time.Second
 
 // maxTimeout bounds timeout_ms: a hook holds its Task while it runs.

@@ -1,5 +1,5 @@
 // Package hooks runs a deployment's hooks at the three points of the loop
-// (SPEC §7 "Hooks"): user_prompt (a Prompt or steering input before the
+// (protocol.md §7 "Hooks"): user_prompt (a Prompt or steering input before the
 // model sees it), pre_tool_use (a committed tool call, before the command
 // policy and the approval mode) and stop (the Task is about to end).
 //
@@ -35,7 +35,7 @@ import (
 )
 
 // Confiner confines a hook command before it starts: the seam where the
-// toolrunner's sandbox (SPEC §7 "Sandbox": the same confinement as tools)
+// toolrunner's sandbox (protocol.md §7 "Sandbox": the same confinement as tools)
 // plugs in. It may rewrite cmd (wrap it in bwrap, set a Landlock helper)
 // and returns a release function run after the command ends. nil runs the
 // command unconfined, in the Workspace.

@@ -72,7 +72,7 @@ type Info struct {
 }
 
 // Error is a failed request: Status is one of omni.StatusFailed, Timeout,
-// Malformed, Auth (SPEC §6).
+// Malformed, Auth (protocol.md §6).
 type Error struct {
 	Status  string
 	Message string

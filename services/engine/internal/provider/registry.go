@@ -1,5 +1,5 @@
 // Package provider resolves a model reference "provider:model_id" to a
-// model.Provider: openai, anthropic or scripted (SPEC §6).
+// model.Provider: openai, anthropic or scripted (protocol.md §6).
 package provider
 
 import (

@@ -173,7 +173,7 @@ func (a *approvals) one(ctx, actx context.Context, tc omni.Message) error {
 	return a.calls.dispatch(actx, tc, a.rec.Workspace)
 }
 
-// preToolUse runs the pre_tool_use hooks on tc (SPEC §7), before the
+// preToolUse runs the pre_tool_use hooks on tc (protocol.md §7), before the
 // command policy and the approval mode. It is called by the model stream's
 // consumer right after it published the call, and holds the stream while
 // the hooks run, so their records come right after the call (the original's
@@ -244,7 +244,7 @@ func (a *approvals) decide(actx context.Context, tc omni.Message) (string, error
 const execTool = "exec_command"
 
 // policyForbids matches an exec_command's cmd against the command policy
-// snapshotted in the Session record (SPEC §7).
+// snapshotted in the Session record (protocol.md §7).
 func (a *approvals) policyForbids(tc omni.Message) bool {
 	if tc.Payload.Name != execTool {
 		return false

@@ -9,7 +9,7 @@ import (
 	"floe.dev/services/engine/internal/hooks"
 )
 
-// The Task's side of the hooks (SPEC §7 "Hooks"): user_prompt before the
+// The Task's side of the hooks (protocol.md §7 "Hooks"): user_prompt before the
 // Prompt and each steering input is published, pre_tool_use right after a
 // committed call is published (approvals.preToolUse, before the command
 // policy and the approval mode), stop when the Task is about to end.

@@ -98,7 +98,7 @@ func TestPreToolUseHookDeniesACall(t *testing.T) {
 	}
 }
 
-// A hook's allow does not override the approval mode (SPEC §7): under
+// A hook's allow does not override the approval mode (protocol.md §7): under
 // deny-all the call is still denied, by the user.
 func TestPreToolUseHookAllowLeavesTheMode(t *testing.T) {
 	h := newHarness(t, twoCallsScript, nil)

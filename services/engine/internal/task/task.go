@@ -522,7 +522,7 @@ func (r *Runner) publishMaxTurnsNotice(n int) {
 
 // start lists the tools and publishes the Session head (first Task). With
 // MCP servers configured on the pool, every Task start (not a manual
-// compaction) reports the connecting as the original does (SPEC §7):
+// compaction) reports the connecting as the original does (protocol.md §7):
 // mcp_connect_begin{servers} before the runner connects them,
 // mcp_connect_end{status, results} after, then tool_list_ready, since
 // either may have changed. Every publish carries a Msg-Id derived from the

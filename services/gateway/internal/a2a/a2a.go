@@ -1,4 +1,4 @@
-// Package a2a holds Floe's A2A 1.0 view of a Task (SPEC §9): the protocol's
+// Package a2a holds Floe's A2A 1.0 view of a Task (protocol.md §9): the protocol's
 // JSON wire forms (TASK_STATE_*, ROLE_*, text/data parts, stream results
 // {task} / {statusUpdate} / {artifactUpdate}) and a Folder that builds a
 // Task and its updates from the Session's stream.

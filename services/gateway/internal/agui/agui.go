@@ -1,4 +1,4 @@
-// Package agui maps a Session's stream to AG-UI 1.0 events (SPEC §9).
+// Package agui maps a Session's stream to AG-UI 1.0 events (protocol.md §9).
 //
 // A Mapper is fed one Task's messages of the Session's client stream in
 // stream order (from before the Task's task_state running up to its

@@ -65,7 +65,7 @@ var ErrInHome = errors.New("inside $FLOE_HOME, where only workspaces/ may hold W
 // Workspace checks that dir is an existing directory inside one of roots
 // (a root itself included; "/" never) and, when home ($FLOE_HOME) is not
 // empty, not inside home unless inside home/workspaces, whatever the roots
-// say (SPEC §7: no Session works inside the store). It returns dir with
+// say (protocol.md §7: no Session works inside the store). It returns dir with
 // its symbolic links resolved. Errors quote dir as given and say what is
 // wrong.
 func Workspace(dir string, roots []string, home string) (string, error) {

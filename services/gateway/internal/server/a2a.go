@@ -21,7 +21,7 @@ import (
 // eventOut places the i-th of n events of the message seq (for its SSE id).
 func eventOut(seq uint64, i, n int) agui.Out { return agui.Out{Seq: seq, Index: i, Of: n} }
 
-// A2A 1.0 (SPEC §9): the Agent Card and the JSON-RPC binding at /a2a.
+// A2A 1.0 (protocol.md §9): the Agent Card and the JSON-RPC binding at /a2a.
 // Contexts are Sessions, tasks are Tasks; a2a.Folder builds a Task from the
 // Session's stream, and the binding of a task id to its Session lives in
 // the floe_protocols bucket (key a2a.task.<hash of task id>).

@@ -15,7 +15,7 @@ import (
 	"floe.dev/services/gateway/internal/agui"
 )
 
-// AG-UI 1.0 (SPEC §9): POST /api/agui runs a RunAgentInput and answers the
+// AG-UI 1.0 (protocol.md §9): POST /api/agui runs a RunAgentInput and answers the
 // run's events; GET /api/agui/{threadId}/{runId} replays a run (after
 // Last-Event-ID) and follows it to its end. Both map the Session's stream
 // with agui.Mapper, from the Task's start, so a replay equals the live run.

@@ -17,7 +17,7 @@ import (
 	"floe.dev/services/gateway/client"
 )
 
-// GET /api/events: the live session list (SPEC §3 "Browsers").
+// GET /api/events: the live session list (protocol.md §3 "Browsers").
 //
 // Fan-out contract. One hub per Server, started by the first client and
 // running until Close: a watch of the floe_sessions KV bucket (record

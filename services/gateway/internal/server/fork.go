@@ -18,7 +18,7 @@ import (
 	"floe.dev/services/gateway/client"
 )
 
-// handleFork serves POST /api/sessions/:id/fork (SPEC §3): a new Session
+// handleFork serves POST /api/sessions/:id/fork (protocol.md §3): a new Session
 // with the parent's settings whose Trace _001 is the parent's history up
 // to atSeq, closed there as an interrupted Task (trace.CutAt). A subagent
 // run open at the cut is forked too, at the same position, and the fork's

@@ -30,7 +30,7 @@ func importBodyLimit(maxFile int64) int64 {
 	return 4*((maxFile+2)/3) + 64<<10
 }
 
-// handleImport serves POST /api/traces/import (SPEC §3, §5): a Trace file
+// handleImport serves POST /api/traces/import (protocol.md §3, §5): a Trace file
 // written by Floe or by the original harness becomes a new Session whose
 // history is that file, landed as index 1 in the date directory of its
 // first record. Nothing is created unless the whole request is good.
@@ -225,7 +225,7 @@ func (s *Server) importFree(r *http.Request, sid string) *apiError {
 }
 
 // importModel maps the provider a Trace's session_meta names to a Floe
-// model reference (SPEC §5): anthropic stays anthropic, Floe's own
+// model reference (protocol.md §5): anthropic stays anthropic, Floe's own
 // scripted stays scripted, and every other provider of the original
 // (openai, deepseek, openrouter, custom, …) speaks the OpenAI protocol.
 func importModel(provider, modelID string) string {

@@ -225,7 +225,7 @@ type liveAnswer struct {
 }
 
 // writeMessages writes the answer of /messages (client.Messages) with
-// every record as its bytes (SPEC §2: bodies pass through, never
+// every record as its bytes (protocol.md §2: bodies pass through, never
 // re-encoded; encoding/json would compact each again and escape its <, >
 // and &, which also made it most of the handler's time).
 //

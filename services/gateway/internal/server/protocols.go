@@ -17,7 +17,7 @@ import (
 	"floe.dev/pkg/omni"
 )
 
-// The standard protocols (SPEC §9: AG-UI, A2A) are views of a Session's
+// The standard protocols (protocol.md §9: AG-UI, A2A) are views of a Session's
 // stream. What they need beyond it, the binding of a protocol's ids to
 // Sessions and Tasks, lives in the floe_protocols KV bucket (never in a
 // gateway's memory), so every replica serves them and a restarted gateway

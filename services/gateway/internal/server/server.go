@@ -1,5 +1,5 @@
-// Package server implements the gateway's HTTP API (SPEC §3) and its SSE
-// stream (SPEC §4) over the bus: Session records in the floe_sessions KV
+// Package server implements the gateway's HTTP API (protocol.md §3) and its SSE
+// stream (protocol.md §4) over the bus: Session records in the floe_sessions KV
 // bucket, Tasks on FLOE_TASKS, control requests to the engine owning a
 // Session, and the Session's messages read back from FLOE_SESSIONS and the
 // Trace files.

@@ -20,7 +20,7 @@ import (
 	"floe.dev/services/gateway/web"
 )
 
-// The Web App (SPEC §3 "Browsers"): static files embedded in the binary,
+// The Web App (protocol.md §3 "Browsers"): static files embedded in the binary,
 // a cookie sign-in for browsers, and /api/events for the live session list.
 
 // sessionCookie is the browser sign-in cookie: a random value naming a

@@ -526,7 +526,7 @@ function drawHeader() {
   drawForkedFrom(s && s.forkedFrom);
 }
 
-// drawForkedFrom links a fork's header to its parent (SPEC §3: the fork
+// drawForkedFrom links a fork's header to its parent (protocol.md §3: the fork
 // route; GET shows forkedFrom {sessionId, seq}).
 function drawForkedFrom(f) {
   const el = $('s-forked');
@@ -553,7 +553,7 @@ $('fork-session').addEventListener('click', async () => {
   }
 });
 
-// sandboxLabel shows the tool confinement the runners report (SPEC §7);
+// sandboxLabel shows the tool confinement the runners report (protocol.md §7);
 // tools running unconfined say so plainly.
 function sandboxLabel(sb) {
   if (!sb) return '';

@@ -22,7 +22,7 @@ export function parseEventId(id) {
   return m ? { epoch: m[1], seq: Number(m[2]) } : null;
 }
 
-// cursorSeq reads live.cursor: `<epoch>-<seq>` (SPEC §3) or a bare number.
+// cursorSeq reads live.cursor: `<epoch>-<seq>` (protocol.md §3) or a bare number.
 export function cursorSeq(cursor) {
   if (typeof cursor === 'number') return cursor;
   const p = parseEventId(String(cursor ?? ''));
@@ -40,7 +40,7 @@ export function systemBlock(text) {
   return { tag: m[1], body: m[2] };
 }
 
-// imagesOf returns a tool output's images (SPEC §1 `images?`): the data
+// imagesOf returns a tool output's images (protocol.md §1 `images?`): the data
 // URLs of images only, anything else dropped.
 export function imagesOf(p) {
   if (!Array.isArray(p.images)) return [];
@@ -417,7 +417,7 @@ export class Transcript {
         if (p.session_id) this.level([...(m.origin || []), p.session_id]);
         return;
       case 'hook': {
-        // A hook's record (SPEC §7): a pre_tool_use one of Floe's names its
+        // A hook's record (protocol.md §7): a pre_tool_use one of Floe's names its
         // call, whose card says which hook denied it and why; the others
         // (stop hooks, the original's records) are notices in the flow.
         const h = { name: p.name || 'hook', point: p.hook || '', decision: p.decision || '', reason: p.reason || '' };

@@ -17,7 +17,7 @@ import (
 // ConfigVar is the variable naming the deployment's MCP configuration file.
 const ConfigVar = "FLOE_MCP_CONFIG"
 
-// Config is the content of the FLOE_MCP_CONFIG file (SPEC §7):
+// Config is the content of the FLOE_MCP_CONFIG file (protocol.md §7):
 //
 //	{"servers": {"<name>": {"command", "args", "env"} | {"url", "headers"}, "permission": "r"|"rw"}}
 type Config struct {

@@ -1,4 +1,4 @@
-// Package mcptools makes tools of Model Context Protocol servers (SPEC §7
+// Package mcptools makes tools of Model Context Protocol servers (protocol.md §7
 // "MCP servers"): the FLOE_MCP_CONFIG file, one connection per server and
 // toolrunner (a stdio server is a child process of the runner, started on
 // first need, restarted with backoff, stopped at Close), the servers' tools

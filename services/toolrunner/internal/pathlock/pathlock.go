@@ -1,5 +1,5 @@
 // Package pathlock serializes the file tools' writes to one path across
-// every toolrunner process (SPEC §7): write_file and edit_file hold a lock
+// every toolrunner process (protocol.md §7): write_file and edit_file hold a lock
 // on the resolved path for their read-modify-write, so parallel edits of
 // one file never lose each other's changes.
 //

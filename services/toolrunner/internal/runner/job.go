@@ -33,7 +33,7 @@ const (
 	completing
 	// cancelled: the engine stopped the job; its output segment is closed
 	// as aborted and, once the job has exited, the runner publishes its
-	// aborted complete output (SPEC §6 case A); the job publishes nothing.
+	// aborted complete output (protocol.md §6 case A); the job publishes nothing.
 	cancelled
 )
 

@@ -1,5 +1,5 @@
 // Package sandbox confines the processes of a tool call to its Session
-// (SPEC §7 "Sandbox"): exec_command's shell and every stdio MCP server.
+// (protocol.md §7 "Sandbox"): exec_command's shell and every stdio MCP server.
 //
 // A confined call sees the system's directories read-only, its Workspace
 // read-write and a private /tmp, nothing else: not $FLOE_HOME, not other
@@ -51,7 +51,7 @@ const (
 	DefaultPids     = 512
 )
 
-// SystemDirs are the directories a confined call reads (SPEC §7).
+// SystemDirs are the directories a confined call reads (protocol.md §7).
 var SystemDirs = []string{"/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc", "/opt"}
 
 // DefaultDenyPorts are Floe's well-known ports (gateway HTTP 7364; NATS

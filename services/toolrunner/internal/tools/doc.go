@@ -1,5 +1,5 @@
 // Package tools holds the passive built-in tools the toolrunner executes:
-// exec_command, read_file, write_file and edit_file (SPEC §7).
+// exec_command, read_file, write_file and edit_file (protocol.md §7).
 //
 // A tool is passive: it gets a context and one call and produces output; the
 // toolrunner owns the consume loop, concurrency, acks and retries. Every call

@@ -7,7 +7,7 @@ import (
 
 // With the default limits (2048 MB, 512 processes), a 3 GiB allocation
 // and a 2,000-process loop end failed, the output naming the limit
-// (SPEC §7).
+// (protocol.md §7).
 func TestExecCommandOverALimitEndsFailedNamingIt(t *testing.T) {
 	r := Builtin(Options{})
 	for _, tt := range []struct {

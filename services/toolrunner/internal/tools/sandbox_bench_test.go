@@ -10,7 +10,7 @@ import (
 // BenchmarkExecCommandTrue is the cost of the sandbox on a trivial
 // exec_command (`true`, bash -lc with HOME an empty directory so no
 // dotfile weighs in): unconfined, then under each backend the host has.
-// Compare the ns/op of one run (SPEC §7; issue 20's target: confined ÷
+// Compare the ns/op of one run (protocol.md §7; issue 20's target: confined ÷
 // unconfined ≤ 1.5).
 func BenchmarkExecCommandTrue(b *testing.B) {
 	home := b.TempDir()

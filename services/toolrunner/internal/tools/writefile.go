@@ -47,7 +47,7 @@ func (t writeFile) Run(ctx context.Context, call Call, args json.RawMessage, emi
 	if err != nil {
 		return failed(err.Error())
 	}
-	// One writer per path at a time, across runners (SPEC §7).
+	// One writer per path at a time, across runners (protocol.md §7).
 	unlock, err := t.lock(ctx, real)
 	if err != nil {
 		if ctx.Err() != nil {

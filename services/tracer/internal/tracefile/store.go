@@ -1,4 +1,4 @@
-// Package tracefile writes Session Traces (SPEC §5): one append-only JSONL
+// Package tracefile writes Session Traces (protocol.md §5): one append-only JSONL
 // file per Session and context under $FLOE_HOME/traces/<date>/, rotated on
 // session_meta, with a position (trace.Pos, a slot of the home's position
 // table, trace.PosTable) per Session that makes appends exactly-once across

@@ -9,7 +9,7 @@
 // {"redacted_data": "…"}); both are replayed verbatim in later requests, as
 // the API requires. A stream without message_stop is malformed.
 //
-// The provider never retries; failures are *model.Error per SPEC §6.
+// The provider never retries; failures are *model.Error per protocol.md §6.
 package anthropic
 
 import (

@@ -302,7 +302,7 @@ func (d *decoder) result() model.Result {
 
 // errorStatus maps the error types of the API to the HTTP statuses they
 // stand for, so an error event is classified like the same rejection
-// before the stream began (SPEC §6).
+// before the stream began (protocol.md §6).
 var errorStatus = map[string]int{
 	"invalid_request_error": http.StatusBadRequest,
 	"authentication_error":  http.StatusUnauthorized,

@@ -11,7 +11,7 @@ import (
 	"floe.dev/services/engine/internal/model"
 )
 
-// TestStreamFailureMatrix checks the stop reason of every failure SPEC §6
+// TestStreamFailureMatrix checks the stop reason of every failure protocol.md §6
 // names, against a real HTTP server.
 func TestStreamFailureMatrix(t *testing.T) {
 	reject := func(code int, body string) http.HandlerFunc {

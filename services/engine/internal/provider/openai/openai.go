@@ -14,7 +14,7 @@
 // them even if the stream then breaks), or at "data: [DONE]"; a stream
 // without [DONE] is malformed.
 //
-// The provider never retries; failures are *model.Error per SPEC §6.
+// The provider never retries; failures are *model.Error per protocol.md §6.
 package openai
 
 import (

@@ -1,6 +1,6 @@
 // Package providertest holds what the provider packages' tests share: a
 // delta recorder, the Delta contract check, a scripted SSE server, and
-// helpers that make a provider's connection fail in the ways SPEC §6 maps.
+// helpers that make a provider's connection fail in the ways protocol.md §6 maps.
 // It is imported by tests only.
 package providertest
 

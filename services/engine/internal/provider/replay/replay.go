@@ -1,5 +1,5 @@
 // Package replay is a model provider that serves a recorded Session's
-// model answers from its Trace (SPEC §8, floe replay --execute): the n-th
+// model answers from its Trace (protocol.md §8, floe replay --execute): the n-th
 // request attempt of a Session gets the n-th request bracket of the
 // record (request_begin … request_end, compaction requests included), its
 // assistant messages as deltas, its usage, and its failure (a request_end

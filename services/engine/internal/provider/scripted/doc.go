@@ -1,4 +1,4 @@
-// Package scripted is the deterministic offline model of SPEC §6,
+// Package scripted is the deterministic offline model of protocol.md §6,
 // "scripted:<name-or-path>". It streams what a script file says, request by
 // request, so engine tests can drive every path of a turn (thinking, text,
 // tool calls, parallel tool calls, slow streams, failures, token usage)

@@ -57,7 +57,7 @@ type Body struct {
 // Open sends req (its context is replaced) and returns the body of a 2xx
 // response. idle bounds the time without any byte, from connecting through
 // the end of the body; zero means DefaultIdleTimeout. Any failure to get a
-// 2xx response is returned mapped per SPEC §6 (see Classify and
+// 2xx response is returned mapped per protocol.md §6 (see Classify and
 // StatusForHTTP); a cancelled ctx returns ctx.Err() wrapped. The caller must
 // Close the Body.
 func Open(ctx context.Context, client *http.Client, req *http.Request, idle time.Duration) (*Body, error) {
@@ -171,7 +171,7 @@ func refusedLocally(err error) (string, bool) {
 	return u.String(), true
 }
 
-// StatusForHTTP maps a rejected response to a stop reason (SPEC §6): 401, or
+// StatusForHTTP maps a rejected response to a stop reason (protocol.md §6): 401, or
 // 403 whose body says the credential is invalid, is auth; 408, 429 and 5xx
 // (529 overloaded included) are timeout; anything else — 400, a bare 403,
 // 404, 413… — is failed.
