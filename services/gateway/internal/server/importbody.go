@@ -21,9 +21,6 @@ import (
 // memory, never the file (a 32 MiB import cost ~165 MB when the body, the
 // string and the decoded file were each held whole).
 
-// errImportTooLarge is returned by the file sink past MaxImport bytes.
-var errImportTooLarge = errors.New("the Trace file is too large")
-
 // importBody is the decoded import request.
 type importBody struct {
 	model, workspace string
@@ -222,8 +219,8 @@ func (r *jsonStringReader) Read(p []byte) (int, error) {
 
 // importFile checks a Trace file read from src line by line (as
 // parseImport would) and writes what is kept to tmp: every record, a torn
-// last line dropped. It reads at most maxFile bytes (errImportTooLarge
-// past them) and holds one line at a time.
+// last line dropped. It reads at most maxFile bytes (a 413 past them,
+// tooLargeImport) and holds one line at a time.
 func importFile(src io.Reader, tmp *os.File, maxFile int64) (*imported, *apiError) {
 	lr := &io.LimitedReader{R: src, N: maxFile + 1}
 	br := bufio.NewReaderSize(lr, 64<<10)
