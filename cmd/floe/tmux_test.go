@@ -183,9 +183,9 @@ func TestChatResumeRendersLikeLiveInTmux(t *testing.T) {
 	live := startTmux(t, ws, env, 100, 60, "chat", "--model", model)
 	live.contains("> ")
 	live.keys("list and note", true)
-	liveScreen := live.contains("── completed")
+	live.contains("── completed")
 	live.keys("\x04", false)
-	liveScreen = live.contains("resume with: floe chat --resume ")
+	liveScreen := live.contains("resume with: floe chat --resume ")
 	live.exited() // it holds the home's store until then
 	got := transcriptOf(t, liveScreen, "list and note")
 	for _, want := range []string{"thinking: Look at the files first.", "Listing them.", "→ exec_command", "  ┌ output call_1", "  │ file-1", "… 15 more lines (30 in all) …", "→ write_file notes.txt (2 lines)", "  + one", "Done: 30 files, and notes written."} {
@@ -199,8 +199,8 @@ func TestChatResumeRendersLikeLiveInTmux(t *testing.T) {
 	}
 	_ = home
 	resumed := startTmux(t, ws, env, 100, 60, "chat", "--resume", m[1])
-	resumedScreen := resumed.contains("> ")
-	resumedScreen = resumed.until("the history", func(s string) bool { return strings.Contains(s, "── completed") })
+	resumed.contains("> ")
+	resumedScreen := resumed.until("the history", func(s string) bool { return strings.Contains(s, "── completed") })
 	if again := transcriptOf(t, resumedScreen, "list and note"); strings.Join(again, "\n") != strings.Join(got, "\n") {
 		t.Fatalf("resumed, the Session reads\n%s\n\nlive it read\n%s", strings.Join(again, "\n"), strings.Join(got, "\n"))
 	}
