@@ -2,6 +2,7 @@ package main
 
 import (
 	"os"
+	"runtime"
 	"strconv"
 	"strings"
 	"syscall"
@@ -15,6 +16,17 @@ import (
 // nobody to stop it. The kernel sends SIGTERM when the parent dies, and
 // floe shuts down as on any SIGTERM. Other parents (a shell, nohup, a
 // service manager) are left alone: a server may outlive them.
+//
+// The setting belongs to the thread that makes the request and is lost
+// when that thread exits (the Go runtime ends threads a locked goroutine
+// leaves), so it is made from init on the main thread, which lives as
+// long as the process.
+func init() {
+	runtime.LockOSThread()
+	followGoRun()
+	runtime.UnlockOSThread()
+}
+
 func followGoRun() {
 	ppid := os.Getppid()
 	comm, err := os.ReadFile("/proc/" + strconv.Itoa(ppid) + "/comm")

@@ -2,5 +2,4 @@
 
 package main
 
-// followGoRun is Linux-only (the parent-death signal).
-func followGoRun() {}
+// Following a go run parent is Linux-only (the parent-death signal).

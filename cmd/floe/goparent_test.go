@@ -71,7 +71,8 @@ func TestServeEndsWithItsGoRunParent(t *testing.T) {
 				time.Sleep(50 * time.Millisecond)
 			}
 			if gone() != tc.followed {
-				t.Fatalf("parent %q killed: floe serve gone = %v, want %v", tc.parent, gone(), tc.followed)
+				stat, _ := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/status")
+				t.Fatalf("parent %q killed: floe serve gone = %v, want %v\n%s", tc.parent, gone(), tc.followed, stat)
 			}
 		})
 	}

@@ -123,7 +123,6 @@ func main() {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	followGoRun() // after the handler: the parent's death is a SIGTERM
 	code, err := cmd.run(ctx, stop, name, args)
 	if err != nil {
 		if errors.Is(err, flag.ErrHelp) {
