@@ -173,22 +173,23 @@ func TestFirstFiveMinutesErrors(t *testing.T) {
 	}
 }
 
-// The README's floe serve example works as written: run as a script (the
-// binary for `go run ./cmd/floe`, a free port for 7364), the stream
-// opened first sees the Task, attach renders it, and chat resumes it.
-func TestReadmeServeExample(t *testing.T) {
-	readme, err := os.ReadFile(filepath.Join("..", "..", "README.md"))
+// The guide's floe serve example (docs/guide.md, where the README's quick
+// start points) works as written: run as a script (the binary for `go run
+// ./cmd/floe`, a free port for 7364), the stream opened first sees the
+// Task, attach renders it, and chat resumes it.
+func TestGuideServeExample(t *testing.T) {
+	readme, err := os.ReadFile(filepath.Join("..", "..", "docs", "guide.md"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	_, rest, ok := strings.Cut(string(readme), "From a project directory under your home directory")
 	if !ok {
-		t.Fatal("README: the floe serve example is gone")
+		t.Fatal("docs/guide.md: the floe serve example is gone")
 	}
 	_, rest, _ = strings.Cut(rest, "```sh\n")
 	script, _, ok := strings.Cut(rest, "```")
 	if !ok {
-		t.Fatal("README: the example's code block does not end")
+		t.Fatal("docs/guide.md: the example's code block does not end")
 	}
 	home := t.TempDir()
 	proj := filepath.Join(home, "project")
