@@ -17,6 +17,25 @@ func otelEnv(r *otlptest.Receiver, extra ...string) []string {
 	return append([]string{"OTEL_EXPORTER_OTLP_ENDPOINT=" + r.URL, "OTEL_METRIC_EXPORT_INTERVAL=500"}, extra...)
 }
 
+// submitThrough creates a Session of model ref in the test's Workspace
+// and submits prompt through the gateway on port (so the Task has the
+// request's trace context); it returns the Session and Task ids.
+func (c *cluster) submitThrough(port int, ref, prompt string) (sid, taskID string) {
+	c.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	gw := client.New(fmt.Sprintf("http://127.0.0.1:%d", port))
+	sess, err := gw.CreateSession(ctx, client.CreateSession{Model: ref, Workspace: c.ws})
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	taskID, err = gw.SubmitTask(ctx, sess.ID, client.TaskRequest{Input: []client.InputPart{{Type: client.InputText, Text: prompt}}})
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	return sess.ID, taskID
+}
+
 // spanIndex finds spans of one trace.
 type spanIndex []otlptest.Span
 
@@ -86,18 +105,7 @@ func TestOneTaskIsOneTraceAcrossProcesses(t *testing.T) {
 		}, "usage": map[string]any{"total": 120, "output": 20}},
 		map[string]any{"steps": []any{text("Done.", 2, 0)}},
 	}})
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	gw := client.New(fmt.Sprintf("http://127.0.0.1:%d", port))
-	sess, err := gw.CreateSession(ctx, client.CreateSession{Model: ref, Workspace: c.ws})
-	if err != nil {
-		t.Fatal(err)
-	}
-	sid := sess.ID
-	taskID, err := gw.SubmitTask(ctx, sid, client.TaskRequest{Input: []client.InputPart{{Type: client.InputText, Text: "go"}}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	sid, taskID := c.submitThrough(port, ref, "go")
 	rs, status := c.wait(sid, taskID, 90*time.Second, nil)
 	if status != omni.StatusCompleted {
 		t.Fatalf("task ended %q; last: %v", status, lastLabels(rs, 12))
@@ -247,18 +255,7 @@ func TestTakeoverAfterKillKeepsTheTrace(t *testing.T) {
 		}},
 		map[string]any{"steps": []any{text("Done.", 1, 0)}},
 	}})
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	gw := client.New(fmt.Sprintf("http://127.0.0.1:%d", port))
-	sess, err := gw.CreateSession(ctx, client.CreateSession{Model: ref, Workspace: c.ws})
-	if err != nil {
-		t.Fatal(err)
-	}
-	sid := sess.ID
-	taskID, err := gw.SubmitTask(ctx, sid, client.TaskRequest{Input: []client.InputPart{{Type: client.InputText, Text: "take your time"}}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	sid, taskID := c.submitThrough(port, ref, "take your time")
 	c.waitFor(sid, 60*time.Second, func(r rec) bool {
 		return r.isModel(omni.TypePartialText) && r.msg.Payload.EventType == omni.EventDelta
 	})
