@@ -42,7 +42,7 @@ func start(t *testing.T, o envOpts) *env {
 	// Commands run in a login shell; keep the machine's profile (and
 	// anything slow or stateful in it) out of the tests.
 	t.Setenv("HOME", home)
-	ws := filepath.Join(home, "ws")
+	ws := filepath.Join(home, "workspaces", "ws") // under $FLOE_HOME only in workspaces/
 	if err := os.MkdirAll(ws, 0o755); err != nil {
 		t.Fatal(err)
 	}

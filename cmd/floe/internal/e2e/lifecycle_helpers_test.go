@@ -41,7 +41,7 @@ func lcStart(t *testing.T, home string, o envOpts) *lcEnv {
 		home = t.TempDir()
 	}
 	t.Setenv("HOME", home)
-	ws := filepath.Join(home, "ws")
+	ws := filepath.Join(home, "workspaces", "ws") // under $FLOE_HOME only in workspaces/
 	if err := os.MkdirAll(ws, 0o755); err != nil {
 		t.Fatal(err)
 	}

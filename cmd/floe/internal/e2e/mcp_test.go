@@ -125,14 +125,43 @@ func everythingChild(t *testing.T, entry string) int {
 		}
 		cmdline, _ := os.ReadFile("/proc/" + e.Name() + "/cmdline")
 		if strings.Contains(string(cmdline), entry+"\x00stdio") {
-			stat, _ := os.ReadFile("/proc/" + e.Name() + "/stat")
-			f := strings.Fields(string(stat[strings.LastIndexByte(string(stat), ')')+2:]))
-			if len(f) > 1 && f[1] == strconv.Itoa(os.Getpid()) && f[0] != "Z" {
+			// The server runs confined, under the sandbox's helper: it is
+			// a descendant of this process, not a child.
+			if state, _ := procStat(pid); state != "Z" && descendsFrom(pid, os.Getpid()) {
 				return pid
 			}
 		}
 	}
 	return 0
+}
+
+// procStat returns a process's state and parent pid.
+func procStat(pid int) (state string, ppid int) {
+	stat, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return "", 0
+	}
+	i := strings.LastIndexByte(string(stat), ')')
+	if i < 0 || i+2 > len(stat) {
+		return "", 0
+	}
+	f := strings.Fields(string(stat[i+2:]))
+	if len(f) < 2 {
+		return "", 0
+	}
+	ppid, _ = strconv.Atoi(f[1])
+	return f[0], ppid
+}
+
+// descendsFrom reports whether pid's ancestors include ancestor.
+func descendsFrom(pid, ancestor int) bool {
+	for i := 0; i < 64 && pid > 1; i++ {
+		_, pid = procStat(pid)
+		if pid == ancestor {
+			return true
+		}
+	}
+	return false
 }
 
 func toolCallsTurn(calls ...[3]string) rcReply {

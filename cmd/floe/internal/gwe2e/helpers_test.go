@@ -51,7 +51,7 @@ func start(t *testing.T) *env {
 	t.Helper()
 	home := t.TempDir()
 	t.Setenv("HOME", home)
-	ws := filepath.Join(home, "ws")
+	ws := filepath.Join(home, "workspaces", "ws") // under $FLOE_HOME only in workspaces/
 	if err := os.MkdirAll(ws, 0o755); err != nil {
 		t.Fatal(err)
 	}
