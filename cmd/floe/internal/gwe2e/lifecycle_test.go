@@ -3,13 +3,11 @@ package gwe2e
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 
 	"floe.dev/pkg/bus"
@@ -47,7 +45,7 @@ func TestAbortMidAnswerAndMidTool(t *testing.T) {
 		ws := filepath.Join(e.ws, "abort-tool")
 		ref := script(t, obj{"requests": []any{
 			obj{"steps": []any{obj{"tool_call": obj{"name": "exec_command", "id": "call_sleep",
-				"arguments": obj{"description": "sleep", "cmd": "echo $$ > sleep.pid; echo started; exec sleep 30"}}}}},
+				"arguments": obj{"description": "sleep", "cmd": "echo started; exec sleep 30.4242"}}}}},
 			obj{"steps": []any{obj{"text": "never"}}},
 		}})
 		sid := e.session(e.c, client.CreateSession{Model: ref, Workspace: ws})
@@ -76,15 +74,9 @@ func TestAbortMidAnswerAndMidTool(t *testing.T) {
 		if outs != 1 {
 			t.Fatalf("%d complete outputs of the stopped tool, want 1", outs)
 		}
-		b, err := os.ReadFile(filepath.Join(ws, "sleep.pid"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
-		if err != nil {
-			t.Fatal(err)
-		}
-		eventually(t, "the sleep process to end", func() bool { return errors.Is(syscall.Kill(pid, 0), syscall.ESRCH) })
+		// The command runs confined, in a PID namespace of its own: find
+		// it from here by its command line, not by the pid it sees.
+		eventually(t, "the sleep process to end", func() bool { return !processRunning("sleep\x0030.4242") })
 	})
 }
 
@@ -255,4 +247,25 @@ func TestConcurrentTasksThroughTwoGateways(t *testing.T) {
 	if prompts != 3 {
 		t.Fatalf("%d prompts on the stream, want 3:%s", prompts, describe(c.got))
 	}
+}
+
+// processRunning reports whether a live (not zombie) process has a command
+// line containing argv (NUL-separated).
+func processRunning(argv string) bool {
+	entries, _ := os.ReadDir("/proc")
+	for _, e := range entries {
+		if _, err := strconv.Atoi(e.Name()); err != nil {
+			continue
+		}
+		cmdline, _ := os.ReadFile("/proc/" + e.Name() + "/cmdline")
+		if !strings.Contains(string(cmdline), argv) {
+			continue
+		}
+		stat, _ := os.ReadFile("/proc/" + e.Name() + "/stat")
+		if i := strings.LastIndexByte(string(stat), ')'); i >= 0 && i+2 < len(stat) && stat[i+2] == 'Z' {
+			continue
+		}
+		return true
+	}
+	return false
 }
