@@ -80,10 +80,17 @@ func tailThroughLoss(t *testing.T, readerOnHost bool) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		st, _ := js.Stream(ctx, omni.SessionsStream)
-		ci, err := st.Consumer(ctx, tl.Consumer())
-		if err != nil {
-			t.Fatal(err)
+		st, err := js.Stream(ctx, omni.SessionsStream)
+		var ci jetstream.Consumer
+		if err == nil && tl.Consumer() != "" {
+			ci, err = st.Consumer(ctx, tl.Consumer())
+		}
+		if err != nil || ci == nil {
+			// The Tail is still (re)creating its first consumer (the
+			// cluster was busy): not placed yet; try another.
+			t.Logf("attempt %d: consumer not there yet (%v)", attempt, err)
+			tl.Stop()
+			continue
 		}
 		host = -1
 		if ci.CachedInfo().Cluster != nil {
