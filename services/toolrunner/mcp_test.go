@@ -218,7 +218,13 @@ func TestMCPStdioServerRestartsAfterItDies(t *testing.T) {
 		t.Errorf("killed call has %d complete outputs, want 1", n)
 	}
 
-	// The next call works, on a new process.
+	// The next call works, on a new process (once the manager has seen
+	// the death: confined, the server's exit reaches it through the
+	// sandbox's helper, a moment later).
+	bustest.Eventually(t, wait, "the server restarted", func() bool {
+		s := stdioServers(t)
+		return len(s) == 1 && s[0] != pid1
+	})
 	if p := h.call(sid, "e1", "mcp__go__echo", `{"text":"again"}`); p.Output != "echo: again" || p.StopReason == omni.StatusFailed {
 		t.Errorf("call after the restart: %q (%q), want echo: again", p.Output, p.StopReason)
 	}
