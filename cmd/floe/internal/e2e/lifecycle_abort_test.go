@@ -1,13 +1,11 @@
 package e2e
 
 import (
-	"errors"
 	"os"
 	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -48,7 +46,7 @@ func TestLifecycleAbortWithToolsRunningCarriesOutputsOver(t *testing.T) {
 	ref := e.script(map[string]any{"requests": []any{
 		map[string]any{"steps": []any{
 			map[string]any{"tool_call": map[string]any{"name": "exec_command", "id": "slow",
-				"arguments": map[string]any{"description": "slow", "cmd": "echo $$ > slow.pid; echo started; exec sleep 30"}}},
+				"arguments": map[string]any{"description": "slow", "cmd": "echo started; exec sleep 30.5151"}}},
 			map[string]any{"tool_call": map[string]any{"name": "exec_command", "id": "fast",
 				"arguments": map[string]any{"description": "fast", "cmd": "echo fast-output"}}},
 		}},
@@ -89,17 +87,10 @@ func TestLifecycleAbortWithToolsRunningCarriesOutputsOver(t *testing.T) {
 		t.Fatalf("abort reason = %q, want %q", ab.Reason, omni.AbortedByUser)
 	}
 
-	// The slow process is gone (killed, and reaped by its runner).
-	b, err := os.ReadFile(filepath.Join(e.ws, "slow.pid"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
-	if err != nil {
-		t.Fatal(err)
-	}
+	// The slow process is gone (killed, and reaped by its runner). It ran
+	// confined, in a PID namespace: find it by its command line.
 	eventually(t, 20*time.Second, "the sleep process to end", func() bool {
-		return errors.Is(syscall.Kill(pid, 0), syscall.ESRCH)
+		return !processRunning("sleep\x0030.5151")
 	})
 
 	// Nothing of the aborted run lands after it ended.
@@ -274,4 +265,23 @@ func TestAbortBeforeDispatchPlaceholderInTheNextRequestOnly(t *testing.T) {
 			}
 		}
 	}
+}
+
+// processRunning reports whether a live (not zombie) process has a command
+// line containing argv (NUL-separated).
+func processRunning(argv string) bool {
+	entries, _ := os.ReadDir("/proc")
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		cmdline, _ := os.ReadFile("/proc/" + e.Name() + "/cmdline")
+		if strings.Contains(string(cmdline), argv) {
+			if state, _ := procStat(pid); state != "Z" {
+				return true
+			}
+		}
+	}
+	return false
 }
