@@ -20,6 +20,7 @@ require (
 )
 
 require (
+	floe.dev/pkg/sandbox v0.0.0 // indirect
 	github.com/antithesishq/antithesis-sdk-go v0.9.0-default-no-op // indirect
 	github.com/beorn7/perks v1.0.1 // indirect
 	github.com/cenkalti/backoff/v5 v5.0.3 // indirect
@@ -99,3 +100,5 @@ require (
 replace floe.dev/pkg/trace => ../../pkg/trace
 
 replace floe.dev/pkg/telemetry => ../../pkg/telemetry
+
+replace floe.dev/pkg/sandbox => ../../pkg/sandbox

@@ -2,7 +2,10 @@ module floe.dev/services/toolrunner
 
 go 1.26.0
 
-require floe.dev/pkg/omni v0.0.0
+require (
+	floe.dev/pkg/omni v0.0.0
+	floe.dev/pkg/sandbox v0.0.0
+)
 
 require (
 	floe.dev/pkg/bus v0.0.0
@@ -14,7 +17,6 @@ require (
 	github.com/synadia-io/orbit.go/jetstreamext v0.3.2
 	go.opentelemetry.io/otel v1.47.0
 	go.opentelemetry.io/otel/trace v1.47.0
-	golang.org/x/sys v0.50.0
 )
 
 require (
@@ -33,6 +35,7 @@ require (
 	go.opentelemetry.io/otel/sdk/metric v1.47.0 // indirect
 	go.opentelemetry.io/proto/otlp v1.11.0 // indirect
 	golang.org/x/net v0.60.0 // indirect
+	golang.org/x/sys v0.50.0 // indirect
 	golang.org/x/text v0.43.0 // indirect
 	google.golang.org/genproto/googleapis/api v0.0.0-20260928230214-8a89bd6388cc // indirect
 	google.golang.org/genproto/googleapis/rpc v0.0.0-20260928230214-8a89bd6388cc // indirect
@@ -75,3 +78,5 @@ replace floe.dev/pkg/omni => ../../pkg/omni
 replace floe.dev/pkg/bus => ../../pkg/bus
 
 replace floe.dev/pkg/telemetry => ../../pkg/telemetry
+
+replace floe.dev/pkg/sandbox => ../../pkg/sandbox

@@ -9,7 +9,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
-	"floe.dev/services/toolrunner/internal/sandbox"
+	"floe.dev/pkg/sandbox"
 )
 
 // Variables of the sandbox (protocol.md §7, §8).

@@ -35,11 +35,11 @@ import (
 
 	"floe.dev/pkg/bus/ops"
 	"floe.dev/pkg/omni"
+	"floe.dev/pkg/sandbox"
 	"floe.dev/pkg/telemetry"
 	"floe.dev/services/toolrunner/internal/mcptools"
 	"floe.dev/services/toolrunner/internal/pathlock"
 	"floe.dev/services/toolrunner/internal/runner"
-	"floe.dev/services/toolrunner/internal/sandbox"
 	"floe.dev/services/toolrunner/internal/tools"
 )
 

@@ -19,7 +19,7 @@ import (
 
 	"floe.dev/pkg/bus/retry"
 	"floe.dev/pkg/omni"
-	"floe.dev/services/toolrunner/internal/sandbox"
+	"floe.dev/pkg/sandbox"
 	"floe.dev/services/toolrunner/internal/toolenv"
 )
 

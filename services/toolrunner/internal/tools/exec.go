@@ -10,7 +10,7 @@ import (
 	"syscall"
 	"time"
 
-	"floe.dev/services/toolrunner/internal/sandbox"
+	"floe.dev/pkg/sandbox"
 	"floe.dev/services/toolrunner/internal/toolenv"
 )
 

@@ -9,8 +9,8 @@ import (
 	"strings"
 	"time"
 
+	"floe.dev/pkg/sandbox"
 	"floe.dev/services/toolrunner/internal/pathlock"
-	"floe.dev/services/toolrunner/internal/sandbox"
 )
 
 // Defaults for the zero fields of Options.

@@ -4,7 +4,7 @@ import (
 	"context"
 	"testing"
 
-	"floe.dev/services/toolrunner/internal/sandbox"
+	"floe.dev/pkg/sandbox"
 )
 
 // BenchmarkExecCommandTrue is the cost of the sandbox on a trivial
