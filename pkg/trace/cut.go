@@ -1,7 +1,6 @@
 package trace
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -79,7 +78,7 @@ func CutAt(ctx context.Context, js jetstream.JetStream, home, sessionID string, 
 	// needs the stream to place it, and a second look at the records.
 	h := &History{}
 	c := &cutter{at: atSeq}
-	if err := h.load(ctx, js, home, sessionID, Options{}, &sink{records: &h.Records, each: c.take, reset: c.reset}); err != nil {
+	if err := h.load(ctx, js, home, sessionID, Options{}, &sink{records: &h.Records, lazy: c.see, reset: c.reset}); err != nil {
 		return nil, err
 	}
 	nFile := 0
@@ -130,6 +129,7 @@ type cutter struct {
 	haveHead bool
 	records  [][]byte
 	st       openState
+	m        omni.Message // decoding buffer of see
 }
 
 func (c *cutter) take(seq uint64, data []byte, m *omni.Message) {
@@ -146,6 +146,34 @@ func (c *cutter) take(seq uint64, data []byte, m *omni.Message) {
 }
 
 func (c *cutter) reset() { *c = cutter{at: c.at} }
+
+// see takes a record as stored: peeked, and decoded only when peek cannot
+// tell what the open state needs of it (see peek). It reports false for a
+// record that does not decode (a malformed line, skipped like a reader
+// skips it).
+func (c *cutter) see(seq uint64, data []byte) bool {
+	if c.at > 0 && seq > c.at {
+		return true // past the cut
+	}
+	p := peek(data)
+	if p.kind == peekDecode {
+		if decode(data, &c.m) != nil {
+			return false
+		}
+		c.take(seq, data, &c.m)
+		return true
+	}
+	c.records = append(c.records, data)
+	switch p.kind {
+	case peekCall:
+		c.st.call(p.id, p.name, p.stop)
+	case peekOutput:
+		c.st.output(p.id)
+	case peekBegin:
+		c.st.requestBegin()
+	}
+	return true
+}
 
 // checkPosition reports whether FLOE_SESSIONS holds a message of the
 // Session at seq.
@@ -206,33 +234,16 @@ func placeInFiles(ctx context.Context, js jetstream.JetStream, sessionID string,
 // returns the Cut: the context the cut falls in, closed as an interrupted
 // Task. The records must start with a session_meta.
 func Close(recs []Record, seq uint64) (*Cut, error) {
-	head := -1
-	var m omni.Message
-	for i := len(recs) - 1; i >= 0; i-- {
-		// Decoding every record to find the last head would double the
-		// cost of a cut: only those that could be one are.
-		if !bytes.Contains(recs[i].Data, []byte(`"session_meta"`)) {
-			continue
-		}
-		if decode(recs[i].Data, &m) == nil && m.Type == omni.KindSessionMeta && len(m.Origin) == 0 {
-			head = i
-			break
-		}
+	c := &cutter{}
+	for _, r := range recs {
+		c.see(0, r.Data)
 	}
-	if head < 0 {
+	if !c.haveHead {
 		return nil, fmt.Errorf("trace: cut: %w", ErrNoHead)
 	}
-	c := &Cut{Head: m, Seq: seq, Records: make([][]byte, 0, len(recs)-head-1)}
-	var st openState
-	for i, r := range recs[head+1:] {
-		c.Records = append(c.Records, r.Data)
-		if decode(r.Data, &m) != nil {
-			continue
-		}
-		st.apply(i, &m)
-	}
-	c.Close, c.Children = st.close()
-	return c, nil
+	out := &Cut{Head: c.head, Seq: seq, Records: c.records}
+	out.Close, out.Children = c.st.close()
+	return out, nil
 }
 
 // openState follows what a history leaves open: a request, a compaction
@@ -264,26 +275,12 @@ func (s *openState) apply(i int, m *omni.Message) {
 	p := &m.Payload
 	switch {
 	case m.Type == omni.KindModel && p.Type == omni.TypeToolCall:
-		if s.request && !s.compacting && p.Stop() == omni.StatusCompleted {
-			s.requestCalls = append(s.requestCalls, p.ToolCallID)
-			if p.Name == "run_subagent" {
-				if s.subagents == nil {
-					s.subagents, s.pointed = make(map[string]bool), make(map[string]int)
-				}
-				s.subagents[p.ToolCallID] = true
-				s.order = append(s.order, p.ToolCallID)
-			}
-		}
+		s.call(p.ToolCallID, p.Name, p.Stop())
 	case m.Type == omni.KindModel && p.Type == omni.TypeToolCallOutput:
-		s.calls = remove(s.calls, p.ToolCallID)
-		s.requestCalls = remove(s.requestCalls, p.ToolCallID)
+		s.output(p.ToolCallID)
 	case m.Type != omni.KindEvent:
 	case p.Type == omni.TypeRequestBegin:
-		if s.compacting {
-			s.attempt = true
-		} else {
-			s.request, s.requestCalls = true, nil
-		}
+		s.requestBegin()
 	case p.Type == omni.TypeRequestEnd:
 		if s.compacting {
 			s.attempt = false
@@ -294,12 +291,14 @@ func (s *openState) apply(i int, m *omni.Message) {
 			s.request, s.requestCalls = false, nil
 		}
 	case p.Type == omni.TypeAbort:
-		s.request, s.calls, s.requestCalls = false, nil, nil
+		// Every call without output is interrupted: none of them gets a
+		// subagent pointer after this.
+		s.request, s.calls, s.requestCalls, s.order = false, nil, nil, nil
 	case p.Type == omni.TypeCompactionBegin:
 		s.compacting, s.attempt, s.reason, s.mode = true, false, p.Reason, p.Mode
 	case p.Type == omni.TypeCompactionEnd:
 		if s.compacting && p.Status == omni.StatusCompleted {
-			s.request, s.calls, s.requestCalls = false, nil, nil
+			s.request, s.calls, s.requestCalls, s.order = false, nil, nil, nil
 		}
 		s.compacting, s.attempt = false, false
 	case p.Type == omni.TypeSubagent:
@@ -310,6 +309,40 @@ func (s *openState) apply(i int, m *omni.Message) {
 				return
 			}
 		}
+	}
+}
+
+// call follows a top-level tool_call (stop is its Stop()).
+func (s *openState) call(id, name, stop string) {
+	if !s.request || s.compacting || stop != omni.StatusCompleted {
+		return
+	}
+	s.requestCalls = append(s.requestCalls, id)
+	if name == "run_subagent" {
+		if s.subagents == nil {
+			s.subagents, s.pointed = make(map[string]bool), make(map[string]int)
+		}
+		s.subagents[id] = true
+		s.order = append(s.order, id)
+	}
+}
+
+// output follows a top-level tool_call_output. A run_subagent call with its
+// output takes no pointer after it (a child that could not be started
+// has none: the next pointer is another call's).
+func (s *openState) output(id string) {
+	s.calls = remove(s.calls, id)
+	s.requestCalls = remove(s.requestCalls, id)
+	if len(s.order) > 0 {
+		s.order = remove(s.order, id)
+	}
+}
+
+func (s *openState) requestBegin() {
+	if s.compacting {
+		s.attempt = true
+	} else {
+		s.request, s.requestCalls = true, nil
 	}
 }
 

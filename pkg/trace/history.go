@@ -98,22 +98,35 @@ type sink struct {
 	// each, when set, is also called with every record (and its sequence)
 	// as it is taken (and reset when the sink restarts).
 	each func(seq uint64, data []byte, m *omni.Message)
+	// lazy, when set, is handed every non-blank line and Trace-class
+	// stream body undecoded (m is nil then, as with raw) and decides
+	// itself whether it is a valid record: false skips it (counted in
+	// Skipped or Bad, as a line that does not decode).
+	lazy func(seq uint64, data []byte) bool
 }
 
 // stable reports whether the sink keeps the records' Data, so that a
 // Trace file must be read into memory that stays.
 func (s *sink) stable() bool { return s.records != nil }
 
-func (s *sink) take(seq uint64, data []byte, m *omni.Message) {
+func (s *sink) take(seq uint64, data []byte, m *omni.Message) bool {
+	if s.lazy != nil && !s.lazy(seq, data) {
+		return false
+	}
 	if s.each != nil {
 		s.each(seq, data, m)
 	}
 	if s.records != nil {
 		*s.records = append(*s.records, Record{Seq: seq, Data: data})
-		return
+		return true
 	}
 	s.fn(m)
+	return true
 }
+
+// undecoded reports whether the readers hand the sink records without
+// decoding them.
+func (s *sink) undecoded() bool { return s.raw || s.lazy != nil }
 
 func (s *sink) restart() {
 	if s.records != nil {
@@ -174,7 +187,7 @@ func (h *History) load(ctx context.Context, js jetstream.JetStream, home, sessio
 			decode(whole.Records[0].Data, &m) == nil && m.Type == omni.KindSessionMeta {
 			out.restart()
 			for _, r := range whole.Records {
-				if !out.stable() || out.each != nil {
+				if (!out.stable() || out.each != nil) && out.lazy == nil {
 					decode(r.Data, &m) // it decoded once already: cannot fail
 				}
 				out.take(r.Seq, r.Data, &m)
@@ -220,9 +233,10 @@ func (h *History) stream(ctx context.Context, js jetstream.JetStream, sessionID 
 	err := bus.Follow(ctx, js, sessionID, classes, start, true, func(sm bus.StreamMsg) error {
 		h.LastSeq = max(h.LastSeq, sm.Seq)
 		record := false
-		if sm.Seq >= from && isTraceClass(sm.Class) && out.raw {
-			out.take(sm.Seq, sm.Data, nil)
-			record = true
+		if sm.Seq >= from && isTraceClass(sm.Class) && out.undecoded() {
+			if record = out.take(sm.Seq, sm.Data, nil); !record {
+				h.Bad++
+			}
 		} else if sm.Seq >= from && isTraceClass(sm.Class) {
 			if err := decode(sm.Data, &m); err != nil {
 				h.Bad++
@@ -311,7 +325,8 @@ func readFile(path string, limit int64, out *sink) (int, error) {
 	// Room for the file's records and a few from the stream after them.
 	lines := bytes.Count(data, []byte{'\n'}) + 1
 	*out.records = slices.Grow(*out.records, lines+lines/16+64)
-	if out.raw {
+	if out.undecoded() {
+		skipped := 0
 		for len(data) > 0 {
 			line := data
 			if i := bytes.IndexByte(data, '\n'); i >= 0 {
@@ -320,11 +335,11 @@ func readFile(path string, limit int64, out *sink) (int, error) {
 			} else {
 				data = nil
 			}
-			if line = bytes.TrimSpace(line); len(line) > 0 {
-				out.take(0, line, nil)
+			if line = bytes.TrimSpace(line); len(line) > 0 && !out.take(0, line, nil) {
+				skipped++
 			}
 		}
-		return 0, nil
+		return skipped, nil
 	}
 	skipped, err := eachLine(dataLines(data), func(line []byte, m *omni.Message) { out.take(0, line, m) })
 	if err != nil {

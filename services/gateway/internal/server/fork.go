@@ -152,26 +152,23 @@ func (s *Server) fork(ctx context.Context, src *omni.SessionRecord, at uint64, p
 		}
 	}
 	head := omni.ForkMeta(&cut.Head, rec.ID, *rec.ForkedFrom)
-	var buf bytes.Buffer
-	size := 4 << 10
-	for _, b := range records {
-		size += len(b) + 1
-	}
-	buf.Grow(size) // one allocation, not a copy per doubling of a large Trace
-	if err := writeRecord(&buf, &head); err != nil {
+	var first, last bytes.Buffer
+	if err := writeRecord(&first, &head); err != nil {
 		return nil, err
 	}
-	for _, b := range records {
-		buf.Write(b)
-		buf.WriteByte('\n')
-	}
 	for i := range cut.Close {
-		if err := writeRecord(&buf, &cut.Close[i]); err != nil {
+		if err := writeRecord(&last, &cut.Close[i]); err != nil {
 			return nil, err
 		}
 	}
+	// The carried records are written as they are stored: records read
+	// from a Trace file lie one after the other, each with its newline, in
+	// the buffer the file was read into, so they are written from there in
+	// runs, not copied.
+	parts := append([][]byte{first.Bytes()}, lineRuns(records)...)
+	parts = append(parts, last.Bytes())
 	path := trace.File(s.opts.Home, now, rec.ID, 1)
-	if err := writeNew(path, buf.Bytes()); err != nil {
+	if err := writeNewParts(path, parts); err != nil {
 		return nil, fmt.Errorf("write trace file: %w", err)
 	}
 	*created = append(*created, rec.ID)
@@ -179,6 +176,34 @@ func (s *Server) fork(ctx context.Context, src *omni.SessionRecord, at uint64, p
 		return nil, fmt.Errorf("create session: %w", err)
 	}
 	return rec, nil
+}
+
+// lineRuns returns records as lines (each followed by a newline), joining
+// records that lie one after the other in memory with a newline between
+// them into one slice.
+func lineRuns(records [][]byte) [][]byte {
+	var runs [][]byte
+	var run []byte
+	for _, b := range records {
+		if n := len(run); n > 0 && n+len(b) < cap(run) {
+			if ext := run[:n+len(b)+1]; len(b) > 0 && &ext[n] == &b[0] && ext[n+len(b)] == '\n' {
+				run = ext
+				continue
+			}
+		}
+		if run != nil {
+			runs = append(runs, run)
+		}
+		if len(b) < cap(b) && b[:len(b)+1][len(b)] == '\n' {
+			run = b[:len(b)+1]
+		} else {
+			run = append(append(make([]byte, 0, len(b)+1), b...), '\n')
+		}
+	}
+	if run != nil {
+		runs = append(runs, run)
+	}
+	return runs
 }
 
 func writeRecord(buf *bytes.Buffer, m *omni.Message) error {

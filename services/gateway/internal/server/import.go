@@ -249,6 +249,11 @@ type imported struct {
 // temporary file in the same directory, synced, then linked to path (which
 // fails with fs.ErrExist when path exists).
 func writeNew(path string, data []byte) error {
+	return writeNewParts(path, [][]byte{data})
+}
+
+// writeNewParts is writeNew of the concatenation of parts.
+func writeNewParts(path string, parts [][]byte) error {
 	dir := filepath.Dir(path)
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
@@ -259,7 +264,11 @@ func writeNew(path string, data []byte) error {
 	}
 	tmp := f.Name()
 	defer os.Remove(tmp)
-	_, err = f.Write(data)
+	for _, b := range parts {
+		if _, err = f.Write(b); err != nil {
+			break
+		}
+	}
 	if err == nil {
 		err = f.Sync()
 	}

@@ -140,3 +140,26 @@ func TestQueueBoundsAndDrains(t *testing.T) {
 		t.Fatalf("drain after close = %v, %v", items, closed)
 	}
 }
+
+func TestLineRunsWritesEachRecordOnItsLine(t *testing.T) {
+	file := []byte("{\"a\":1}\n{\"b\":2}\r\n{\"c\":3}\n{\"d\":4}\n")
+	orig := string(file)
+	recs := [][]byte{file[0:7], file[8:15], file[17:24], file[25:32], []byte(`{"x":0}`)}
+	runs := lineRuns(recs)
+	var got []byte
+	for _, r := range runs {
+		got = append(got, r...)
+	}
+	want := "{\"a\":1}\n{\"b\":2}\n{\"c\":3}\n{\"d\":4}\n{\"x\":0}\n"
+	if string(got) != want {
+		t.Fatalf("lineRuns wrote %q, want %q", got, want)
+	}
+	// c and d lie one after the other, each with its newline: one run,
+	// written from the buffer; b's \r keeps it apart.
+	if len(runs) != 4 || string(runs[2]) != "{\"c\":3}\n{\"d\":4}\n" || &runs[2][0] != &file[17] {
+		t.Fatalf("runs = %q", runs)
+	}
+	if string(file) != orig {
+		t.Fatalf("lineRuns changed the records' buffer: %q", file)
+	}
+}
