@@ -245,14 +245,10 @@ type imported struct {
 	records int
 }
 
-// writeNew writes a file that must not exist yet, whole or not at all: a
-// temporary file in the same directory, synced, then linked to path (which
-// fails with fs.ErrExist when path exists).
-func writeNew(path string, data []byte) error {
-	return writeNewParts(path, [][]byte{data})
-}
-
-// writeNewParts is writeNew of the concatenation of parts.
+// writeNewParts writes a file that must not exist yet, the concatenation
+// of parts, whole or not at all: a temporary file in the same directory,
+// synced, then linked to path (which fails with fs.ErrExist when path
+// exists).
 func writeNewParts(path string, parts [][]byte) error {
 	dir := filepath.Dir(path)
 	if err := os.MkdirAll(dir, 0o755); err != nil {
