@@ -8,8 +8,8 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"flag"
 	"fmt"
-	"os"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -88,8 +88,16 @@ type Config struct {
 	Telemetry *telemetry.Provider
 }
 
-// Defaults fills unset fields.
-func (c *Config) Defaults() {
+// DefaultConfig returns the engine's defaults: the values Validate gives
+// zero fields, and RetryMax 5 (a zero RetryMax means no reconnects).
+func DefaultConfig() Config {
+	c := Config{RetryMax: 5}
+	c.fill()
+	return c
+}
+
+// fill sets unset fields to their defaults.
+func (c *Config) fill() {
 	if c.PartialsKeep == 0 && !c.partialsKeepSet {
 		c.PartialsKeep = purge.DefaultKeep
 	}
@@ -129,15 +137,11 @@ func (c *Config) Defaults() {
 	c.Providers.RequestTimeout = c.RequestTimeout
 }
 
-// DefaultConfig returns a Config with defaults and RetryMax 5.
-func DefaultConfig() Config {
-	c := Config{RetryMax: 5}
-	c.Defaults()
-	return c
-}
-
-// Validate reports configuration errors.
+// Validate sets unset fields to their defaults (as DefaultConfig, but a
+// zero RetryMax stays 0) and reports the first setting that cannot be
+// used, naming its variable. Run calls it.
 func (c *Config) Validate() error {
+	c.fill()
 	if c.RetryCap < c.RetryBase {
 		return fmt.Errorf("engine: retry cap %v is below retry base %v", c.RetryCap, c.RetryBase)
 	}
@@ -159,7 +163,6 @@ func (c *Config) Validate() error {
 // ones hand over (they are redelivered to another engine, which resumes
 // them from the stream) and returns after every goroutine exits.
 func Run(ctx context.Context, nc *nats.Conn, cfg Config, log zerolog.Logger) error {
-	cfg.Defaults()
 	if err := cfg.Validate(); err != nil {
 		return err
 	}
@@ -253,7 +256,7 @@ func Run(ctx context.Context, nc *nats.Conn, cfg Config, log zerolog.Logger) err
 	return e.loop(ctx, cons)
 }
 
-// SetPartialsKeep sets PartialsKeep, 0 included (Defaults leaves it).
+// SetPartialsKeep sets PartialsKeep, 0 included (Validate leaves it).
 func (c *Config) SetPartialsKeep(d time.Duration) { c.PartialsKeep, c.partialsKeepSet = d, true }
 
 type engine struct {
@@ -500,75 +503,82 @@ func taskConsumer(ctx context.Context, js jetstream.JetStream, cfg *Config, log 
 	return cons, nil
 }
 
-// EnvConfig applies FLOE_* environment variables to c (protocol.md §8).
+// FromEnv returns DefaultConfig with the FLOE_* variables read through
+// getenv over it (protocol.md §8): FLOE_HOME, FLOE_POOL, FLOE_HOOKS, the
+// retry ladder, the timeouts, snapshots, partials and the provider
+// variables. A value that does not parse is an error naming the variable.
 //
-// Both `floe engine` (and the in-process engine of `floe serve`/`floe run`)
-// and the per-service main read the engine's settings here, and Validate
-// checks them the same way for both.
-func EnvConfig(c *Config) error {
-	ms := func(name string, dst *time.Duration) error {
-		if v := os.Getenv(name); v != "" {
+// `floe engine`, the in-process engine of `floe serve`/`floe run` and the
+// per-service main read the engine's settings here; their flags (Flags)
+// then override it, and Validate checks the result the same way for all.
+func FromEnv(getenv func(string) string) (Config, error) {
+	c := DefaultConfig()
+	c.Home = getenv("FLOE_HOME")
+	if v := getenv("FLOE_POOL"); v != "" {
+		c.Pool = v
+	}
+	c.HooksFile = getenv("FLOE_HOOKS")
+	ms := func(name string, dst *time.Duration, min int) error {
+		if v := getenv(name); v != "" {
 			n, err := strconv.Atoi(v)
-			if err != nil || n < 0 {
+			if err != nil || n < min {
+				if min > 0 {
+					return fmt.Errorf("%s=%q: want a positive number of milliseconds", name, v)
+				}
 				return fmt.Errorf("%s=%q: want milliseconds", name, v)
 			}
 			*dst = time.Duration(n) * time.Millisecond
 		}
 		return nil
 	}
-	if c.HooksFile == "" {
-		c.HooksFile = os.Getenv("FLOE_HOOKS")
-	}
-	if err := ms("FLOE_RETRY_BASE_MS", &c.RetryBase); err != nil {
-		return err
-	}
-	if err := ms("FLOE_RETRY_CAP_MS", &c.RetryCap); err != nil {
-		return err
-	}
-	if err := ms("FLOE_REQUEST_TIMEOUT_MS", &c.RequestTimeout); err != nil {
-		return err
-	}
-	// Deployments and fault tests tune these two: how long a Task of a
+	// Deployments and fault tests tune the last two: how long a Task of a
 	// dead engine waits before another engine takes it over, and how long
 	// a running tool job may be silent before its call fails as lost.
-	pos := func(name string, dst *time.Duration) error {
-		if v := os.Getenv(name); v != "" {
-			n, err := strconv.Atoi(v)
-			if err != nil || n <= 0 {
-				return fmt.Errorf("%s=%q: want a positive number of milliseconds", name, v)
-			}
-			*dst = time.Duration(n) * time.Millisecond
+	for _, v := range []struct {
+		name string
+		dst  *time.Duration
+		min  int
+	}{
+		{"FLOE_RETRY_BASE_MS", &c.RetryBase, 0},
+		{"FLOE_RETRY_CAP_MS", &c.RetryCap, 0},
+		{"FLOE_REQUEST_TIMEOUT_MS", &c.RequestTimeout, 0},
+		{"FLOE_ENGINE_ACK_WAIT_MS", &c.AckWait, 1},
+		{"FLOE_HEARTBEAT_TIMEOUT_MS", &c.HeartbeatTimeout, 1},
+	} {
+		if err := ms(v.name, v.dst, v.min); err != nil {
+			return c, err
 		}
-		return nil
 	}
-	if err := pos("FLOE_ENGINE_ACK_WAIT_MS", &c.AckWait); err != nil {
-		return err
-	}
-	if err := pos("FLOE_HEARTBEAT_TIMEOUT_MS", &c.HeartbeatTimeout); err != nil {
-		return err
-	}
-	if v := os.Getenv("FLOE_RETRY_MAX"); v != "" {
+	if v := getenv("FLOE_RETRY_MAX"); v != "" {
 		n, err := strconv.Atoi(v)
 		if err != nil || n < 0 {
-			return fmt.Errorf("FLOE_RETRY_MAX=%q: want a count", v)
+			return c, fmt.Errorf("FLOE_RETRY_MAX=%q: want a count", v)
 		}
 		c.RetryMax = n
 	}
-	c.NoSnapshots = os.Getenv("FLOE_SNAPSHOTS") == "off"
-	if v := os.Getenv("FLOE_PARTIALS_KEEP"); v == "off" {
+	c.NoSnapshots = getenv("FLOE_SNAPSHOTS") == "off"
+	if v := getenv("FLOE_PARTIALS_KEEP"); v == "off" {
 		c.SetPartialsKeep(-1)
 	} else if v != "" {
 		d, err := time.ParseDuration(v)
 		if err != nil {
-			return fmt.Errorf("FLOE_PARTIALS_KEEP=%q: want a duration (1h, 10m, 0s) or off", v)
+			return c, fmt.Errorf("FLOE_PARTIALS_KEEP=%q: want a duration (1h, 10m, 0s) or off", v)
 		}
 		c.SetPartialsKeep(d)
 	}
-	c.Providers.OpenAIBaseURL = os.Getenv("OPENAI_BASE_URL")
-	c.Providers.OpenAIAPIKey = os.Getenv("OPENAI_API_KEY")
-	c.Providers.AnthropicBaseURL = os.Getenv("ANTHROPIC_BASE_URL")
-	c.Providers.AnthropicAPIKey = os.Getenv("ANTHROPIC_API_KEY")
-	return nil
+	c.Providers.OpenAIBaseURL = getenv("OPENAI_BASE_URL")
+	c.Providers.OpenAIAPIKey = getenv("OPENAI_API_KEY")
+	c.Providers.AnthropicBaseURL = getenv("ANTHROPIC_BASE_URL")
+	c.Providers.AnthropicAPIKey = getenv("ANTHROPIC_API_KEY")
+	return c, nil
+}
+
+// Flags registers the engine's own flags on fs, bound to c's fields with
+// their current values (FromEnv's) as defaults, so a flag given beats its
+// variable: --home (FLOE_HOME) and --pool (FLOE_POOL).
+func (c *Config) Flags(fs *flag.FlagSet) {
+	fs.StringVar(&c.Home, "home", c.Home, "data root whose Traces the engine resumes from when shared with the tracer (FLOE_HOME)")
+	fs.StringVar(&c.Pool, "pool", c.Pool, "tool runner pool the Sessions' tool jobs go to (FLOE_POOL)")
 }
 
 // ModelContext returns the model context a Session with these records

@@ -205,7 +205,7 @@ func TestSessionLifecycle(t *testing.T) {
 	}
 	tctx, stopTracer := context.WithCancel(context.Background())
 	tracerDone := make(chan error, 1)
-	tcfg := tracer.Defaults()
+	tcfg := tracer.DefaultConfig()
 	tcfg.Home = g.Home
 	go func() { tracerDone <- tracer.Run(tctx, env.Conn, tcfg, zerolog.Nop()) }()
 	defer func() { stopTracer(); <-tracerDone }()

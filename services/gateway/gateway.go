@@ -23,6 +23,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
+	"flag"
 	"fmt"
 	stdlog "log"
 	"net"
@@ -37,6 +38,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"floe.dev/pkg/omni"
+	"floe.dev/pkg/omni/cmdpolicy"
 	"floe.dev/pkg/telemetry"
 	"floe.dev/services/gateway/internal/confine"
 	"floe.dev/services/gateway/internal/server"
@@ -152,8 +154,17 @@ const (
 	DefaultClientBuffer = 1024
 )
 
-// Defaults fills the zero fields of c with their defaults.
-func (c *Config) Defaults() {
+// DefaultConfig returns the gateway's defaults: the values Validate gives
+// zero fields. Home is empty (FromEnv reads FLOE_HOME; it is required),
+// and so are WorkspaceRoots until Home is known.
+func DefaultConfig() Config {
+	var c Config
+	c.fill()
+	return c
+}
+
+// fill sets the zero fields of c to their defaults.
+func (c *Config) fill() {
 	if c.Addr == "" {
 		c.Addr = DefaultAddr
 	}
@@ -202,8 +213,11 @@ func (c *Config) Defaults() {
 // without any token.
 var ErrOpenWithoutToken = errors.New("gateway: refusing to listen on a non-loopback address without an API token (set FLOE_API_TOKEN, or bind 127.0.0.1)")
 
-// Validate checks c (after Defaults) and says what to fix.
+// Validate sets the zero fields of c to their defaults, then reports the
+// first setting that cannot be used and says what to fix. Run and
+// NewHandler call it.
 func (c *Config) Validate() error {
+	c.fill()
 	if c.Home == "" {
 		return errors.New("gateway: Home is required (FLOE_HOME)")
 	}
@@ -282,7 +296,6 @@ func (c *Config) options() server.Options {
 // only. release ends every open SSE stream and waits for their handlers; it
 // does not close nc.
 func NewHandler(ctx context.Context, nc *nats.Conn, cfg Config, log zerolog.Logger) (h http.Handler, release func(), err error) {
-	cfg.Defaults()
 	if err := cfg.Validate(); err != nil {
 		return nil, nil, err
 	}
@@ -299,7 +312,6 @@ func NewHandler(ctx context.Context, nc *nats.Conn, cfg Config, log zerolog.Logg
 // in-flight requests and returns after every goroutine it started has
 // exited. It does not close nc.
 func Run(ctx context.Context, nc *nats.Conn, cfg Config, log zerolog.Logger) error {
-	cfg.Defaults()
 	if err := cfg.Validate(); err != nil {
 		return err
 	}
@@ -353,15 +365,25 @@ func Run(ctx context.Context, nc *nats.Conn, cfg Config, log zerolog.Logger) err
 	return nil
 }
 
-// FromEnv sets the fields configured by the environment, read through
-// getenv (os.Getenv): Tokens from FLOE_API_TOKEN, WorkspaceRoots from
-// FLOE_WORKSPACE_ROOTS (unset: the defaults) and ScriptsDir from
-// FLOE_SCRIPTS_DIR, PublicURL from FLOE_PUBLIC_URL and AllowedHosts from
-// FLOE_ALLOWED_HOSTS (comma-separated).
-func (c *Config) FromEnv(getenv func(string) string) {
+// FromEnv returns DefaultConfig with the FLOE_* variables read through
+// getenv (os.Getenv) over it (protocol.md §8): Home from FLOE_HOME, Addr
+// from FLOE_HTTP_ADDR, DefaultModel from FLOE_MODEL, Tokens from
+// FLOE_API_TOKEN, WorkspaceRoots from FLOE_WORKSPACE_ROOTS (unset: the
+// defaults), ScriptsDir from FLOE_SCRIPTS_DIR, PublicURL from
+// FLOE_PUBLIC_URL, AllowedHosts from FLOE_ALLOWED_HOSTS (comma-separated)
+// and CommandPolicy from FLOE_COMMAND_POLICY (cmdpolicy.Load; its error
+// is FromEnv's).
+func FromEnv(getenv func(string) string) (Config, error) {
+	c := DefaultConfig()
+	c.Home = getenv("FLOE_HOME")
+	if v := getenv("FLOE_HTTP_ADDR"); v != "" {
+		c.Addr = v
+	}
+	if v := getenv("FLOE_MODEL"); v != "" {
+		c.DefaultModel = v
+	}
 	c.Tokens = TokensFromList(getenv("FLOE_API_TOKEN"))
 	c.PublicURL = strings.TrimSpace(getenv("FLOE_PUBLIC_URL"))
-	c.AllowedHosts = nil
 	for _, h := range strings.Split(getenv("FLOE_ALLOWED_HOSTS"), ",") {
 		if h = strings.TrimSpace(h); h != "" {
 			c.AllowedHosts = append(c.AllowedHosts, h)
@@ -369,6 +391,22 @@ func (c *Config) FromEnv(getenv func(string) string) {
 	}
 	c.WorkspaceRoots = WorkspaceRootsFromList(getenv("FLOE_WORKSPACE_ROOTS"))
 	c.ScriptsDir = getenv("FLOE_SCRIPTS_DIR")
+	p, err := cmdpolicy.Load(getenv("FLOE_COMMAND_POLICY"))
+	if err != nil {
+		return c, fmt.Errorf("gateway: FLOE_COMMAND_POLICY: %w", err)
+	}
+	c.CommandPolicy = p
+	return c, nil
+}
+
+// Flags registers the gateway's own flags on fs, bound to c's fields with
+// their current values (FromEnv's) as defaults, so a flag given beats its
+// variable: --home (FLOE_HOME), --http (FLOE_HTTP_ADDR) and --model
+// (FLOE_MODEL). Tokens come from FLOE_API_TOKEN only (argv is public).
+func (c *Config) Flags(fs *flag.FlagSet) {
+	fs.StringVar(&c.Home, "home", c.Home, "data root shared with the tracer and toolrunners (FLOE_HOME, required)")
+	fs.StringVar(&c.Addr, "http", c.Addr, "listen address (FLOE_HTTP_ADDR)")
+	fs.StringVar(&c.DefaultModel, "model", c.DefaultModel, "default model of new Sessions, provider:model_id (FLOE_MODEL)")
 }
 
 // WorkspaceRootsFromList parses FLOE_WORKSPACE_ROOTS, colon-separated

@@ -179,15 +179,16 @@ func TestAllowedHostsConfig(t *testing.T) {
 			cfg.Tokens = nil
 		}
 		cfg.PublicURL, cfg.AllowedHosts = tt.public, tt.allowed
-		cfg.Defaults()
 		if err := cfg.Validate(); (err == nil) != tt.ok {
 			t.Errorf("%s: Validate() = %v, want ok=%v", tt.name, err, tt.ok)
 		}
 	}
-	var cfg gateway.Config
-	cfg.FromEnv(func(k string) string {
+	cfg, err := gateway.FromEnv(func(k string) string {
 		return map[string]string{"FLOE_ALLOWED_HOSTS": " a.example, ,.b.example ", "FLOE_PUBLIC_URL": "https://p.example/"}[k]
 	})
+	if err != nil {
+		t.Fatal(err)
+	}
 	if len(cfg.AllowedHosts) != 2 || cfg.AllowedHosts[0] != "a.example" || cfg.AllowedHosts[1] != ".b.example" || cfg.PublicURL != "https://p.example/" {
 		t.Errorf("FromEnv = %q %q", cfg.AllowedHosts, cfg.PublicURL)
 	}

@@ -28,13 +28,11 @@ func TestRunRefusesNonLoopbackWithoutToken(t *testing.T) {
 	}
 	for _, addr := range []string{"127.0.0.1:7364", "localhost:7364", "[::1]:7364"} {
 		cfg := gateway.Config{Addr: addr, Home: "/tmp"}
-		cfg.Defaults()
 		if err := cfg.Validate(); err != nil {
 			t.Errorf("Validate %s = %v, want loopback accepted", addr, err)
 		}
 	}
 	cfg := gateway.Config{Addr: "0.0.0.0:7364", Home: "/tmp", Tokens: map[string]string{"t": "p"}}
-	cfg.Defaults()
 	if err := cfg.Validate(); err != nil {
 		t.Errorf("Validate with token = %v", err)
 	}

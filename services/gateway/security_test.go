@@ -75,7 +75,6 @@ func TestWorkspaceOutsideTheRootsIsRefused(t *testing.T) {
 	}
 	cfg := testConfig(t.TempDir())
 	cfg.WorkspaceRoots = []string{"/"}
-	cfg.Defaults()
 	if err := cfg.Validate(); err == nil {
 		t.Error(`Validate accepted the workspace root "/"`)
 	}

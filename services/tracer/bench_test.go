@@ -72,7 +72,7 @@ func benchTrace(b *testing.B, sessions, perSession int) {
 	var total, cpu time.Duration
 	for b.Loop() {
 		i++
-		cfg := tracer.Defaults()
+		cfg := tracer.DefaultConfig()
 		cfg.Home = b.TempDir()
 		cfg.Durable = fmt.Sprintf("bench-%d", i)
 		rctx, cancel := context.WithCancel(ctx)

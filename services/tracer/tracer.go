@@ -28,6 +28,7 @@ package tracer
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"path/filepath"
 	"strings"
@@ -43,7 +44,7 @@ import (
 )
 
 // Config is the tracer's configuration. Zero-valued tunables take the
-// values of Defaults when Validate runs (Run calls it).
+// values of DefaultConfig when Validate runs (Run calls it).
 type Config struct {
 	// Home is $FLOE_HOME (required): Traces go to
 	// $Home/traces/<yyyy-mm-dd>/<sid>_<nnn>.jsonl, positions and the lock
@@ -82,9 +83,9 @@ type Config struct {
 	Metrics prometheus.Registerer
 }
 
-// Defaults returns the default tunables; Home is left empty (the caller sets
-// it from $FLOE_HOME).
-func Defaults() Config {
+// DefaultConfig returns the default tunables; Home is left empty (FromEnv
+// reads it from FLOE_HOME).
+func DefaultConfig() Config {
 	return Config{
 		Durable:      "floe-tracer",
 		Batch:        1024,
@@ -97,10 +98,25 @@ func Defaults() Config {
 	}
 }
 
-// Validate fills zero-valued tunables from Defaults, makes Home absolute and
-// reports the first invalid setting.
+// FromEnv returns DefaultConfig with Home read from FLOE_HOME through
+// getenv (protocol.md §8). The tracer has no other variables; the error is
+// there for the shape every service shares.
+func FromEnv(getenv func(string) string) (Config, error) {
+	c := DefaultConfig()
+	c.Home = getenv("FLOE_HOME")
+	return c, nil
+}
+
+// Flags registers the tracer's own flag on fs, bound to c.Home with its
+// current value (FromEnv's) as default: --home beats FLOE_HOME.
+func (c *Config) Flags(fs *flag.FlagSet) {
+	fs.StringVar(&c.Home, "home", c.Home, "data root: Traces go to <home>/traces (FLOE_HOME, required)")
+}
+
+// Validate fills zero-valued tunables from DefaultConfig, makes Home
+// absolute and reports the first invalid setting.
 func (c *Config) Validate() error {
-	d := Defaults()
+	d := DefaultConfig()
 	if c.Home == "" {
 		return errors.New("tracer: Home is required (set FLOE_HOME)")
 	}

@@ -56,7 +56,7 @@ func start(t testing.TB, env *bustest.Env, cfg tracer.Config, log zerolog.Logger
 }
 
 func config(home string) tracer.Config {
-	c := tracer.Defaults()
+	c := tracer.DefaultConfig()
 	c.Home = home
 	c.RetryMax = 200 * time.Millisecond
 	return c
@@ -446,7 +446,7 @@ func TestConfigValidate(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			c := tracer.Defaults()
+			c := tracer.DefaultConfig()
 			c.Home = "relative/home"
 			tc.edit(&c)
 			err := c.Validate()
@@ -454,7 +454,7 @@ func TestConfigValidate(t *testing.T) {
 				if err != nil {
 					t.Fatalf("Validate() = %v, want nil", err)
 				}
-				if d := tracer.Defaults(); c.Durable != d.Durable || c.Batch != d.Batch || c.MaxOpenFiles != d.MaxOpenFiles || !filepath.IsAbs(c.Home) {
+				if d := tracer.DefaultConfig(); c.Durable != d.Durable || c.Batch != d.Batch || c.MaxOpenFiles != d.MaxOpenFiles || !filepath.IsAbs(c.Home) {
 					t.Errorf("Validate() left %+v, want defaults and an absolute home", c)
 				}
 				return

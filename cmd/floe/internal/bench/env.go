@@ -71,7 +71,7 @@ func startEnvTuned(ctx context.Context, root, name string, services bool, natsUR
 		if tune != nil {
 			tune(&eng)
 		}
-		tr := tracer.Defaults()
+		tr := tracer.DefaultConfig()
 		tr.Home = home
 		tools := toolrunner.Config{RunnerID: "bench-runner"}
 		tools.Defaults()

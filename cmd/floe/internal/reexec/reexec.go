@@ -108,7 +108,7 @@ func Run(ctx context.Context, records []omni.Message, opt Options) (*Result, err
 		opt.Engine(&eng)
 	}
 	eng.Defaults()
-	tr := tracer.Defaults()
+	tr := tracer.DefaultConfig()
 	tr.Home = home
 	trc := toolrunner.Config{RunnerID: "replay", Replay: toolrunner.NewReplay(records)}
 	trc.Replay.Wait = pc.wait

@@ -155,7 +155,7 @@ func recordCorpus(t *testing.T) {
 		os.WriteFile(script, b, 0o644)
 		eng := engine.Config{Home: home, RetryBase: 10 * time.Millisecond, RetryCap: 10 * time.Millisecond, RetryMax: 5, DefaultMaxTurns: s.maxTurns}
 		eng.Defaults()
-		tr := tracer.Defaults()
+		tr := tracer.DefaultConfig()
 		tr.Home = home
 		trc := toolrunner.Config{RunnerID: "corpus"}
 		trc.Defaults()

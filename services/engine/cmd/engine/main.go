@@ -45,19 +45,18 @@ func main() {
 func run() error {
 	fs := flag.NewFlagSet("engine", flag.ContinueOnError)
 	m := svc.NewMain("engine", fs)
-	home := fs.String("home", os.Getenv("FLOE_HOME"), "data root whose Traces the engine resumes from when shared with the tracer (FLOE_HOME)")
-	pool := fs.String("pool", os.Getenv("FLOE_POOL"), "tool runner pool the Sessions' tool jobs go to (FLOE_POOL, default \"default\")")
+	cfg, err := engine.FromEnv(os.Getenv)
+	if err != nil {
+		return err
+	}
+	cfg.Flags(fs)
 	if err := fs.Parse(os.Args[1:]); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return nil
 		}
 		return err
 	}
-	cfg := engine.Config{RetryMax: 5, Home: *home, Pool: *pool, Metrics: m.Metrics()}
-	if err := engine.EnvConfig(&cfg); err != nil {
-		return err
-	}
-	cfg.Defaults()
+	cfg.Metrics = m.Metrics()
 	if err := cfg.Validate(); err != nil {
 		return err
 	}

@@ -32,7 +32,6 @@ import (
 	"github.com/rs/zerolog"
 
 	"floe.dev/pkg/bus/svc"
-	"floe.dev/pkg/omni/cmdpolicy"
 	"floe.dev/pkg/telemetry"
 	"floe.dev/services/gateway"
 )
@@ -47,22 +46,18 @@ func main() {
 func run() error {
 	fs := flag.NewFlagSet("gateway", flag.ContinueOnError)
 	m := svc.NewMain("gateway", fs)
-	home := fs.String("home", os.Getenv("FLOE_HOME"), "data root shared with the tracer and toolrunners (FLOE_HOME, required)")
-	addr := fs.String("http", svc.EnvOr("FLOE_HTTP_ADDR", gateway.DefaultAddr), "listen address (FLOE_HTTP_ADDR)")
-	model := fs.String("model", svc.EnvOr("FLOE_MODEL", gateway.DefaultModel), "default model of new Sessions, provider:model_id (FLOE_MODEL)")
+	cfg, err := gateway.FromEnv(os.Getenv)
+	if err != nil {
+		return err
+	}
+	cfg.Flags(fs)
 	if err := fs.Parse(os.Args[1:]); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return nil
 		}
 		return err
 	}
-	cfg := gateway.Config{Addr: *addr, Home: *home, DefaultModel: *model, DetachSSE: true, Metrics: m.Metrics(), Gatherer: m.Metrics()}
-	cfg.FromEnv(os.Getenv)
-	var err error
-	if cfg.CommandPolicy, err = cmdpolicy.Load(os.Getenv("FLOE_COMMAND_POLICY")); err != nil {
-		return err
-	}
-	cfg.Defaults()
+	cfg.DetachSSE, cfg.Metrics, cfg.Gatherer = true, m.Metrics(), m.Metrics()
 	if err := cfg.Validate(); err != nil {
 		return err
 	}

@@ -42,14 +42,18 @@ func main() {
 func run() error {
 	fs := flag.NewFlagSet("tracer", flag.ContinueOnError)
 	m := svc.NewMain("tracer", fs)
-	home := fs.String("home", os.Getenv("FLOE_HOME"), "data root: Traces go to <home>/traces (FLOE_HOME, required)")
+	cfg, err := tracer.FromEnv(os.Getenv)
+	if err != nil {
+		return err
+	}
+	cfg.Flags(fs)
 	if err := fs.Parse(os.Args[1:]); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return nil
 		}
 		return err
 	}
-	cfg := tracer.Config{Home: *home, Metrics: m.Metrics()}
+	cfg.Metrics = m.Metrics()
 	if err := cfg.Validate(); err != nil {
 		return err
 	}

@@ -311,7 +311,7 @@ func TraceRate(t testing.TB, sessions, records int, interleave bool) (rate, cpuP
 			}
 		}
 	}
-	cfg := tracer.Defaults()
+	cfg := tracer.DefaultConfig()
 	cfg.Home = t.TempDir()
 	cfg.Durable = "bench"
 	ctx, cancel := context.WithCancel(context.Background())
