@@ -249,9 +249,14 @@ func startLocal(ctx context.Context, c *common, eng *engine.Config, workspace st
 		closeLog()
 		return nil, nil, nil, err
 	}
+	tr, err := tracerConfig(c)
+	if err != nil {
+		closeLog()
+		return nil, nil, nil, err
+	}
 	st, err := stack.Start(ctx, stack.Options{
 		Home: c.home, NatsURL: c.natsURL, Listen: c.listen, Bus: busCfg, Connect: connect,
-		Engine: eng, Toolrunner: trc, Tracer: tracerConfig(c),
+		Engine: eng, Toolrunner: trc, Tracer: tr,
 	}, log)
 	if err != nil {
 		closeLog()

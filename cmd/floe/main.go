@@ -24,7 +24,6 @@ import (
 	"github.com/rs/zerolog"
 
 	"floe.dev/pkg/bus"
-	"floe.dev/pkg/omni/cmdpolicy"
 	"floe.dev/services/engine"
 	"floe.dev/services/gateway"
 	"floe.dev/services/toolrunner"
@@ -383,53 +382,63 @@ func (c *common) logger() zerolog.Logger {
 	return zerolog.New(os.Stderr).Level(lvl).With().Timestamp().Logger()
 }
 
+// engineConfig is the engine's FromEnv with the settings shared by the
+// command's services (--home) over it, validated.
 func engineConfig(c *common) (*engine.Config, error) {
-	cfg := engine.Config{RetryMax: 5, Home: c.home}
-	if err := engine.EnvConfig(&cfg); err != nil {
+	cfg, err := engine.FromEnv(os.Getenv)
+	if err != nil {
 		return nil, err
 	}
-	cfg.Defaults()
+	cfg.Home = c.home
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
 	return &cfg, nil
 }
 
-// toolrunnerConfig reads FLOE_MCP_CONFIG and checks the file, so a bad
-// one stops the command at start with the file and position named; and
-// the sandbox's variables, whose named backend the host must provide
+// toolrunnerConfig is the toolrunner's FromEnv, validated: a bad
+// FLOE_MCP_CONFIG stops the command at start with the file and position
+// named, and a named sandbox backend the host cannot give stops it too
 // (fail-closed, one line). Floe's own listeners known here (the gateway,
 // the NATS URLs and listener, more addrs such as --metrics) are closed
 // to tools.
 func toolrunnerConfig(c *common, addrs ...string) (*toolrunner.Config, error) {
-	sb, err := toolrunner.SandboxFromEnv(os.Getenv)
+	cfg, err := toolrunner.FromEnv(os.Getenv)
 	if err != nil {
 		return nil, err
 	}
-	for _, a := range append([]string{c.httpAddr, c.listen}, append(strings.Split(c.natsURL, ","), addrs...)...) {
-		if p := toolrunner.PortOf(strings.TrimSpace(a)); p > 0 {
-			sb.DenyPorts = append(sb.DenyPorts, p)
-		}
-	}
-	cfg := toolrunner.Config{MCPConfig: os.Getenv(toolrunner.MCPConfigVar), Sandbox: sb}
-	cfg.Defaults()
+	denyPorts(&cfg, c, addrs...)
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
 	return &cfg, nil
 }
 
-func tracerConfig(c *common) *tracer.Config {
-	return &tracer.Config{Home: c.home}
+func denyPorts(cfg *toolrunner.Config, c *common, addrs ...string) {
+	for _, a := range append([]string{c.httpAddr, c.listen}, append(strings.Split(c.natsURL, ","), addrs...)...) {
+		if p := toolrunner.PortOf(strings.TrimSpace(a)); p > 0 {
+			cfg.Sandbox.DenyPorts = append(cfg.Sandbox.DenyPorts, p)
+		}
+	}
 }
 
-func gatewayConfig(c *common) (*gateway.Config, error) {
-	cfg := gateway.Config{Addr: c.httpAddr, Home: c.home, DefaultModel: c.model, DetachSSE: true}
-	cfg.FromEnv(os.Getenv)
-	p, err := cmdpolicy.Load(os.Getenv("FLOE_COMMAND_POLICY"))
+// tracerConfig is the tracer's FromEnv with --home over it.
+func tracerConfig(c *common) (*tracer.Config, error) {
+	cfg, err := tracer.FromEnv(os.Getenv)
 	if err != nil {
 		return nil, err
 	}
-	cfg.CommandPolicy = p
+	cfg.Home = c.home
+	return &cfg, nil
+}
+
+// gatewayConfig is the gateway's FromEnv with the command's --home, --http
+// and --model over it; SSE connections are detached (Config.DetachSSE).
+func gatewayConfig(c *common) (*gateway.Config, error) {
+	cfg, err := gateway.FromEnv(os.Getenv)
+	if err != nil {
+		return nil, err
+	}
+	cfg.Addr, cfg.Home, cfg.DefaultModel, cfg.DetachSSE = c.httpAddr, c.home, c.model, true
 	return &cfg, nil
 }

@@ -100,6 +100,10 @@ func cmdRun(ctx context.Context, stopSignals context.CancelFunc, name string, ar
 	if err != nil {
 		return 1, err
 	}
+	tr, err := tracerConfig(c)
+	if err != nil {
+		return 1, err
+	}
 	if c.natsURL == "" {
 		if err := checkFree(c.listen, "FLOE_NATS_LISTEN / --nats-listen"); err != nil {
 			return 1, err
@@ -113,7 +117,7 @@ func cmdRun(ctx context.Context, stopSignals context.CancelFunc, name string, ar
 	defer closeLog()
 	st, err := stack.Start(ctx, stack.Options{
 		Home: c.home, NatsURL: c.natsURL, Listen: c.listen, Bus: busCfg, Connect: connect,
-		Engine: eng, Toolrunner: trc, Tracer: tracerConfig(c),
+		Engine: eng, Toolrunner: trc, Tracer: tr,
 	}, log)
 	if err != nil {
 		return 1, err

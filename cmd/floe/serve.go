@@ -9,6 +9,8 @@ import (
 
 	"floe.dev/cmd/floe/internal/stack"
 	"floe.dev/pkg/bus/embed"
+	"floe.dev/services/engine"
+	"floe.dev/services/toolrunner"
 )
 
 func cmdServe(ctx context.Context, args []string) error {
@@ -44,6 +46,10 @@ func cmdServe(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
+	tr, err := tracerConfig(c)
+	if err != nil {
+		return err
+	}
 	if err := checkFree(c.httpAddr, "FLOE_HTTP_ADDR / --http"); err != nil {
 		return err
 	}
@@ -56,7 +62,7 @@ func cmdServe(ctx context.Context, args []string) error {
 	st, err := stack.Start(ctx, stack.Options{
 		Home: c.home, NatsURL: c.natsURL, Listen: c.listen, Bus: busCfg, Connect: connect,
 		OpenNATS: !envBool("FLOE_NATS_AUTH", true),
-		Engine:   eng, Toolrunner: trc, Tracer: tracerConfig(c), Gateway: gw,
+		Engine:   eng, Toolrunner: trc, Tracer: tr, Gateway: gw,
 	}, log)
 	if err != nil {
 		return err
@@ -118,22 +124,40 @@ func cmdService(ctx context.Context, _ context.CancelFunc, name string, args []s
 func service(ctx context.Context, name string, args []string) error {
 	fs := newFlags(name)
 	c := newCommon("off")
-	if name != "toolrunner" {
-		c.flagHome(fs)
-	}
 	c.flagNATS(fs, false)
 	c.flagLayout(fs)
 	c.flagLog(fs)
-	pool, concurrency := new(string), new(int)
+	// The service's own flags (its Config.Flags: --home, --pool, --http, …)
+	// are bound to its Config read from the environment (FromEnv), so a
+	// flag beats its variable, which beats the default.
+	var o stack.Options
+	var err error
 	switch name {
-	case "engine", "toolrunner":
-		fs.StringVar(pool, "pool", os.Getenv("FLOE_POOL"), "tool runner pool (FLOE_POOL)")
+	case "engine":
+		cfg, err := engine.FromEnv(os.Getenv)
+		if err != nil {
+			return err
+		}
+		cfg.Home = c.home
+		o.Engine = &cfg
+		o.Engine.Flags(fs)
+	case "toolrunner":
+		cfg, err := toolrunner.FromEnv(os.Getenv)
+		if err != nil {
+			return err
+		}
+		o.Toolrunner = &cfg
+		o.Toolrunner.Flags(fs)
+	case "tracer":
+		if o.Tracer, err = tracerConfig(c); err != nil {
+			return err
+		}
+		o.Tracer.Flags(fs)
 	case "gateway":
-		c.flagHTTP(fs)
-		c.flagModel(fs, "default model of Sessions created without one:")
-	}
-	if name == "toolrunner" {
-		fs.IntVar(concurrency, "concurrency", int(envInt("FLOE_TOOL_CONCURRENCY", 0)), "concurrent tool jobs (FLOE_TOOL_CONCURRENCY)")
+		if o.Gateway, err = gatewayConfig(c); err != nil {
+			return err
+		}
+		o.Gateway.Flags(fs)
 	}
 	setup := fs.Bool("setup", envBool("FLOE_SETUP", true), "create or update the JetStream layout at start; false waits for it (FLOE_SETUP)")
 	metricsAddr := fs.String("metrics", os.Getenv("FLOE_METRICS_ADDR"), "serve Prometheus metrics on http://ADDR/metrics (FLOE_METRICS_ADDR; the gateway also serves them on its HTTP port)")
@@ -151,38 +175,29 @@ func service(ctx context.Context, name string, args []string) error {
 	if err != nil {
 		return err
 	}
-	// Each service gets replies on its own inbox prefix, so its NATS user
-	// can be allowed to subscribe to _INBOX.<service>.> only.
-	o := stack.Options{Home: c.home, NatsURL: c.natsURL, Bus: busCfg, Connect: connect,
-		InboxPrefix: "_INBOX." + name, NoSetup: !*setup, MetricsAddr: *metricsAddr}
 	switch name {
 	case "engine":
-		if o.Engine, err = engineConfig(c); err != nil {
+		c.home = o.Engine.Home
+		if err := o.Engine.Validate(); err != nil {
 			return err
-		}
-		if *pool != "" {
-			o.Engine.Pool = *pool
 		}
 	case "toolrunner":
-		if o.Toolrunner, err = toolrunnerConfig(c, *metricsAddr); err != nil {
+		denyPorts(o.Toolrunner, c, *metricsAddr)
+		if err := o.Toolrunner.Validate(); err != nil {
 			return err
-		}
-		if *pool != "" {
-			o.Toolrunner.Pool = *pool
-		}
-		if *concurrency > 0 {
-			o.Toolrunner.Concurrency = *concurrency
 		}
 	case "tracer":
-		o.Tracer = tracerConfig(c)
+		c.home = o.Tracer.Home
 	case "gateway":
-		if o.Gateway, err = gatewayConfig(c); err != nil {
-			return err
-		}
+		c.home, c.httpAddr = o.Gateway.Home, o.Gateway.Addr
 		if err := checkFree(c.httpAddr, "FLOE_HTTP_ADDR / --http"); err != nil {
 			return err
 		}
 	}
+	// Each service gets replies on its own inbox prefix, so its NATS user
+	// can be allowed to subscribe to _INBOX.<service>.> only.
+	o.Home, o.NatsURL, o.Bus, o.Connect = c.home, c.natsURL, busCfg, connect
+	o.InboxPrefix, o.NoSetup, o.MetricsAddr = "_INBOX."+name, !*setup, *metricsAddr
 	st, err := stack.Start(ctx, o, c.logger()) // each service names itself in its log lines
 	if err != nil {
 		return err

@@ -77,11 +77,10 @@ func setupOnce(ctx context.Context, url string, opts []nats.Option, busCfg bus.C
 	}
 	// The shared task consumer belongs to the layout too: its ack wait
 	// (FLOE_ENGINE_ACK_WAIT_MS) is set here, and engines keep to it.
-	ecfg := engine.Config{}
-	if err := engine.EnvConfig(&ecfg); err != nil {
+	ecfg, err := engine.FromEnv(os.Getenv)
+	if err != nil {
 		return err
 	}
-	ecfg.Defaults()
 	if err := ecfg.Validate(); err != nil {
 		return err
 	}

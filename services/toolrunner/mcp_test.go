@@ -359,7 +359,6 @@ func TestMCPConfigErrorsNameTheFileAndPosition(t *testing.T) {
 			t.Fatal(err)
 		}
 		cfg := toolrunner.Config{MCPConfig: p}
-		cfg.Defaults()
 		err := cfg.Validate()
 		if err == nil || !errors.Is(err, toolrunner.ErrInvalidConfig) {
 			t.Errorf("%s: Validate() = %v, want an invalid config error", tt.name, err)

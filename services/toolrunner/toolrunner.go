@@ -24,8 +24,10 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
+	"flag"
 	"fmt"
 	"os"
+	"strconv"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -57,8 +59,9 @@ const (
 // its tools (built-in and MCP) and its MCP servers' connect results.
 func ToolListSubject(pool string) string { return runner.ToolListSubject(pool) }
 
-// Config configures one runner. Zero fields take their defaults (Defaults);
-// Validate reports what is still wrong.
+// Config configures one runner. DefaultConfig returns the defaults and
+// FromEnv the FLOE_* variables over them; Validate gives zero fields their
+// defaults and reports what is still wrong.
 type Config struct {
 	// Pool is the runner pool whose jobs (floe.tool.<pool>.>) this runner
 	// executes. Default omni.DefaultPool.
@@ -88,7 +91,7 @@ type Config struct {
 	// exec_command (FLOE_TOOL_ENV) plus its declared env.
 	MCPConfig string
 	// Sandbox confines tool processes (protocol.md §7); the zero value is the
-	// default (auto). SandboxFromEnv reads it from the environment.
+	// default (auto). FromEnv reads it (SandboxFromEnv).
 	Sandbox SandboxConfig
 	// Metrics receives the toolrunner's series (nil: none are served).
 	Metrics prometheus.Registerer
@@ -99,8 +102,57 @@ type Config struct {
 	Replay *Replay
 }
 
-// Defaults sets every zero field to its default.
-func (c *Config) Defaults() {
+// DefaultConfig returns the runner's defaults: the values Validate gives
+// zero fields, with a RunnerID of <hostname>-<pid>-<random>.
+func DefaultConfig() Config {
+	var c Config
+	c.fill()
+	return c
+}
+
+// FromEnv returns DefaultConfig with the FLOE_* variables read through
+// getenv (os.Getenv) over it (protocol.md §7, §8): Pool from FLOE_POOL,
+// Concurrency from FLOE_TOOL_CONCURRENCY, MCPConfig from FLOE_MCP_CONFIG
+// and Sandbox from the sandbox's variables (SandboxFromEnv). A value that
+// does not parse is an error naming the variable, wrapping
+// ErrInvalidConfig.
+func FromEnv(getenv func(string) string) (Config, error) {
+	c := DefaultConfig()
+	if v := getenv("FLOE_POOL"); v != "" {
+		c.Pool = v
+	}
+	if v := getenv("FLOE_TOOL_CONCURRENCY"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 0 {
+			return c, fmt.Errorf("%w: FLOE_TOOL_CONCURRENCY=%q: want a count (0: the default)", ErrInvalidConfig, v)
+		}
+		if n > 0 {
+			c.Concurrency = n
+		}
+	}
+	c.MCPConfig = getenv(MCPConfigVar)
+	sb, err := SandboxFromEnv(getenv)
+	if err != nil {
+		return c, err
+	}
+	c.Sandbox = sb
+	return c, nil
+}
+
+// Flags registers the runner's own flags on fs, bound to c's fields with
+// their current values (FromEnv's) as defaults, so a flag given beats its
+// variable: --pool, --concurrency, --mcp-config, --sandbox and
+// --sandbox-network.
+func (c *Config) Flags(fs *flag.FlagSet) {
+	fs.StringVar(&c.Pool, "pool", c.Pool, "runner pool whose jobs to run (FLOE_POOL)")
+	fs.IntVar(&c.Concurrency, "concurrency", c.Concurrency, "tool jobs run at once (FLOE_TOOL_CONCURRENCY)")
+	fs.StringVar(&c.MCPConfig, "mcp-config", c.MCPConfig, "MCP servers file (FLOE_MCP_CONFIG)")
+	fs.StringVar(&c.Sandbox.Backend, "sandbox", c.Sandbox.Backend, "tool confinement: auto, landlock, bwrap or off (FLOE_SANDBOX, default auto)")
+	fs.StringVar(&c.Sandbox.Network, "sandbox-network", c.Sandbox.Network, "tools' network besides Floe's ports: on or off (FLOE_SANDBOX_NETWORK, default on)")
+}
+
+// fill sets every zero field to its default.
+func (c *Config) fill() {
 	if c.Pool == "" {
 		c.Pool = omni.DefaultPool
 	}
@@ -127,9 +179,10 @@ func (c *Config) Defaults() {
 // ErrInvalidConfig is wrapped by every error Validate returns.
 var ErrInvalidConfig = errors.New("toolrunner: invalid config")
 
-// Validate reports the first field that cannot be used, wrapping
-// ErrInvalidConfig. Call Defaults first: zero fields are invalid.
+// Validate sets every zero field to its default, then reports the first
+// field that cannot be used, wrapping ErrInvalidConfig. Run calls it.
 func (c *Config) Validate() error {
+	c.fill()
 	switch {
 	case !omni.ValidSessionID(c.Pool):
 		return fmt.Errorf("%w: pool %q must be one subject token (no dots, wildcards or spaces)", ErrInvalidConfig, c.Pool)
@@ -175,7 +228,6 @@ const MCPConfigVar = mcptools.ConfigVar
 // invalid or nc closes under it. Run never closes nc.
 func Run(ctx context.Context, nc *nats.Conn, cfg Config, log zerolog.Logger) error {
 	log = log.With().Str("service", "toolrunner").Logger()
-	cfg.Defaults()
 	if err := cfg.Validate(); err != nil {
 		return err
 	}

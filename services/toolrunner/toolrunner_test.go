@@ -493,11 +493,14 @@ func TestShutdownCancelsJobsAfterGraceWithFailedOutput(t *testing.T) {
 
 func TestConfigDefaultsAndValidate(t *testing.T) {
 	t.Parallel()
-	var c toolrunner.Config
-	c.Defaults()
+	c := toolrunner.DefaultConfig()
 	if c.Pool != omni.DefaultPool || c.Concurrency != 8 || c.RunnerID == "" || c.HeartbeatInterval != time.Second ||
 		c.MaxOutput != 16000 || c.DefaultTimeout != 120*time.Second || c.ShutdownGrace != 10*time.Second {
-		t.Errorf("Defaults() = %+v", c)
+		t.Errorf("DefaultConfig() = %+v", c)
+	}
+	var zero toolrunner.Config
+	if err := zero.Validate(); err != nil || zero.Concurrency != 8 || zero.RunnerID == "" || zero.MaxOutput != 16000 {
+		t.Errorf("Config{}.Validate() = %v, left %+v; want the defaults", err, zero)
 	}
 	if err := c.Validate(); err != nil {
 		t.Errorf("Validate() of defaults = %v", err)
@@ -517,7 +520,6 @@ func TestConfigDefaultsAndValidate(t *testing.T) {
 	for _, tt := range tests {
 		c := toolrunner.Config{}
 		tt.mutate(&c)
-		c.Defaults()
 		if err := c.Validate(); !errors.Is(err, toolrunner.ErrInvalidConfig) {
 			t.Errorf("%s: Validate() = %v, want ErrInvalidConfig", tt.name, err)
 		}

@@ -66,15 +66,14 @@ func startEnvTuned(ctx context.Context, root, name string, services bool, natsUR
 	}
 	opts := stack.Options{Home: home, Listen: "off", NatsURL: natsURL, Bus: bus.Config{}}
 	if services {
-		eng := engine.Config{Home: home, RetryMax: 5, NoSnapshots: os.Getenv("FLOE_SNAPSHOTS") == "off"}
-		eng.Defaults()
+		eng := engine.DefaultConfig()
+		eng.Home, eng.NoSnapshots = home, os.Getenv("FLOE_SNAPSHOTS") == "off"
 		if tune != nil {
 			tune(&eng)
 		}
 		tr := tracer.DefaultConfig()
 		tr.Home = home
 		tools := toolrunner.Config{RunnerID: "bench-runner"}
-		tools.Defaults()
 		opts.Engine, opts.Tracer, opts.Toolrunner = &eng, &tr, &tools
 	}
 	st, err := stack.Start(ctx, opts, log)

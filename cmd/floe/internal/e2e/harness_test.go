@@ -50,7 +50,6 @@ func start(t *testing.T, o envOpts) *env {
 	if o.engine != nil {
 		o.engine(&eng)
 	}
-	eng.Defaults()
 	opts := stack.Options{Home: home, Listen: "off", Engine: &eng}
 	if !o.noTrace {
 		opts.Tracer = &tracer.Config{Home: home}
@@ -71,7 +70,6 @@ func start(t *testing.T, o envOpts) *env {
 		ctx, cancel := context.WithCancel(context.Background())
 		done := make(chan struct{})
 		cfg := toolrunner.Config{RunnerID: fmt.Sprintf("runner-%d", i), MCPConfig: o.mcpConfig}
-		cfg.Defaults()
 		go func() {
 			defer close(done)
 			_ = toolrunner.Run(ctx, nc, cfg, testLogger())

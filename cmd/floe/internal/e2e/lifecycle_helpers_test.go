@@ -49,7 +49,6 @@ func lcStart(t *testing.T, home string, o envOpts) *lcEnv {
 	if o.engine != nil {
 		o.engine(&eng)
 	}
-	eng.Defaults()
 	opts := stack.Options{Home: home, Listen: "off", Engine: &eng}
 	if !o.noTrace {
 		opts.Tracer = &tracer.Config{Home: home}
@@ -71,7 +70,6 @@ func lcStart(t *testing.T, home string, o envOpts) *lcEnv {
 		ctx, cancel := context.WithCancel(context.Background())
 		done := make(chan struct{})
 		cfg := toolrunner.Config{RunnerID: fmt.Sprintf("runner-%d", i)}
-		cfg.Defaults()
 		go func() {
 			defer close(done)
 			_ = toolrunner.Run(ctx, nc, cfg, testLogger())

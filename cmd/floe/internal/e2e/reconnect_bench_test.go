@@ -136,7 +136,6 @@ func rcBenchStack(b *testing.B, baseURL string) (*stack.Stack, string) {
 	}
 	eng := engine.Config{RetryMax: 5, Home: home}
 	eng.Providers.OpenAIBaseURL, eng.Providers.OpenAIAPIKey = baseURL, rcAPIKey
-	eng.Defaults()
 	st, err := stack.Start(context.Background(), stack.Options{Home: home, Listen: "off", Engine: &eng,
 		Tracer: &tracer.Config{Home: home}}, testLogger())
 	if err != nil {
@@ -150,7 +149,6 @@ func rcBenchStack(b *testing.B, baseURL string) (*stack.Stack, string) {
 	rctx, stop := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	cfg := toolrunner.Config{RunnerID: "bench-runner"}
-	cfg.Defaults()
 	go func() {
 		defer close(done)
 		_ = toolrunner.Run(rctx, nc, cfg, testLogger())

@@ -57,9 +57,7 @@ func start(t *testing.T) *env {
 	}
 	eng := engine.Config{RetryMax: 5, RetryBase: 20 * time.Millisecond, RetryCap: 100 * time.Millisecond,
 		HeartbeatTimeout: 5 * time.Second, Home: home}
-	eng.Defaults()
 	tr := toolrunner.Config{RunnerID: "runner-0"}
-	tr.Defaults()
 	var st *stack.Stack
 	var addr string
 	// The gateway listens on a port picked free just before; if something

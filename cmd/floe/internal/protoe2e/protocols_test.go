@@ -178,9 +178,7 @@ func start(t *testing.T) *env {
 	}
 
 	eng := engine.Config{RetryMax: 5, RetryBase: 20 * time.Millisecond, RetryCap: 100 * time.Millisecond, HeartbeatTimeout: 5 * time.Second, Home: home}
-	eng.Defaults()
 	tr := toolrunner.Config{RunnerID: "runner-0"}
-	tr.Defaults()
 	gwCfg := func(addr string) gateway.Config {
 		return gateway.Config{Addr: addr, Home: home, Tokens: map[string]string{token: "e2e"}, ShutdownTimeout: 5 * time.Second,
 			ScriptsDir: scripts, Heartbeat: 2 * time.Second}

@@ -107,12 +107,10 @@ func Run(ctx context.Context, records []omni.Message, opt Options) (*Result, err
 	if opt.Engine != nil {
 		opt.Engine(&eng)
 	}
-	eng.Defaults()
 	tr := tracer.DefaultConfig()
 	tr.Home = home
 	trc := toolrunner.Config{RunnerID: "replay", Replay: toolrunner.NewReplay(records)}
 	trc.Replay.Wait = pc.wait
-	trc.Defaults()
 	st, err := stack.Start(ctx, stack.Options{Home: home, Listen: "off", Engine: &eng, Tracer: &tr, Toolrunner: &trc}, opt.Log)
 	if err != nil {
 		return nil, fmt.Errorf("reexec: start: %w", err)

@@ -154,11 +154,9 @@ func recordCorpus(t *testing.T) {
 		script := filepath.Join(home, "script.json")
 		os.WriteFile(script, b, 0o644)
 		eng := engine.Config{Home: home, RetryBase: 10 * time.Millisecond, RetryCap: 10 * time.Millisecond, RetryMax: 5, DefaultMaxTurns: s.maxTurns}
-		eng.Defaults()
 		tr := tracer.DefaultConfig()
 		tr.Home = home
 		trc := toolrunner.Config{RunnerID: "corpus"}
-		trc.Defaults()
 		st, err := stack.Start(ctxT(t), stack.Options{Home: home, Listen: "off", Engine: &eng, Tracer: &tr, Toolrunner: &trc}, zerolog.Nop())
 		if err != nil {
 			t.Fatal(err)

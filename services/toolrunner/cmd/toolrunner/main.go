@@ -25,7 +25,6 @@ import (
 	"flag"
 	"fmt"
 	"os"
-	"strconv"
 
 	"github.com/nats-io/nats.go"
 	"github.com/rs/zerolog"
@@ -45,29 +44,23 @@ func main() {
 func run() error {
 	fs := flag.NewFlagSet("toolrunner", flag.ContinueOnError)
 	m := svc.NewMain("toolrunner", fs)
-	pool := fs.String("pool", os.Getenv("FLOE_POOL"), "runner pool whose jobs to run (FLOE_POOL, default \"default\")")
-	concurrency := fs.Int("concurrency", envInt("FLOE_TOOL_CONCURRENCY"), "tool jobs run at once (FLOE_TOOL_CONCURRENCY, default 8)")
-	mcpConfig := fs.String("mcp-config", os.Getenv(toolrunner.MCPConfigVar), "MCP servers file (FLOE_MCP_CONFIG)")
-	sandbox := fs.String("sandbox", os.Getenv(toolrunner.SandboxVar), "tool confinement: auto, landlock, bwrap or off (FLOE_SANDBOX, default auto)")
-	network := fs.String("sandbox-network", os.Getenv(toolrunner.SandboxNetworkVar), "tools' network besides Floe's ports: on or off (FLOE_SANDBOX_NETWORK, default on)")
+	cfg, err := toolrunner.FromEnv(os.Getenv)
+	if err != nil {
+		return err
+	}
+	cfg.Flags(fs)
 	if err := fs.Parse(os.Args[1:]); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return nil
 		}
 		return err
 	}
-	sb, err := toolrunner.SandboxFromEnv(os.Getenv)
-	if err != nil {
-		return err
-	}
-	sb.Backend, sb.Network = *sandbox, *network
 	for _, a := range []string{os.Getenv("FLOE_HTTP_ADDR"), os.Getenv("FLOE_METRICS_ADDR")} {
 		if p := toolrunner.PortOf(a); p > 0 {
-			sb.DenyPorts = append(sb.DenyPorts, p)
+			cfg.Sandbox.DenyPorts = append(cfg.Sandbox.DenyPorts, p)
 		}
 	}
-	cfg := toolrunner.Config{Pool: *pool, Concurrency: *concurrency, MCPConfig: *mcpConfig, Metrics: m.Metrics(), Sandbox: sb}
-	cfg.Defaults()
+	cfg.Metrics = m.Metrics()
 	if err := cfg.Validate(); err != nil {
 		return err
 	}
@@ -77,9 +70,4 @@ func run() error {
 			return toolrunner.Run(ctx, nc, cfg, log)
 		})
 	})
-}
-
-func envInt(name string) int {
-	n, _ := strconv.Atoi(os.Getenv(name))
-	return n
 }
