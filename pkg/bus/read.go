@@ -180,9 +180,15 @@ func Holds(ctx context.Context, js jetstream.JetStream, sessionID string, classe
 // is none. Without a deadline on ctx it waits at most 5 s: with no leader
 // nobody answers, and the request would wait for ever.
 func msgGet(ctx context.Context, js jetstream.JetStream, req any) (seq uint64, found bool, err error) {
+	seq, _, found, err = msgGetAt(ctx, js, req)
+	return seq, found, err
+}
+
+// msgGetAt is msgGet that also returns the message's stored time.
+func msgGetAt(ctx context.Context, js jetstream.JetStream, req any) (seq uint64, at time.Time, found bool, err error) {
 	body, err := json.Marshal(req)
 	if err != nil {
-		return 0, false, err
+		return 0, at, false, err
 	}
 	if _, ok := ctx.Deadline(); !ok {
 		var cancel context.CancelFunc
@@ -191,26 +197,27 @@ func msgGet(ctx context.Context, js jetstream.JetStream, req any) (seq uint64, f
 	}
 	msg, err := js.Conn().RequestWithContext(ctx, apiPrefix(js)+"STREAM.MSG.GET."+omni.SessionsStream, body)
 	if err != nil {
-		return 0, false, err
+		return 0, at, false, err
 	}
 	var resp struct {
 		Error   *jetstream.APIError `json:"error"`
 		Message *struct {
-			Seq uint64 `json:"seq"`
+			Seq  uint64    `json:"seq"`
+			Time time.Time `json:"time"`
 		} `json:"message"`
 	}
 	if err := json.Unmarshal(msg.Data, &resp); err != nil {
-		return 0, false, fmt.Errorf("message get response: %w", err)
+		return 0, at, false, fmt.Errorf("message get response: %w", err)
 	}
 	switch {
 	case resp.Error != nil && resp.Error.ErrorCode == jetstream.JSErrCodeMessageNotFound:
-		return 0, false, nil
+		return 0, at, false, nil
 	case resp.Error != nil:
-		return 0, false, fmt.Errorf("message get: %w", resp.Error)
+		return 0, at, false, fmt.Errorf("message get: %w", resp.Error)
 	case resp.Message == nil:
-		return 0, false, errors.New("message get: empty response")
+		return 0, at, false, errors.New("message get: empty response")
 	}
-	return resp.Message.Seq, true, nil
+	return resp.Message.Seq, resp.Message.Time, true, nil
 }
 
 // apiPrefix is the JetStream API prefix js sends its requests to.
@@ -235,6 +242,16 @@ func FollowUntil(ctx context.Context, js jetstream.JetStream, sessionID string, 
 		return nil
 	}
 	return err
+}
+
+// LastStoredAt is LastStored with the time the message was stored (zero
+// when there is none).
+func LastStoredAt(ctx context.Context, js jetstream.JetStream, subject string) (uint64, time.Time, error) {
+	seq, at, _, err := msgGetAt(ctx, js, map[string]string{"last_by_subj": subject})
+	if err != nil {
+		return 0, at, fmt.Errorf("bus: last message on %s: %w", subject, err)
+	}
+	return seq, at, nil
 }
 
 // Retained reports whether FLOE_SESSIONS still holds sequence seq: a

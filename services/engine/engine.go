@@ -249,6 +249,12 @@ func Run(ctx context.Context, nc *nats.Conn, cfg Config, log zerolog.Logger) err
 		done := make(chan struct{})
 		go func() {
 			defer close(done)
+			// What an engine that stopped left pending (purge.Recover).
+			if n, err := p.Recover(pctx, sessions); err != nil && pctx.Err() == nil {
+				log.Warn().Err(err).Msg("cannot recover pending purges of partials")
+			} else if n > 0 {
+				log.Info().Int("sessions", n).Msg("recovered pending purges of partials")
+			}
 			p.Run(pctx)
 		}()
 		defer func() { stop(); <-done }()

@@ -10,20 +10,26 @@
 // Session's partial subject up to it never removes a message of a running
 // Task.
 //
-// Pending purges live in this engine's memory. When it stops before a
-// grace period ends, that Task's partials go with the Session's next
-// Task's purge, which removes every partial below its own end.
+// Pending purges live in this engine's memory and are found again from
+// the stream when an engine starts (Recover): every Session that still
+// has partials and runs no Task has them purged a grace period after its
+// last one, so a restart, or an engine that never comes back, leaves
+// nothing behind. (The Session's next Task's purge also removes every
+// partial below its own end.)
 package purge
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 
+	"floe.dev/pkg/bus"
 	"floe.dev/pkg/omni"
 )
 
@@ -67,6 +73,98 @@ func (p *Purger) Ended(sid string, upTo uint64) {
 	case p.wake <- struct{}{}:
 	default:
 	}
+}
+
+// Records reads Session records and their revisions (bus.Sessions).
+type Records interface {
+	Get(ctx context.Context, id string) (*omni.SessionRecord, uint64, error)
+}
+
+// Recover finds the purges an engine that stopped left pending: every
+// Session with partials in FLOE_SESSIONS whose record shows no Task or
+// compaction running gets its partials up to its last one purged Keep
+// after that last one was stored (a Task ends right after its last model
+// output). The record is read before and after the last partial: the
+// same revision means no Task began in between, so every partial up to
+// it belongs to an ended Task (a Task claims the record before it
+// publishes anything). A Session running a Task is left to that Task's
+// end. It returns how many Sessions it scheduled; a Session it cannot
+// read is skipped with a log line.
+func (p *Purger) Recover(ctx context.Context, records Records) (int, error) {
+	stream, err := p.js.Stream(ctx, omni.SessionsStream)
+	if err != nil {
+		return 0, fmt.Errorf("purge: recover: %w", err)
+	}
+	filter := omni.SessionSubject("*", omni.ClassPartial)
+	info, err := stream.Info(ctx, jetstream.WithSubjectFilter(filter))
+	if err != nil {
+		return 0, fmt.Errorf("purge: recover: partial subjects: %w", err)
+	}
+	var found []item
+	for subject := range info.State.Subjects {
+		sid, _, ok := omni.ParseSessionSubject(subject)
+		if !ok {
+			continue
+		}
+		it, ok, err := p.pending(ctx, records, sid)
+		if err != nil {
+			if ctx.Err() != nil {
+				return len(found), ctx.Err()
+			}
+			p.log.Warn().Err(err).Str("session_id", sid).Msg("cannot recover a pending purge")
+			continue
+		}
+		if ok {
+			found = append(found, it)
+		}
+	}
+	if len(found) == 0 {
+		return 0, nil
+	}
+	p.mu.Lock()
+	p.due = append(p.due, found...)
+	slices.SortStableFunc(p.due, func(a, b item) int { return a.at.Compare(b.at) })
+	p.mu.Unlock()
+	select {
+	case p.wake <- struct{}{}:
+	default:
+	}
+	return len(found), nil
+}
+
+// pending is the purge of sid's partials that an ended Task left, if its
+// record shows none running across the read of its last partial.
+func (p *Purger) pending(ctx context.Context, records Records, sid string) (item, bool, error) {
+	idle := func() (uint64, bool, error) {
+		r, rev, err := records.Get(ctx, sid)
+		if err != nil {
+			return 0, false, err
+		}
+		return rev, !r.Deleted && (r.State == "" || r.State == omni.StateIdle), nil
+	}
+	rev, ok, err := idle()
+	if err != nil || !ok {
+		return item{}, false, ignoreGone(err)
+	}
+	// From the stream's leader (STREAM.MSG.GET, which the engine's
+	// permissions allow; not a direct get by subject).
+	last, at, err := bus.LastStoredAt(ctx, p.js, omni.SessionSubject(sid, omni.ClassPartial))
+	if err != nil || last == 0 {
+		return item{}, false, err
+	}
+	rev2, ok, err := idle()
+	if err != nil || !ok || rev2 != rev {
+		return item{}, false, ignoreGone(err)
+	}
+	return item{sid: sid, upTo: last + 1, at: at.Add(p.keep)}, true, nil
+}
+
+// ignoreGone is nil for a Session deleted meanwhile.
+func ignoreGone(err error) error {
+	if err == nil || errors.Is(err, bus.ErrSessionNotFound) {
+		return nil
+	}
+	return err
 }
 
 // Run purges what is due until ctx ends. A purge that fails is logged
