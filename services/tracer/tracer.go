@@ -3,8 +3,11 @@
 // read, from the FLOE_SESSIONS stream.
 //
 // A durable pull consumer reads the Trace classes of every Session
-// (floe.session.*.meta|model|event|trace; partials, nested and server
-// events never reach it). Each message body, one OmniMessage as single-line
+// (floe.session.*.meta|model|event|trace): filtered to them once caught
+// up, so partials, nested and server events never reach it, and the
+// whole stream while far behind, where a filtered catch-up costs
+// nats-server more than dropping the other classes here
+// (internal/consume). Each message body, one OmniMessage as single-line
 // JSON, is appended verbatim with its newline to
 // $Home/traces/<yyyy-mm-dd>/<sid>_<nnn>.jsonl; a session_meta starts the
 // next file when the current one holds records (a completed compaction).

@@ -1,5 +1,5 @@
 // Package consume is the tracer's intake: a durable pull consumer on
-// FLOE_SESSIONS filtered to the Trace classes (meta, model, event, trace),
+// FLOE_SESSIONS that delivers the Trace classes (meta, model, event, trace),
 // whose messages it checks, appends through a tracefile.Store and
 // acknowledges once their positions are recorded.
 //
@@ -38,6 +38,23 @@
 // are committed (positions, then ack). Under load that is one commit per
 // burst; when the stream trickles, each record is written at once and
 // recorded a millisecond later.
+//
+// # Two filters
+//
+// Caught up, the consumer is filtered to the four Trace classes (one
+// wildcard filter each): a streaming Session's partials, most of the
+// stream, never reach the tracer, so a model streaming at 500 deltas a
+// second costs it nothing (protocol.md §2). Behind, it takes the whole
+// stream and drops the other classes itself: nats-server finds a
+// multi-filter consumer's next message far from the stream's end by
+// intersecting the filters with every subject of the message block, for
+// each delivery (78 % of the CPU when 10,000 Sessions of a day are
+// traced from a backlog, 17× the CPU per record of 100 Sessions), while
+// near the end it scans the few messages in between. So Run starts on the
+// whole stream, narrows the consumer once a delivery finds nothing
+// pending, and widens it again when more than behindLimit Trace records
+// are pending. Each switch commits what was delivered and updates the
+// durable in place (its ack floor kept); filters never change a Trace.
 package consume
 
 import (
@@ -177,7 +194,18 @@ type runner struct {
 	handled uint64
 	floor   uint64
 	stream  jetstream.Stream // for catch-ups; looked up on first use
+	// narrow is whether the consumer is filtered to the Trace classes
+	// (caught up) or takes the whole stream (behind); see the package doc.
+	narrow bool
 }
+
+// behindLimit is how many pending Trace records make a narrowed consumer
+// take the whole stream again.
+const behindLimit = 1000
+
+// errSwitch ends a batch whose consumer should change filters; what was
+// delivered is committed.
+var errSwitch = errors.New("consume: switching the consumer's filters")
 
 func (r *runner) run(ctx context.Context) error {
 	r.dels = make(chan *nats.Msg, 64)
@@ -202,7 +230,7 @@ func (r *runner) run(ctx context.Context) error {
 				_ = retry.Sleep(ctx, wait)
 				continue
 			}
-			cons, r.dseq = c, 0
+			cons = c
 		}
 		delivered, err := r.batch(ctx, cons)
 		var crash *crashError
@@ -212,6 +240,11 @@ func (r *runner) run(ctx context.Context) error {
 		case errors.As(err, &crash):
 			return err
 		case ctx.Err() != nil:
+		case errors.Is(err, errSwitch):
+			r.narrow = !r.narrow
+			r.log.Debug().Bool("narrow", r.narrow).Msg("switching the consumer's filters")
+			cons = nil
+			backoff.Reset()
 		case errors.Is(err, errResync) && delivered > 0:
 			// What was received is committed; only the consumer needs
 			// setting straight, at once: it delivers. (Waiting here, longer
@@ -245,15 +278,12 @@ func (r *runner) run(ctx context.Context) error {
 	return nil
 }
 
-// consumerConfig is the durable consumer Run uses.
+// consumerConfig is the durable consumer Run uses: narrowed to the Trace
+// classes, one wildcard filter each, or the whole stream (see the package
+// doc). A filter equal to the stream's subjects is no filter at all for
+// nats-server.
 func (r *runner) consumerConfig() jetstream.ConsumerConfig {
-	// The whole stream, not the four Trace classes: nats-server matches a
-	// filtered consumer's filters against every subject of a message block
-	// for each message it delivers (so with the Sessions of a day in the
-	// blocks, tracing slowed to a crawl), while a filter equal to the
-	// stream's subjects is no filter at all. The other classes are skipped
-	// here (handle) and acknowledged with the next commit.
-	return jetstream.ConsumerConfig{
+	cfg := jetstream.ConsumerConfig{
 		Durable:       r.o.Durable,
 		Description:   "Floe tracer: writes Session Traces",
 		FilterSubject: omni.SessionSubjects,
@@ -263,10 +293,18 @@ func (r *runner) consumerConfig() jetstream.ConsumerConfig {
 		MaxAckPending: max(1000, 4*r.o.Batch),
 		MaxDeliver:    -1,
 	}
+	if r.narrow {
+		cfg.FilterSubject = ""
+		for _, class := range omni.TraceClasses {
+			cfg.FilterSubjects = append(cfg.FilterSubjects, omni.SessionSubject("*", class))
+		}
+	}
+	return cfg
 }
 
 // setup checks the stream's incarnation against the recorded positions
-// (tracefile.Store.SetEpoch), creates or updates the durable consumer and,
+// (tracefile.Store.SetEpoch), creates or updates the durable consumer,
+// sets the consumer sequence the next delivery must follow (r.dseq) and,
 // when it has delivered-but-unacknowledged messages (a previous tracer's
 // in-flight batch), resets it to its ack floor so delivery resumes in order.
 func (r *runner) setup(ctx context.Context) (jetstream.Consumer, error) {
@@ -297,7 +335,12 @@ func (r *runner) setup(ctx context.Context) (jetstream.Consumer, error) {
 	}
 	info := cons.CachedInfo()
 	r.floor = info.AckFloor.Stream
+	r.dseq = 0
 	if info.NumAckPending == 0 {
+		// Nothing in flight: the next delivery must be the one after the
+		// last (a filter switch keeps the numbering), so a delivery taken
+		// by someone else right now is caught by inSequence too.
+		r.dseq = info.Delivered.Consumer
 		return cons, nil
 	}
 	r.log.Info().Int("pending", info.NumAckPending).Uint64("seq", info.AckFloor.Stream).
@@ -427,6 +470,12 @@ func (r *runner) batch(ctx context.Context, cons jetstream.Consumer) (delivered 
 			}
 			last, lastSeq = m, seq
 			r.handled = max(r.handled, seq)
+			if r.switchFilters(m) {
+				if err := commit(); err != nil {
+					return delivered, err
+				}
+				return delivered, errSwitch
+			}
 			if len(msgs) == 0 {
 				linger.Reset(commitLinger)
 			}
@@ -469,6 +518,20 @@ func (r *runner) batch(ctx context.Context, cons jetstream.Consumer) (delivered 
 			return delivered, commit()
 		}
 	}
+}
+
+// switchFilters reports whether, after m, the consumer should change
+// filters: narrow once nothing is pending, wide again when more than
+// behindLimit Trace records are.
+func (r *runner) switchFilters(m jetstream.Msg) bool {
+	md, err := m.Metadata()
+	if err != nil {
+		return false
+	}
+	if r.narrow {
+		return md.NumPending > behindLimit
+	}
+	return md.NumPending == 0
 }
 
 // inSequence checks that m is the delivery right after the last one
