@@ -57,8 +57,12 @@ type Config struct {
 	TracerRecords  int
 	// LongTasks is how many Tasks the long scenario runs in one Session.
 	LongTasks int
+	// LowRateDeltas is how many deltas each Task of the lowrate scenario
+	// streams (at about 500 a second), LowRateRuns how many Tasks it runs
+	// with the tracer and as many without.
+	LowRateDeltas, LowRateRuns int
 	// Only, when not empty, limits the scenarios (throughput, latency,
-	// resume, idle, tasks, tracer, long).
+	// resume, idle, tasks, tracer, long, lowrate).
 	Only []string
 	// Log receives the services' logs.
 	Log zerolog.Logger
@@ -76,14 +80,16 @@ type Config struct {
 func Quick() Config {
 	return Config{Mode: "quick", Partials: 50_000, Runs: 3, Rate: 2000, LatencyFor: 3 * time.Second,
 		Sessions: []int{1, 100, 1000}, ResumeRecords: []int{1000, 10_000, 100_000}, ResumeRuns: 3, IdleSessions: 5000,
-		TaskSessions: 1000, TracerSessions: []int{100, 10_000}, TracerRecords: 100_000, LongTasks: 2000}
+		TaskSessions: 1000, TracerSessions: []int{100, 10_000}, TracerRecords: 100_000, LongTasks: 2000,
+		LowRateDeltas: 2500, LowRateRuns: 2}
 }
 
 // Full is the complete run (about four minutes on two cores).
 func Full() Config {
 	return Config{Mode: "full", Partials: 100_000, Runs: 5, Rate: 2000, LatencyFor: 15 * time.Second,
 		Sessions: []int{1, 100, 1000}, ResumeRecords: []int{1000, 10_000, 100_000}, ResumeRuns: 5, IdleSessions: 10_000,
-		TaskSessions: 1000, TracerSessions: []int{100, 10_000}, TracerRecords: 100_000, LongTasks: 2000}
+		TaskSessions: 1000, TracerSessions: []int{100, 10_000}, TracerRecords: 100_000, LongTasks: 2000,
+		LowRateDeltas: 5000, LowRateRuns: 3}
 }
 
 // Report holds the results of one run.
@@ -99,6 +105,7 @@ type Report struct {
 	Tracer     []TracerResult
 	OTel       *OTelResult
 	Long       *LongResult
+	LowRate    *LowRateResult
 	Errors     []string
 	// LoadBefore and LoadAfter are the machine's 1-minute load averages
 	// when the run started and ended: other work on the machine shows here.
@@ -160,6 +167,11 @@ func Run(ctx context.Context, c Config) (*Report, error) {
 	if want("long") && ctx.Err() == nil {
 		if rep.Long, err = runLong(ctx, &c, p); err != nil {
 			fail("long", err)
+		}
+	}
+	if want("lowrate") && ctx.Err() == nil {
+		if rep.LowRate, err = runLowRate(ctx, &c, p); err != nil {
+			fail("lowrate", err)
 		}
 	}
 	if ctx.Err() != nil {

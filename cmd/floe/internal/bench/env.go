@@ -57,9 +57,10 @@ func startEnvOn(ctx context.Context, root, name string, services bool, natsURL s
 	return startEnvTuned(ctx, root, name, services, natsURL, nil, log)
 }
 
-// startEnvTuned is startEnvOn with the engine's configuration changed by
-// tune (when not nil) after its defaults.
-func startEnvTuned(ctx context.Context, root, name string, services bool, natsURL string, tune func(*engine.Config), log zerolog.Logger) (*env, error) {
+// startEnvTuned is startEnvOn with the stack's options changed by tune
+// (when not nil) after the services' defaults: an engine setting, or a
+// service left out (a nil config).
+func startEnvTuned(ctx context.Context, root, name string, services bool, natsURL string, tune func(*stack.Options), log zerolog.Logger) (*env, error) {
 	home := filepath.Join(root, name)
 	if err := os.MkdirAll(home, 0o755); err != nil {
 		return nil, fmt.Errorf("bench: home: %w", err)
@@ -68,13 +69,13 @@ func startEnvTuned(ctx context.Context, root, name string, services bool, natsUR
 	if services {
 		eng := engine.DefaultConfig()
 		eng.Home, eng.NoSnapshots = home, os.Getenv("FLOE_SNAPSHOTS") == "off"
-		if tune != nil {
-			tune(&eng)
-		}
 		tr := tracer.DefaultConfig()
 		tr.Home = home
 		tools := toolrunner.Config{RunnerID: "bench-runner"}
 		opts.Engine, opts.Tracer, opts.Toolrunner = &eng, &tr, &tools
+	}
+	if tune != nil {
+		tune(&opts)
 	}
 	st, err := stack.Start(ctx, opts, log)
 	if err != nil {

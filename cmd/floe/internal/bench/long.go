@@ -12,8 +12,8 @@ import (
 	"slices"
 	"time"
 
+	"floe.dev/cmd/floe/internal/stack"
 	"floe.dev/pkg/omni"
-	"floe.dev/services/engine"
 	"floe.dev/services/gateway/client"
 )
 
@@ -61,7 +61,7 @@ func runLong(ctx context.Context, c *Config, p *progress) (*LongResult, error) {
 	defer cancel()
 	// The grace period has passed for every Task (disk_per_trace is the
 	// disk after it): partials are purged as each Task ends.
-	e, err := startEnvTuned(ctx, c.root, "long", true, "", func(ec *engine.Config) { ec.SetPartialsKeep(0) }, c.Log)
+	e, err := startEnvTuned(ctx, c.root, "long", true, "", func(o *stack.Options) { o.Engine.SetPartialsKeep(0) }, c.Log)
 	if err != nil {
 		return nil, err
 	}

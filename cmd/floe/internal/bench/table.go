@@ -124,6 +124,11 @@ func (r *Report) Markdown(w io.Writer, command string) {
 			mib(float64(x.Store)), mib(float64(x.SessionsBytes)), mib(float64(x.SnapshotBytes)))
 	}
 
+	if x := r.LowRate; x != nil {
+		fmt.Fprintf(w, "**Low rate**: one Session whose Task streams %s text deltas through the engine (%.0f partials/s measured), in a Floe with the tracer and in one without, alternately, %d Tasks each; the process's CPU per Task (engine, embedded nats-server, idle gateway and toolrunner, the tracer when there is one), median.\n\n", num(x.Deltas), x.Rate, x.Runs)
+		fmt.Fprintf(w, "| without the tracer | with it | with ÷ without |\n|---:|---:|---:|\n| %s | %s | %.2f |\n\n", dur(x.Without), dur(x.With), x.Share())
+	}
+
 	if len(r.Errors) > 0 {
 		fmt.Fprintf(w, "**Failed**: %s\n\n", strings.Join(r.Errors, "; "))
 	}

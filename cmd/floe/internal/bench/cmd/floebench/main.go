@@ -34,7 +34,7 @@ func run() int {
 	quick := fs.Bool("quick", false, "a run of under two minutes")
 	out := fs.String("out", "", "also write the markdown to this file")
 	jsonOut := fs.String("json", "", "also write a machine-readable summary (JSON) to this file")
-	only := fs.String("only", "", "comma-separated scenarios: throughput,otel,latency,resume,idle,tasks,tracer,long (default all)")
+	only := fs.String("only", "", "comma-separated scenarios: throughput,otel,latency,resume,idle,tasks,tracer,long,lowrate (default all)")
 	partials := fs.Int("partials", 0, "partials per throughput run (default 50000 quick, 100000 full)")
 	rate := fs.Float64("rate", 0, "total publish rate of the latency scenarios, partials/s (default 2000)")
 	idle := fs.Int("idle-sessions", 0, "idle Sessions to create (default 10000, quick 5000)")
