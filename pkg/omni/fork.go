@@ -9,6 +9,10 @@ import "encoding/json"
 type ForkedFrom struct {
 	SessionID string `json:"session_id" msgpack:"session_id"`
 	Seq       uint64 `json:"seq" msgpack:"seq"`
+	// Record is the parent's record ordinal the history was taken up to,
+	// for a fork cut by record (Seq is then that record's sequence, 0 when
+	// it was read from a Trace file).
+	Record *int `json:"record,omitempty" msgpack:"record,omitempty"`
 }
 
 // ForkMeta builds the head of a forked Session's Trace: a session_meta

@@ -108,6 +108,36 @@ func CutAt(ctx context.Context, js jetstream.JetStream, home, sessionID string, 
 	return out, err
 }
 
+// CutAtRecord is CutAt by a record's ordinal instead of a stream
+// sequence: the Session's history up to and including its record of
+// ordinal n, closed as an interrupted Task. An ordinal counts the records
+// as LoadWindow does (Trace files' non-blank lines up to the tracer's
+// position, malformed ones included, then the Session's Trace-class
+// messages in FLOE_SESSIONS after it): what /messages gives as each
+// message's position. It reaches what a sequence cannot: records of an
+// imported Trace and of files older than the stream's retention. The Cut's
+// Seq is the record's stream sequence, 0 when it was read from a Trace
+// file. An n past the history's end wraps ErrNotPosition.
+func CutAtRecord(ctx context.Context, js jetstream.JetStream, home, sessionID string, n int) (*Cut, error) {
+	if n < 0 {
+		return nil, fmt.Errorf("trace: cut %s at record %d: %w", sessionID, n, ErrNotPosition)
+	}
+	h := &History{}
+	c := &cutter{upTo: n + 1}
+	if err := h.load(ctx, js, home, sessionID, Options{}, &sink{records: &h.Records, lazy: c.see, reset: c.reset}); err != nil {
+		return nil, err
+	}
+	if c.count <= n {
+		return nil, fmt.Errorf("trace: cut %s at record %d: %w (the history holds %d)", sessionID, n, ErrNotPosition, c.count)
+	}
+	if !c.haveHead {
+		return noHead(h.Records, c.seq)
+	}
+	out := &Cut{Head: c.head, Records: c.records, Seq: c.seq}
+	out.Close, out.Children = c.st.close()
+	return out, nil
+}
+
 // noHead is the Cut before a Session's first session_meta (its first
 // Task's task_state): nothing is carried, under the Session's first head.
 // ErrNoHead when the Session has none (no Task ran).
@@ -130,6 +160,12 @@ type cutter struct {
 	records  [][]byte
 	st       openState
 	m        omni.Message // decoding buffer of see
+	// upTo, when nonzero, cuts by ordinal instead (CutAtRecord): see takes
+	// the first upTo records it is handed and accepts every one, as
+	// LoadWindow counts them. count is how many it was handed, seq the
+	// sequence of the last one taken.
+	upTo, count int
+	seq         uint64
 }
 
 func (c *cutter) take(seq uint64, data []byte, m *omni.Message) {
@@ -145,7 +181,7 @@ func (c *cutter) take(seq uint64, data []byte, m *omni.Message) {
 	c.st.apply(len(c.records)-1, m)
 }
 
-func (c *cutter) reset() { *c = cutter{at: c.at} }
+func (c *cutter) reset() { *c = cutter{at: c.at, upTo: c.upTo} }
 
 // see takes a record as stored: peeked, and decoded only when peek cannot
 // tell what the open state needs of it (see peek). It reports false for a
@@ -155,10 +191,18 @@ func (c *cutter) see(seq uint64, data []byte) bool {
 	if c.at > 0 && seq > c.at {
 		return true // past the cut
 	}
+	if c.upTo > 0 {
+		// By ordinal every record counts, a malformed one too (it is not
+		// carried: a reader skips it).
+		if c.count++; c.count > c.upTo {
+			return true
+		}
+		c.seq = seq
+	}
 	p := peek(data)
 	if p.kind == peekDecode {
 		if decode(data, &c.m) != nil {
-			return false
+			return c.upTo > 0
 		}
 		c.take(seq, data, &c.m)
 		return true

@@ -3,6 +3,7 @@ package trace
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"slices"
 	"testing"
@@ -263,4 +264,68 @@ func TestCutFindsTheOpenSubagentRuns(t *testing.T) {
 	if got := types(c.Close); !slices.Equal(got, []string{"abort/"}) {
 		t.Errorf("Close = %v, want abort", got)
 	}
+}
+
+// A cut by record ordinal is the cut by that record's stream sequence,
+// whether the records come from the stream or from Trace files; it also
+// reaches inside an imported Trace, which has no sequences; the ordinals
+// are those LoadWindow gives.
+func TestCutAtRecordIsTheCutAtItsSequence(t *testing.T) {
+	ctx := context.Background()
+	f := newFixture(t)
+	idx, _ := conversation(f)
+	same := func(t *testing.T, what string, got, want *Cut) {
+		t.Helper()
+		if !slices.EqualFunc(got.Records, want.Records, func(a, b []byte) bool { return string(a) == string(b) }) ||
+			!slices.Equal(types(got.Close), types(want.Close)) || got.Seq != want.Seq {
+			t.Errorf("%s: %d records, close %v, seq %d; want %d, %v, %d", what,
+				len(got.Records), types(got.Close), got.Seq, len(want.Records), types(want.Close), want.Seq)
+		}
+	}
+	check := func(t *testing.T, home string, fromFiles int) {
+		_, page, err := LoadWindow(ctx, f.env.JS, home, sid, Window{Tasks: 100}, Options{})
+		if err != nil || len(page.Ordinals) != len(f.data) {
+			t.Fatalf("LoadWindow: %v, ordinals %v", err, page.Ordinals)
+		}
+		for i := range f.data {
+			c, err := CutAtRecord(ctx, f.env.JS, home, sid, page.Ordinals[i])
+			if err != nil {
+				t.Fatalf("CutAtRecord(%d): %v", i, err)
+			}
+			want := f.cut(f.seqs[i])
+			if i < fromFiles {
+				want.Seq = 0 // read from a file: no sequence
+			}
+			same(t, fmt.Sprintf("record %d", i), c, want)
+		}
+		for _, n := range []int{-1, len(f.data), len(f.data) + 5} {
+			if _, err := CutAtRecord(ctx, f.env.JS, home, sid, n); !errors.Is(err, ErrNotPosition) {
+				t.Errorf("CutAtRecord(%d) = %v, want ErrNotPosition", n, err)
+			}
+		}
+	}
+	t.Run("stream", func(t *testing.T) { f.t = t; check(t, f.home, 0) })
+	t.Run("files", func(t *testing.T) {
+		f.t = t
+		upto := idx["text2"]
+		path := f.writeFile(1, 0, upto+1, "")
+		fi, _ := os.Stat(path)
+		if err := WritePos(f.home, sid, Pos{Seq: f.seqs[upto], File: path, Size: fi.Size(), Index: 1}); err != nil {
+			t.Fatal(err)
+		}
+		check(t, f.home, upto+1)
+	})
+	t.Run("imported", func(t *testing.T) {
+		g := newFixture(t)
+		g.data = f.data
+		g.writeFile(1, 0, len(f.data), "")
+		c, err := CutAtRecord(ctx, g.env.JS, g.home, sid, idx["end1"])
+		if err != nil {
+			t.Fatal(err)
+		}
+		g.wantCarried(c, 0, idx["end1"])
+		if c.Seq != 0 || !slices.Equal(types(c.Close), []string{"abort/"}) {
+			t.Errorf("Seq = %d, Close = %v; want 0 and the call waiting for its output interrupted", c.Seq, types(c.Close))
+		}
+	})
 }

@@ -40,8 +40,9 @@ var ErrCursor = errors.New("trace: cursor past the end of the history")
 // Page is a Window of a history.
 type Page struct {
 	// Records are the window's valid records in order (malformed lines are
-	// skipped, counted in Skipped).
-	Records []Record
+	// skipped, counted in Skipped); Ordinals their ordinals.
+	Records  []Record
+	Ordinals []int
 	// Start and End are the ordinals the window covers: [Start, End).
 	// Start is the cursor of the page before it; Total the history's
 	// record count.
@@ -75,12 +76,13 @@ func LoadWindow(ctx context.Context, js jetstream.JetStream, home, sessionID str
 	p := &Page{End: end, Total: len(all)}
 	p.Start, p.More = windowStart(all[:end], w.Tasks)
 	var m omni.Message
-	for _, r := range all[p.Start:end] {
+	for i, r := range all[p.Start:end] {
 		if decode(r.Data, &m) != nil {
 			p.Skipped++
 			continue
 		}
 		p.Records = append(p.Records, r)
+		p.Ordinals = append(p.Ordinals, p.Start+i)
 	}
 	return h, p, nil
 }

@@ -147,6 +147,67 @@ func TestForkCopiesSettingsAndCutsTheHistory(t *testing.T) {
 	}
 }
 
+// Every message of /messages carries its position, whole or windowed, and
+// a fork at a message's position is the fork at its stream sequence.
+func TestForkAtAMessagesPosition(t *testing.T) {
+	t.Parallel()
+	g := startGateway(t, newBus(t), "", nil)
+	parent := createSession(t, g.Alice, client.CreateSession{})
+	seqs := recordSession(t, g, parent.ID)
+	// The records of /messages, in order (the partial is not one).
+	names := []string{"meta", "tools", "prompt", "begin1", "text1", "callA", "end1", "outA", "begin2", "text2"}
+	whole, err := g.Alice.Messages(ctxT(t), parent.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	window, err := g.Alice.MessagesWindow(ctxT(t), parent.ID, 1, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, h := range []*client.Messages{whole, window} {
+		if len(h.Messages) != len(names) || len(h.Positions) != len(names) {
+			t.Fatalf("/messages: %d messages, positions %v; want %d of each", len(h.Messages), h.Positions, len(names))
+		}
+		for i, p := range h.Positions {
+			if p != i {
+				t.Fatalf("positions = %v, want each message's ordinal", h.Positions)
+			}
+		}
+	}
+	for i, name := range names {
+		byRecord, err := g.Alice.ForkAtRecord(ctxT(t), parent.ID, whole.Positions[i])
+		if err != nil {
+			t.Fatalf("ForkAtRecord(%s): %v", name, err)
+		}
+		f := byRecord.ForkedFrom
+		if f == nil || f.SessionID != parent.ID || f.Seq != seqs[name] || f.Record == nil || *f.Record != i {
+			t.Errorf("fork at %s: forkedFrom %+v, want %s at seq %d, record %d", name, f, parent.ID, seqs[name], i)
+		}
+		bySeq, err := g.Alice.Fork(ctxT(t), parent.ID, seqs[name])
+		if err != nil {
+			t.Fatalf("Fork(%s): %v", name, err)
+		}
+		got, want := traceRecords(t, g.Alice, byRecord.ID), traceRecords(t, g.Alice, bySeq.ID)
+		if kinds(got) != kinds(want) {
+			t.Errorf("fork at %s's position: %s\nat its sequence: %s", name, kinds(got), kinds(want))
+		}
+		// The fork's history ends with the message it was cut at (then
+		// what closes the cut).
+		if i > 0 && string(omni.MustMarshal(&got[i])) != string(whole.Messages[i]) {
+			t.Errorf("fork at %s: record %d = %s, want %s", name, i, omni.MustMarshal(&got[i]), whole.Messages[i])
+		}
+	}
+	after, err := g.Alice.Messages(ctxT(t), parent.ID)
+	if err != nil || len(after.Messages) != len(whole.Messages) {
+		t.Fatalf("parent after its forks: %d messages, %v", len(after.Messages), err)
+	}
+	for i := range whole.Messages {
+		if !bytes.Equal(after.Messages[i], whole.Messages[i]) {
+			t.Errorf("parent's message %d changed by its forks", i)
+		}
+	}
+}
+
 func TestForkRejectsABadAtSeqAndCreatesNothing(t *testing.T) {
 	t.Parallel()
 	g := startGateway(t, newBus(t), "", nil)
@@ -160,6 +221,8 @@ func TestForkRejectsABadAtSeqAndCreatesNothing(t *testing.T) {
 		`{"atSeq":0}`, `{"atSeq":-3}`, `{"atSeq":1.5}`, `{"atSeq":"abc"}`, `{"atSeq":true}`,
 		`{"atSeq":"1-` + strconv.FormatUint(seqs["end1"], 10) + `"}`, // another stream incarnation's id
 		`{"at":3}`, `[1]`,
+		`{"atRecord":-1}`, `{"atRecord":99}`, `{"atRecord":1.5}`, `{"atRecord":"2"}`, // not a record position
+		`{"atRecord":2,"atSeq":` + strconv.FormatUint(seqs["end1"], 10) + `}`, // both
 	} {
 		req, _ := http.NewRequest(http.MethodPost, g.URL+"/api/sessions/"+parent.ID+"/fork", strings.NewReader(body))
 		req.Header.Set("Content-Type", "application/json")

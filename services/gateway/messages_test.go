@@ -250,7 +250,7 @@ func TestMessagesPassRecordsThroughAsStored(t *testing.T) {
 	}
 	body, err := io.ReadAll(resp.Body)
 	resp.Body.Close()
-	if want := `{"messages":[` + strings.Join(lines, ",") + "]}\n"; err != nil || string(body) != want {
+	if want := `{"messages":[` + strings.Join(lines, ",") + `],"positions":[0,1]}` + "\n"; err != nil || string(body) != want {
 		t.Fatalf("messages = %s (%v), want %s", body, err, want)
 	}
 	if resp.ContentLength != int64(len(body)) || resp.Header.Get("Content-Type") != "application/json" {

@@ -309,6 +309,17 @@ func (c *Client) Fork(ctx context.Context, id string, atSeq uint64) (*Session, e
 	return &out, nil
 }
 
+// ForkAtRecord forks Session id after its record of ordinal n (a position
+// of Messages.Positions) and returns the new Session.
+func (c *Client) ForkAtRecord(ctx context.Context, id string, n int) (*Session, error) {
+	req := Fork{AtRecord: &n}
+	var out Session
+	if err := c.do(ctx, http.MethodPost, sessionPath(id, "fork"), req, &out); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
 // Health checks GET /healthz.
 func (c *Client) Health(ctx context.Context) error {
 	return c.do(ctx, http.MethodGet, "/healthz", nil, nil)

@@ -52,14 +52,21 @@ type Sandbox struct {
 type ForkedFrom struct {
 	SessionID string `json:"sessionId"`
 	Seq       uint64 `json:"seq"`
+	// Record is the parent's record ordinal the fork was cut after, when
+	// it was cut by atRecord.
+	Record *int `json:"record,omitempty"`
 }
 
 // Fork is the body of POST /api/sessions/{id}/fork. AtSeq is the stream
 // sequence to cut at (the <seq> of an SSE event id; a JSON number, or a
 // string holding the number or a whole event id "<epoch>-<seq>"); empty:
 // everything so far.
+//
+// AtRecord cuts after a record instead: a position from /messages
+// (Messages.Positions). At most one of the two.
 type Fork struct {
-	AtSeq json.RawMessage `json:"atSeq,omitempty"`
+	AtSeq    json.RawMessage `json:"atSeq,omitempty"`
+	AtRecord *int            `json:"atRecord,omitempty"`
 }
 
 // CommandPolicy is a Session's command policy: deny rules matched against
@@ -143,6 +150,10 @@ type Messages struct {
 	// Messages is the history: every Trace record, plus the complete messages
 	// the tracer has not written yet, as OmniMessage JSON.
 	Messages []json.RawMessage `json:"messages"`
+	// Positions, when present, are the messages' record ordinals, one per
+	// message: the cut token of POST /fork {atRecord}. Absent when the
+	// history's records could not all be placed (a damaged Trace).
+	Positions []int `json:"positions,omitempty"`
 	// Window is set on a windowed answer (MessagesWindow).
 	Window *Window `json:"window,omitempty"`
 	// Live is set while a Task runs (never on a page before a cursor).

@@ -38,11 +38,24 @@ func (s *Server) handleFork(w http.ResponseWriter, r *http.Request) *apiError {
 	if e != nil {
 		return e
 	}
+	point := cutPoint{seq: at}
+	if req.AtRecord != nil {
+		if at > 0 {
+			return badRequest("atSeq and atRecord are two ways to say where to cut: give one")
+		}
+		if *req.AtRecord < 0 {
+			return badRequest("atRecord %d is not a position of session %s", *req.AtRecord, parent.ID)
+		}
+		point = cutPoint{record: *req.AtRecord, byRecord: true}
+	}
 	var created []string
-	rec, err := s.fork(ctx, parent, at, "", parent.Depth, &created)
+	rec, err := s.fork(ctx, parent, point, "", parent.Depth, &created)
 	if err != nil {
 		for _, id := range created {
 			s.unfork(id)
+		}
+		if errors.Is(err, trace.ErrNotPosition) && point.byRecord {
+			return badRequest("atRecord %d is not a position of session %s", point.record, parent.ID)
 		}
 		if errors.Is(err, trace.ErrNotPosition) {
 			return badRequest("atSeq %d is not a stream position of session %s", at, parent.ID)
@@ -92,12 +105,26 @@ func (s *Server) forkSeq(ctx context.Context, raw json.RawMessage) (uint64, *api
 	return seq, nil
 }
 
-// fork creates the fork of src at sequence at (0: everything so far) as
+// cutPoint is where a fork cuts: a stream sequence (0: everything so
+// far) or, byRecord, a record ordinal (trace.CutAtRecord).
+type cutPoint struct {
+	seq      uint64
+	record   int
+	byRecord bool
+}
+
+// fork creates the fork of src cut at at as
 // a child of parentID (empty for a top-level fork) at depth; every
 // Session it creates is appended to created, so a failure can remove
 // them.
-func (s *Server) fork(ctx context.Context, src *omni.SessionRecord, at uint64, parentID string, depth int, created *[]string) (*omni.SessionRecord, error) {
-	cut, err := trace.CutAt(ctx, s.js, s.opts.Home, src.ID, at, parentID == "")
+func (s *Server) fork(ctx context.Context, src *omni.SessionRecord, at cutPoint, parentID string, depth int, created *[]string) (*omni.SessionRecord, error) {
+	var cut *trace.Cut
+	var err error
+	if at.byRecord {
+		cut, err = trace.CutAtRecord(ctx, s.js, s.opts.Home, src.ID, at.record)
+	} else {
+		cut, err = trace.CutAt(ctx, s.js, s.opts.Home, src.ID, at.seq, parentID == "")
+	}
 	empty := errors.Is(err, trace.ErrNoHead) && parentID == ""
 	if err != nil && !empty {
 		return nil, err
@@ -105,7 +132,7 @@ func (s *Server) fork(ctx context.Context, src *omni.SessionRecord, at uint64, p
 	if empty {
 		// Nothing of the Session yet (no Task ran): the fork is a new
 		// Session with its settings, and no Trace until its first Task.
-		cut = &trace.Cut{Seq: at}
+		cut = &trace.Cut{Seq: at.seq}
 	}
 	now := time.Now()
 	rec := &omni.SessionRecord{
@@ -116,6 +143,9 @@ func (s *Server) fork(ctx context.Context, src *omni.SessionRecord, at uint64, p
 		CommandPolicy: src.CommandPolicy,
 		ForkedFrom:    &omni.ForkedFrom{SessionID: src.ID, Seq: cut.Seq},
 	}
+	if at.byRecord {
+		rec.ForkedFrom.Record = &at.record
+	}
 	rec.ID = omni.NewSessionID(now, randHex(4))
 	if empty {
 		*created = append(*created, rec.ID)
@@ -125,7 +155,10 @@ func (s *Server) fork(ctx context.Context, src *omni.SessionRecord, at uint64, p
 		return rec, nil
 	}
 	records := cut.Records
-	if len(cut.Children) > 0 {
+	if len(cut.Children) > 0 && cut.Seq > 0 {
+		// Each child whose run was open is forked at the same stream
+		// position. (A cut by record on a record read from a Trace file
+		// has no position to cut the children at: their pointers stay.)
 		records = append([][]byte(nil), records...)
 		for _, ch := range cut.Children {
 			crec, _, err := s.sessions.Get(ctx, ch.ID)
@@ -135,7 +168,7 @@ func (s *Server) fork(ctx context.Context, src *omni.SessionRecord, at uint64, p
 			if err != nil {
 				return nil, err
 			}
-			child, err := s.fork(ctx, crec, cut.Seq, rec.ID, crec.Depth, created)
+			child, err := s.fork(ctx, crec, cutPoint{seq: cut.Seq}, rec.ID, crec.Depth, created)
 			if errors.Is(err, trace.ErrNoHead) {
 				continue // nothing of the child before the cut
 			}

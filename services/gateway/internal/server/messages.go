@@ -21,6 +21,9 @@ import (
 // segments.
 type historyResult struct {
 	msgs [][]byte
+	// positions are the msgs' record ordinals (trace.CutAtRecord), nil
+	// when not all are known.
+	positions []int
 	// page is set for a windowed read (trace.LoadWindow).
 	page    *trace.Page
 	live    bool
@@ -100,6 +103,17 @@ func (s *Server) history(ctx context.Context, rec *omni.SessionRecord, withLive 
 	h.msgs = make([][]byte, len(th.Records))
 	for i := range th.Records {
 		h.msgs[i] = th.Records[i].Data
+	}
+	switch {
+	case h.page != nil:
+		h.positions = h.page.Ordinals
+	case th.Skipped == 0 && th.Bad == 0:
+		// Every line and stream body became a record: a record's index is
+		// its ordinal.
+		h.positions = make([]int, len(h.msgs))
+		for i := range h.positions {
+			h.positions[i] = i
+		}
 	}
 	h.live = withLive && (running || stateOf(rec) == omni.StateRunning)
 	return h, nil
@@ -183,7 +197,7 @@ func (s *Server) handleMessages(rw http.ResponseWriter, r *http.Request) *apiErr
 			live.fragments = append(live.fragments, b)
 		}
 	}
-	writeMessages(rw, h.msgs, h.page, live)
+	writeMessages(rw, h.msgs, h.positions, h.page, live)
 	return nil
 }
 
@@ -230,12 +244,24 @@ type liveAnswer struct {
 // and &, which also made it most of the handler's time).
 //
 // A windowed answer (page set) also carries "window": {"start": the cursor
-// of the page before it, "more": whether there is one}.
-func writeMessages(w http.ResponseWriter, msgs [][]byte, page *trace.Page, live *liveAnswer) {
+// of the page before it, "more": whether there is one}; "positions" are the
+// messages' record ordinals, when known.
+func writeMessages(w http.ResponseWriter, msgs [][]byte, positions []int, page *trace.Page, live *liveAnswer) {
 	const head = `{"messages":`
-	var liveHead, window []byte
+	var liveHead, window, pos []byte
 	tail := "}\n"
 	size := len(head) + rawArraySize(msgs)
+	if len(msgs) > 0 && len(positions) == len(msgs) {
+		pos = append(pos, `,"positions":[`...)
+		for i, n := range positions {
+			if i > 0 {
+				pos = append(pos, ',')
+			}
+			pos = strconv.AppendInt(pos, int64(n), 10)
+		}
+		pos = append(pos, ']')
+		size += len(pos)
+	}
 	if page != nil {
 		window = fmt.Appendf(nil, `,"window":{"start":"%d","more":%t}`, page.Start, page.More)
 		size += len(window)
@@ -254,6 +280,7 @@ func writeMessages(w http.ResponseWriter, msgs [][]byte, page *trace.Page, live 
 	bw := bufio.NewWriterSize(w, 64<<10)
 	bw.WriteString(head)
 	writeRawArray(bw, msgs)
+	bw.Write(pos)
 	bw.Write(window)
 	if live != nil {
 		bw.Write(liveHead)

@@ -79,7 +79,7 @@ func view(r *omni.SessionRecord) client.Session {
 		v.ApprovalMode = omni.ApproveAllowAll
 	}
 	if f := r.ForkedFrom; f != nil {
-		v.ForkedFrom = &client.ForkedFrom{SessionID: f.SessionID, Seq: f.Seq}
+		v.ForkedFrom = &client.ForkedFrom{SessionID: f.SessionID, Seq: f.Seq, Record: f.Record}
 	}
 	p := r.CommandPolicy
 	if p == nil {
