@@ -16,7 +16,7 @@ func TestForkMetaCarriesForkedFromAndReplacesAnOlderOne(t *testing.T) {
 	if err != nil {
 		t.Fatalf("Decode(%s): %v", b, err)
 	}
-	if f, ok := m.Payload.ForkedFrom(); !ok || f != (ForkedFrom{"session-a", 42}) || m.Payload.SessionID != "session-b" || m.Payload.SystemPrompt != "sys" {
+	if f, ok := m.Payload.ForkedFrom(); !ok || f.SessionID != "session-a" || f.Seq != 42 || f.Record != nil || m.Payload.SessionID != "session-b" || m.Payload.SystemPrompt != "sys" {
 		t.Errorf("decoded fork head = %+v, forked_from %+v %v", m.Payload.Meta(), f, ok)
 	}
 	second := ForkMeta(&m, "session-c", ForkedFrom{SessionID: "session-b", Seq: 7})
