@@ -6,9 +6,10 @@
 // FLOE_TOOLS work queue once the call's approval_decision is stored. Every
 // replica of a pool pulls from one shared durable consumer
 // (floe-toolrunner-<pool>), so any number of runners share the work. A job is
-// executed at most once: the runner acknowledges it before running it, and a
-// job whose runner dies is never re-run; the engine pairs it with a failed
-// output when the runner's heartbeats stop.
+// executed at most once: the runner acknowledges it before running it (an
+// ack whose answer is lost is sent again until confirmed, never read as
+// "not delivered"), and a job whose runner dies is never re-run; the engine
+// pairs it with a failed output when the runner's heartbeats stop.
 //
 // For each job the runner publishes partial_tool_call_output fragments
 // (start, deltas, stop) on floe.session.<sid>.partial and then exactly one

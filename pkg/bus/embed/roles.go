@@ -53,6 +53,7 @@ func rolePermissions(user string) *server.Permissions {
 			"$JS.API.STREAM.PURGE.FLOE_SESSIONS",
 			"$JS.API.STREAM.INFO.FLOE_TOOLS",
 			"$JS.API.STREAM.MSG.DELETE.FLOE_TOOLS",
+			"$JS.API.STREAM.MSG.GET.FLOE_TOOLS",
 		}, []string{"floe.ctl.*.*", "floe.hb.*", "_INBOX.engine.>", "$SRV.>", "floe.status.engine"})
 		p.Publish.Deny = tracerDurable
 		p.Response = responses

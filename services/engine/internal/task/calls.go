@@ -26,7 +26,8 @@ type callState struct {
 	jobSeq     uint64
 	started    bool
 	lastBeat   time.Time
-	dispatched time.Time
+	dispatched time.Time // when the job was enqueued, then when its wait was last decided
+	taken      bool      // the job was seen gone from the queue with no heartbeat yet
 	output     *omni.Message
 	// gen is the Task stream's generation (publish.Publisher.Token)
 	// before the call's message was queued, from the first sequence of its
@@ -237,7 +238,7 @@ func (c *calls) await(actx context.Context, ids []string) error {
 	defer tick.Stop()
 	timeout := c.d.Settings.HeartbeatTimeout
 	for {
-		var lost []string
+		var lost []*callState
 		var unstarted []*callState
 		done := true
 		now := time.Now()
@@ -249,7 +250,7 @@ func (c *calls) await(actx context.Context, ids []string) error {
 			}
 			done = false
 			if cs.started && now.Sub(cs.lastBeat) > timeout {
-				lost = append(lost, id)
+				lost = append(lost, cs)
 				cs.lastBeat = now // publish once per timeout window
 			}
 			if !cs.started && cs.jobSeq > 0 && now.Sub(cs.dispatched) > timeout {
@@ -264,8 +265,10 @@ func (c *calls) await(actx context.Context, ids []string) error {
 		for _, cs := range unstarted {
 			c.notStarted(actx, cs, timeout)
 		}
-		for _, id := range lost {
+		for _, cs := range lost {
+			id := cs.id
 			c.log.Warn().Str("tool_call_id", id).Msg("tool runner lost; call failed with unknown outcome")
+			c.withdraw(actx, cs.jobSeq)
 			out := omni.ToolCallOutput(id, fmt.Sprintf(
 				"[tool runner lost: no heartbeat for %s; the outcome is unknown and the call was not re-run]",
 				timeout), omni.StatusFailed)
@@ -280,12 +283,18 @@ func (c *calls) await(actx context.Context, ids []string) error {
 	}
 }
 
-// notStarted ends a call whose job no runner started (no heartbeat) within
-// timeout, whatever happened to the job's ack: the job is withdrawn from
-// the queue if it is still there, so it never runs later, and the call
-// gets a failed output. When a runner took the job (its ack was applied,
-// perhaps while the runner saw it fail, and it never ran it), the outcome
-// is unknown and the output says so; the runner's own output, if it comes
+// notStarted decides about a call whose job no runner has reported
+// running (no heartbeat) for timeout since it was enqueued or last
+// decided about. How long the queue is, is no reason to fail it: a
+// saturated pool works through its queue. So a job still in the queue
+// waits as long as a live runner of the pool answers (the pool's tool
+// list subject, which every runner serves whatever its load); when none
+// does, it is withdrawn, so it never runs later, and the call gets a
+// failed "not started" output. A job gone from the queue was taken by a
+// runner, which reports a job the moment it starts it (and while it is
+// still confirming its ack): one more timeout without a heartbeat and
+// the call fails with an unknown outcome (the runner's ack may have been
+// applied though it saw it fail). The runner's own output, if it comes
 // first, wins (the same Msg-Id).
 func (c *calls) notStarted(actx context.Context, cs *callState, timeout time.Duration) {
 	ctx, cancel := context.WithTimeout(actx, 5*time.Second)
@@ -294,13 +303,32 @@ func (c *calls) notStarted(actx context.Context, cs *callState, timeout time.Dur
 	if err != nil {
 		return // the bus is unavailable: next round
 	}
-	text := fmt.Sprintf("[tool not started: no tool runner took the job within %s; it was withdrawn and not run]", timeout)
-	if err := s.DeleteMsg(ctx, cs.jobSeq); err != nil {
-		if !jobGone(err) {
-			c.log.Warn().Err(err).Uint64("job_seq", cs.jobSeq).Msg("cannot withdraw a tool job not started; asking again")
-			return // cannot tell: next round
+	var text string
+	_, err = s.GetMsg(ctx, cs.jobSeq)
+	switch {
+	case err == nil:
+		if alive, why := c.runnerAlive(ctx); alive {
+			c.log.Debug().Str("tool_call_id", cs.id).Str("runners", why).Msg("tool job still queued behind busy runners; waiting")
+			return
+		}
+		if err := s.DeleteMsg(ctx, cs.jobSeq); err != nil {
+			if !jobGone(err) {
+				c.log.Warn().Err(err).Uint64("job_seq", cs.jobSeq).Msg("cannot withdraw a tool job not started; asking again")
+			}
+			return // or taken meanwhile: its runner reports it, or the next round decides
+		}
+		text = fmt.Sprintf("[tool not started: no live tool runner of pool %q took the job within %s; it was withdrawn and not run]", c.pool(), timeout)
+	case errors.Is(err, jetstream.ErrMsgNotFound):
+		c.mu.Lock()
+		first := !cs.taken
+		cs.taken = true
+		c.mu.Unlock()
+		if first {
+			return // taken: one more round for its runner's first heartbeat
 		}
 		text = fmt.Sprintf("[tool not started: a tool runner took the job but did not report it running within %s; the outcome is unknown and the call was not re-run]", timeout)
+	default:
+		return // cannot tell: next round
 	}
 	c.mu.Lock()
 	started := cs.started || cs.output != nil
@@ -311,6 +339,45 @@ func (c *calls) notStarted(actx context.Context, cs *callState, timeout time.Dur
 	c.log.Warn().Str("tool_call_id", cs.id).Uint64("job_seq", cs.jobSeq).Msg("tool job not started; call failed")
 	out := omni.ToolCallOutput(cs.id, text, omni.StatusFailed)
 	c.publishLost(actx, &out)
+}
+
+// runnerAlive asks the pool's runners for their MCP server names (a
+// request that connects nothing, served apart from the jobs): any answer,
+// or a request that times out because a runner is slow to answer, says a
+// runner of the pool is there; only "no responders" says none is.
+func (c *calls) runnerAlive(ctx context.Context) (bool, string) {
+	body, err := omni.Pack(&omni.ToolListRequest{ServersOnly: true})
+	if err != nil {
+		return true, "cannot ask"
+	}
+	rctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	reply, err := c.d.NC.RequestWithContext(rctx, omni.ToolListSubject(c.pool()), body)
+	switch {
+	case err == nil:
+		var list omni.ToolList
+		_ = omni.Unpack(reply.Data, &list)
+		return true, "runner " + list.Runner + " answered"
+	case errors.Is(err, nats.ErrNoResponders):
+		return false, "none"
+	default:
+		return true, "no answer yet: " + err.Error()
+	}
+}
+
+// withdraw deletes a job from the queue if it is still there (best
+// effort): a call declared lost must not run later, on a redelivery.
+func (c *calls) withdraw(actx context.Context, jobSeq uint64) {
+	if jobSeq == 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(actx, 5*time.Second)
+	defer cancel()
+	if s, err := c.d.JS.Stream(ctx, omni.ToolsStream); err == nil {
+		if err := s.DeleteMsg(ctx, jobSeq); err != nil && !jobGone(err) {
+			c.log.Warn().Err(err).Uint64("job_seq", jobSeq).Msg("could not withdraw a lost call's job")
+		}
+	}
 }
 
 // jobGone reports whether deleting a job failed because it is no longer

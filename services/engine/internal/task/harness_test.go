@@ -344,6 +344,9 @@ func (h *harness) startRunner(f *fakeRunner) *fakeRunner {
 	if err != nil {
 		h.t.Fatal(err)
 	}
+	// A live runner answers the pool's tool list requests (the engine asks
+	// before failing a queued job as not started).
+	listSub := answerToolList(h.t, nc)
 	cc, err := cons.Consume(func(msg jetstream.Msg) {
 		var job omni.ToolJob
 		if err := omni.Unpack(msg.Data(), &job); err != nil {
@@ -394,10 +397,28 @@ func (h *harness) startRunner(f *fakeRunner) *fakeRunner {
 	h.t.Cleanup(func() {
 		cc.Stop()
 		_ = sub.Unsubscribe()
+		_ = listSub.Unsubscribe()
 		close(stop)
 		wg.Wait()
 	})
 	return f
+}
+
+// answerToolList answers the default pool's tool list requests as a
+// runner with no tools.
+func answerToolList(t testing.TB, nc *nats.Conn) *nats.Subscription {
+	t.Helper()
+	sub, err := nc.QueueSubscribe(omni.ToolListSubject(omni.DefaultPool), "fake-runners", func(m *nats.Msg) {
+		b, _ := omni.Pack(&omni.ToolList{Runner: "fake"})
+		_ = m.Respond(b)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	return sub
 }
 
 func (f *fakeRunner) beat(nc *nats.Conn, sid, id string) {

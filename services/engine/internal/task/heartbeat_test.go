@@ -1,9 +1,13 @@
 package task
 
 import (
+	"context"
 	"strings"
+	"sync"
 	"testing"
 	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
 
 	"floe.dev/pkg/bus/bustest"
 	"floe.dev/pkg/omni"
@@ -90,7 +94,7 @@ func TestAJobNoRunnerTakesFailsAsNotStarted(t *testing.T) {
 	msgs := h.messages(sid)
 	out := index(msgs, isType(omni.TypeToolCallOutput, "call_1"))
 	if out < 0 || msgs[out].Payload.StopReason != omni.StatusFailed ||
-		!strings.Contains(msgs[out].Payload.Output, "tool not started: no tool runner took the job within 300ms") {
+		!strings.Contains(msgs[out].Payload.Output, `tool not started: no live tool runner of pool "default" took the job within 300ms`) {
 		t.Fatalf("call_1 output%s", dump(msgs))
 	}
 	// Withdrawn: a runner that comes now finds nothing to run.
@@ -123,5 +127,101 @@ func TestAJobTakenButNeverStartedFails(t *testing.T) {
 	}
 	if got := fr.ran(); len(got) != 1 {
 		t.Fatalf("jobs taken %v, want call_1 once", got)
+	}
+}
+
+// A saturated pool works through its queue: one runner with one slot
+// takes three parallel calls one after another, each running 800 ms
+// (beating), so the last waits 1.6 s in the queue, five heartbeat
+// timeouts. None is failed as not started (the runner is alive: it
+// answers the pool's tool list requests); every call gets its runner's
+// output.
+func TestASaturatedPoolCompletesEveryQueuedCall(t *testing.T) {
+	h := newHarness(t, `{"requests": [
+	  {"steps": [{"parallel_tool_calls": [
+	    {"name": "exec_command", "id": "call_a", "arguments": {"cmd": "a"}},
+	    {"name": "exec_command", "id": "call_b", "arguments": {"cmd": "b"}},
+	    {"name": "exec_command", "id": "call_c", "arguments": {"cmd": "c"}}]}]},
+	  {"expect_tool_outputs": ["call_a", "call_b", "call_c"], "steps": [{"text": "All three ran."}]}
+	]}`, func(s *Settings) { s.HeartbeatTimeout = 300 * time.Millisecond })
+	sid := "busy1"
+	h.session(sid, omni.ApproveAllowAll)
+	ran := h.oneSlotRunner(sid, 800*time.Millisecond)
+	if st := h.wait(h.run(sid, "t1", "go")); st != Completed {
+		t.Fatalf("status %q", st)
+	}
+	msgs := h.messages(sid)
+	for _, id := range []string{"call_a", "call_b", "call_c"} {
+		i := index(msgs, isType(omni.TypeToolCallOutput, id))
+		if i < 0 || msgs[i].Payload.StopReason != omni.StatusCompleted || msgs[i].Payload.Output != "ran "+id {
+			t.Errorf("%s's output%s", id, dump(msgs))
+		}
+	}
+	if got := ran(); len(got) != 3 {
+		t.Errorf("the runner ran %v, want the three calls once each", got)
+	}
+	if errs := h.prov.Mismatches(); len(errs) > 0 {
+		t.Fatalf("model saw: %v", errs)
+	}
+}
+
+// oneSlotRunner starts a runner of one slot: it fetches a job only when
+// idle, beats for it every 100 ms while it "runs" for work, then
+// publishes "ran <id>". It answers the pool's tool list requests. ran
+// lists the jobs taken.
+func (h *harness) oneSlotRunner(sid string, work time.Duration) (ran func() []string) {
+	h.t.Helper()
+	nc := bustest.Connect(h.t, h.env.Server)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	f := &fakeRunner{h: h, sid: sid, js: js}
+	ctx, cancel := context.WithCancel(context.Background())
+	cons, err := js.CreateOrUpdateConsumer(ctx, omni.ToolsStream, jetstream.ConsumerConfig{
+		Durable: "one-slot-" + sid, FilterSubject: omni.ToolSubject(omni.DefaultPool, sid),
+		AckPolicy: jetstream.AckExplicitPolicy,
+	})
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	listSub := answerToolList(h.t, nc)
+	var mu sync.Mutex
+	var jobs []string
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for ctx.Err() == nil {
+			batch, err := cons.Fetch(1, jetstream.FetchMaxWait(200*time.Millisecond))
+			if err != nil {
+				continue
+			}
+			for msg := range batch.Messages() {
+				var job omni.ToolJob
+				if omni.Unpack(msg.Data(), &job) != nil || msg.DoubleAck(ctx) != nil {
+					continue
+				}
+				mu.Lock()
+				jobs = append(jobs, job.ToolCallID)
+				mu.Unlock()
+				end := time.Now().Add(work)
+				for time.Now().Before(end) && ctx.Err() == nil {
+					f.beat(nc, job.SessionID, job.ToolCallID)
+					time.Sleep(100 * time.Millisecond)
+				}
+				out := omni.ToolCallOutput(job.ToolCallID, "ran "+job.ToolCallID, omni.StatusCompleted)
+				f.publish(js, job.SessionID, &out)
+			}
+		}
+	}()
+	h.t.Cleanup(func() {
+		cancel()
+		<-done
+		_ = listSub.Unsubscribe()
+	})
+	return func() []string {
+		mu.Lock()
+		defer mu.Unlock()
+		return append([]string(nil), jobs...)
 	}
 }

@@ -24,13 +24,17 @@ func (r *runner) heartbeatLoop(stop <-chan struct{}) {
 	}
 }
 
-// beatAll publishes one heartbeat per Session with running jobs.
+// beatAll publishes one heartbeat per Session with running jobs (or
+// jobs whose ack is being confirmed).
 func (r *runner) beatAll() {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	bySession := map[string][]string{}
 	for _, j := range r.active {
 		bySession[j.sid] = append(bySession[j.sid], j.id)
+	}
+	for _, h := range r.holding {
+		bySession[h.sid] = append(bySession[h.sid], h.id)
 	}
 	for sid, ids := range bySession {
 		r.publishBeatLocked(sid, ids)

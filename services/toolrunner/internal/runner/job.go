@@ -81,17 +81,10 @@ func (r *runner) process(jobsCtx context.Context, m jetstream.Msg) {
 	var tj omni.ToolJob
 	decodeErr := omni.Unpack(m.Data(), &tj)
 
-	// At most once: the job leaves the queue before anything runs. If the
-	// ack fails the job is not run here, and that is not read as "not
-	// delivered": the ack may have been applied (a leader change), and then
-	// nobody runs it; the engine fails the call as not started when no
-	// heartbeat comes within its timeout (and withdraws the job if it is
-	// still queued), so the Task never waits for it.
-	actx, cancel := context.WithTimeout(context.Background(), ackTimeout)
-	err := m.DoubleAck(actx)
-	cancel()
-	if err != nil {
-		log.Error().Err(err).Msg("ack of tool job failed (it may have been applied); job not run here, the engine fails it as not started")
+	// At most once: the job leaves the queue before anything runs; an ack
+	// that may have been applied is confirmed, never read as "not
+	// delivered" (ackJob).
+	if !r.ackJob(m, &tj, decodeErr == nil, log) {
 		return
 	}
 	if decodeErr != nil {
@@ -165,6 +158,73 @@ func (r *runner) process(jobsCtx context.Context, m jetstream.Msg) {
 	endSpan(r.cfg.Telemetry, span, ctx, res)
 	log.Debug().Bool("failed", res.Failed).Dur("took", time.Since(begin)).Msg("tool job ended")
 }
+
+// doubleAck acknowledges a job and waits for the server to confirm it
+// (a variable: tests make it fail).
+var doubleAck = func(ctx context.Context, m jetstream.Msg) error { return m.DoubleAck(ctx) }
+
+// ackBudget bounds how long ackJob keeps confirming one job's ack, from
+// the fetch: well within the consumer's ack wait, before which the job
+// is handed to nobody else, and short enough that the engine, which
+// fails a job whose heartbeats stop after its heartbeat timeout (10 s by
+// default) and withdraws it from the queue, does so before the ack wait
+// could hand it to another runner.
+var ackBudget = ackWait / 3
+
+// ackJob takes a fetched job off the queue and reports whether this
+// runner owns it and may run it. An ack whose answer does not come (a
+// leader change) may have been applied, so it is never read as "not
+// delivered": it is sent again until the server confirms it (a repeated
+// ack of a job already acked is confirmed too), within ackBudget of the
+// fetch. Meanwhile the job is reported in heartbeats (valid is false for
+// a job that does not decode: nothing to report), so the engine does not
+// fail it as not started while the runner decides. When the budget runs
+// out the job is not run here, and that is logged: the engine then fails
+// the call once the heartbeats stop, withdrawing the job if it is still
+// queued, so it is run by nobody rather than twice.
+func (r *runner) ackJob(m jetstream.Msg, tj *omni.ToolJob, valid bool, log zerolog.Logger) bool {
+	deadline := time.Now().Add(ackBudget)
+	sid := tj.SessionID
+	if sid == "" {
+		sid = sessionOfSubject(m.Subject(), r.cfg.Pool)
+	}
+	if valid && omni.ValidSessionID(sid) && tj.ToolCallID != "" {
+		key := jobKey(sid, tj.ToolCallID)
+		r.mu.Lock()
+		r.holding[key] = heldJob{sid: sid, id: tj.ToolCallID}
+		r.mu.Unlock()
+		defer func() {
+			r.mu.Lock()
+			delete(r.holding, key)
+			r.mu.Unlock()
+		}()
+	}
+	backoff := retry.Exponential(100*time.Millisecond, time.Second)
+	for attempt := 1; ; attempt++ {
+		left := time.Until(deadline)
+		ctx, cancel := context.WithTimeout(context.Background(), min(ackTimeout, max(left, 0)))
+		err := doubleAck(ctx, m)
+		cancel()
+		if err == nil || errors.Is(err, jetstream.ErrMsgAlreadyAckd) {
+			if attempt > 1 {
+				log.Warn().Int("attempts", attempt).Msg("ack of tool job confirmed after failures; running it")
+			}
+			return true
+		}
+		wait := backoff.NextBackOff()
+		if time.Until(deadline) < wait {
+			log.Error().Err(err).Int("attempts", attempt).Dur("budget", ackBudget).
+				Msg("ack of tool job not confirmed (it may have been applied); job not run here: the engine fails the call once its heartbeats stop and withdraws the job")
+			return false
+		}
+		log.Warn().Err(err).Int("attempt", attempt).Msg("ack of tool job not confirmed; sending it again")
+		time.Sleep(wait)
+	}
+}
+
+// heldJob is a fetched job whose ack is being confirmed: reported in
+// heartbeats, not running yet.
+type heldJob struct{ sid, id string }
 
 // checkJob returns what makes a decoded job unrunnable, or "".
 func checkJob(tj *omni.ToolJob) string {

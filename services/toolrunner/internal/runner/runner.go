@@ -126,8 +126,9 @@ type runner struct {
 	jobs  sync.WaitGroup
 	wg    sync.WaitGroup // everything else: loops and cancel waiters
 
-	mu        sync.Mutex      // guards active and cancelled
-	active    map[string]*job // running jobs by jobKey; a cancelled job leaves at once
+	mu        sync.Mutex         // guards active, holding and cancelled
+	active    map[string]*job    // running jobs by jobKey; a cancelled job leaves at once
+	holding   map[string]heldJob // fetched jobs whose ack is being confirmed, by jobKey
 	cancelled *cancelMemory
 }
 
@@ -151,6 +152,7 @@ func Run(ctx context.Context, nc *nats.Conn, cfg Config, log zerolog.Logger) err
 		log:       log.With().Str("runner", cfg.RunnerID).Str("pool", cfg.Pool).Logger(),
 		slots:     make(chan struct{}, cfg.Concurrency),
 		active:    make(map[string]*job),
+		holding:   make(map[string]heldJob),
 		cancelled: newCancelMemory(cancelTTL, cancelMax),
 	}
 	// Jobs outlive ctx by the shutdown grace period; drainJobs ends them.
