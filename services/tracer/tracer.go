@@ -208,6 +208,9 @@ func Run(ctx context.Context, nc *nats.Conn, cfg Config, log zerolog.Logger) err
 	stuckV := ops.MustRegister(cfg.Metrics, prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "floe_tracer_stuck_session_behind_since", Help: "For each stuck Session, the stream time (unix seconds) of the first record its Trace lacks.",
 	}, []string{"session_id"}))
+	posErrs := ops.MustRegister(cfg.Metrics, prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "floe_tracer_position_write_errors_total", Help: "Session positions the shared position table refused: each such Session is set aside (floe_tracer_stuck_sessions) and retried with backoff.",
+	}))
 	if srv, err := ops.Register(nc, "tracer", "Floe tracer: writes Session Traces", func() any {
 		return map[string]any{"home": cfg.Home, "durable": cfg.Durable, "last_committed": time.Unix(0, last.Load()).UTC()}
 	}); err != nil {
@@ -234,14 +237,15 @@ func Run(ctx context.Context, nc *nats.Conn, cfg Config, log zerolog.Logger) err
 			}
 			stuckSince.Store(oldest)
 		},
-		Home:       cfg.Home,
-		Durable:    cfg.Durable,
-		Batch:      cfg.Batch,
-		BatchBytes: cfg.BatchBytes,
-		FetchWait:  cfg.FetchWait,
-		AckWait:    cfg.AckWait,
-		MaxOpen:    cfg.MaxOpenFiles,
-		RetryMin:   cfg.RetryMin,
-		RetryMax:   cfg.RetryMax,
+		PositionFailed: func(n int) { posErrs.Add(float64(n)) },
+		Home:           cfg.Home,
+		Durable:        cfg.Durable,
+		Batch:          cfg.Batch,
+		BatchBytes:     cfg.BatchBytes,
+		FetchWait:      cfg.FetchWait,
+		AckWait:        cfg.AckWait,
+		MaxOpen:        cfg.MaxOpenFiles,
+		RetryMin:       cfg.RetryMin,
+		RetryMax:       cfg.RetryMax,
 	}, log)
 }

@@ -93,6 +93,9 @@ type Options struct {
 	// Stuck, when set, is called with the Sessions whose Trace cannot be
 	// written (set aside, retried with backoff) whenever that set changes.
 	Stuck func([]Stuck)
+	// PositionFailed, when set, is called with the number of Sessions
+	// whose position the shared position table refused in one commit.
+	PositionFailed func(sessions int)
 
 	// Hooks are for tests only.
 	Hooks Hooks
@@ -113,6 +116,9 @@ type Hooks struct {
 	// re-creating the consumer at its ack floor, as it does on a server
 	// without the consumer reset API.
 	NoReset bool
+	// FailPositions, when set, makes the position writes of the Sessions
+	// it returns an error for fail (a position table refusing writes).
+	FailPositions func(sessionID string) error
 }
 
 // crashError is a hook's error: Run returns it without recovery.
@@ -151,6 +157,9 @@ func openStore(ctx context.Context, o Options, log zerolog.Logger) (*tracefile.S
 	for {
 		store, err := tracefile.Open(o.Home, o.MaxOpen, log)
 		if err == nil {
+			if o.Hooks.FailPositions != nil {
+				store.FailPositions(o.Hooks.FailPositions)
+			}
 			if logged {
 				log.Info().Msg("took the tracer lock")
 			}
@@ -600,7 +609,23 @@ func (r *runner) commit(last jetstream.Msg, seq uint64) error {
 		}
 	}
 	if err := r.store.Flush(); err != nil {
-		return err
+		var failed tracefile.PositionErrors
+		if !errors.As(err, &failed) {
+			return err
+		}
+		// The shared position table refused some Sessions' positions:
+		// those are set aside (caught up later with backoff, as after a
+		// failed append) and the others go on; the batch is acknowledged.
+		stored := time.Now()
+		if md, err := last.Metadata(); err == nil {
+			stored = md.Timestamp
+		}
+		for sid, err := range failed {
+			r.stick(sid, stored, err)
+		}
+		if f := r.o.PositionFailed; f != nil {
+			f(len(failed))
+		}
 	}
 	if h := r.o.Hooks.AfterFlush; h != nil {
 		if err := h(seq); err != nil {
@@ -641,6 +666,9 @@ func (r *runner) handle(m jetstream.Msg) (seq uint64, err error) {
 	if errors.As(err, &ae) {
 		r.store.Forget(ae.sid)
 		r.stick(ae.sid, md.Timestamp, ae.err)
+		if f := r.o.PositionFailed; f != nil && errors.Is(ae.err, tracefile.ErrPositionWrite) {
+			f(1)
+		}
 		return seq, nil
 	}
 	return seq, err

@@ -38,6 +38,8 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"sort"
+	"strings"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -81,6 +83,8 @@ type Store struct {
 	// were purged through: records at or below it still in flight are
 	// dropped (Delete, Committed).
 	deleted map[string]uint64
+	// failPos, set by tests only, makes a position write fail.
+	failPos func(sessionID string) error
 }
 
 // session is the in-memory state of one Session's Trace.
@@ -195,22 +199,67 @@ func (s *Store) Append(sessionID string, rec Record) (written bool, err error) {
 
 // Flush records the position of every Session appended to since the last
 // Flush. After it returns nil the appended records may be acknowledged.
+//
+// A position that cannot be written (the shared position table refuses
+// it) fails its Session only: that Session is forgotten (Forget: its
+// appends since its recorded position are written again when it is
+// reloaded), the others are recorded, and the error is a PositionErrors
+// naming the failed ones. After a PositionErrors the records may be
+// acknowledged too, once the caller has set the failed Sessions aside.
 func (s *Store) Flush() error {
-	for i, st := range s.dirty {
+	var failed PositionErrors
+	for _, st := range s.dirty {
 		if !st.dirty {
 			continue // flushed when it was evicted
 		}
 		if err := s.writePos(st); err != nil {
-			s.dirty = s.dirty[i:]
-			return err
+			if failed == nil {
+				failed = PositionErrors{}
+			}
+			failed[st.id] = err
+			s.Forget(st.id)
+			continue
 		}
 		st.dirty = false
 	}
 	clear(s.dirty)
 	s.dirty = s.dirty[:0]
 	s.gen++
+	if failed != nil {
+		return failed
+	}
 	return nil
 }
+
+// ErrPositionWrite is wrapped by every error of a position the shared
+// position table refused (from Flush, or from an Append that records a
+// Session's starting point).
+var ErrPositionWrite = errors.New("tracefile: position not recorded")
+
+// PositionErrors is Flush's error when only some Sessions' positions could
+// not be written: each failed Session's error.
+type PositionErrors map[string]error
+
+func (e PositionErrors) Error() string {
+	ids := make([]string, 0, len(e))
+	for id := range e {
+		ids = append(ids, id)
+	}
+	sort.Strings(ids)
+	var b strings.Builder
+	for i, id := range ids {
+		if i > 0 {
+			b.WriteString("; ")
+		}
+		b.WriteString(e[id].Error())
+	}
+	return b.String()
+}
+
+// FailPositions makes every position write of a Session for which fail
+// returns an error fail with it (tests: a position table that refuses
+// writes). nil ends it.
+func (s *Store) FailPositions(fail func(sessionID string) error) { s.failPos = fail }
 
 // Delete removes a Session's Trace files and position and forgets it; it
 // returns how many Trace files it removed. The Session's messages are
@@ -341,8 +390,13 @@ func (st *session) close() {
 // writePos records the Session's position: its slot of the position table,
 // rewritten in place (one pwrite).
 func (s *Store) writePos(st *session) error {
+	if s.failPos != nil {
+		if err := s.failPos(st.id); err != nil {
+			return fmt.Errorf("%w: position of %s: %w", ErrPositionWrite, st.id, err)
+		}
+	}
 	if err := s.pos.Put(st.id, st.pos(), &st.slot); err != nil {
-		return fmt.Errorf("tracefile: position of %s: %w", st.id, err)
+		return fmt.Errorf("%w: position of %s: %w", ErrPositionWrite, st.id, err)
 	}
 	return nil
 }
