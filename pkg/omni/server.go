@@ -12,6 +12,9 @@ type ServerEvent struct {
 	Status string `json:"status,omitempty"`
 	// TaskID names the Task a task_state belongs to.
 	TaskID string `json:"taskId,omitempty"`
+	// Reason says why a Task ended failed without running (task_state
+	// idle of a Task the engines could not start), for the user to see.
+	Reason string `json:"reason,omitempty"`
 	// approval_request
 	ToolCall json.RawMessage `json:"toolCall,omitempty"`
 	Origin   []string        `json:"origin,omitempty"`

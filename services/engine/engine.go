@@ -394,13 +394,14 @@ func delivered(msg jetstream.Msg) uint64 {
 
 // failStart ends a Task that could not be started: the Session goes back
 // to idle with status failed, and its stream says so (task_state idle,
-// status failed) with the reason in the engine's log.
+// status failed, the reason).
 func (e *engine) failStart(ctx context.Context, t omni.Task, cause error) {
 	if err := e.deps.Sessions.End(ctx, t.SessionID, t.ID, omni.StatusFailed); err != nil {
 		e.log.Error().Err(err).Str("session_id", t.SessionID).Msg("could not release the session of a task that failed to start")
 		return
 	}
-	b, _ := json.Marshal(omni.ServerEvent{Type: omni.ServerTaskState, State: omni.StateIdle, Status: omni.StatusFailed, TaskID: t.ID})
+	b, _ := json.Marshal(omni.ServerEvent{Type: omni.ServerTaskState, State: omni.StateIdle, Status: omni.StatusFailed, TaskID: t.ID,
+		Reason: fmt.Sprintf("the Task could not be started (%d attempts): %v", maxStartAttempts, cause)})
 	nm := nats.NewMsg(omni.SessionSubject(t.SessionID, omni.ClassServer))
 	nm.Data = b
 	nm.Header.Set("Nats-Msg-Id", t.ID+"/start-failed")

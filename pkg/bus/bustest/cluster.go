@@ -19,17 +19,20 @@ import (
 )
 
 // Link forwards TCP connections from its listener to to, until cut: then
-// every connection it carries is closed and new ones are refused, as a
-// killed server's peers see it (no shutdown notice, just silence).
+// every connection it carries is closed and new ones are closed at once,
+// as a killed server's peers see it (no shutdown notice, just silence).
+// Restore lets connections through again (the server came back); the
+// listener keeps its address throughout and closes at cleanup.
 type Link struct {
-	ln net.Listener
-	to string
-	mu sync.Mutex
-	cs []net.Conn
+	ln  net.Listener
+	to  string
+	mu  sync.Mutex
+	cs  []net.Conn
+	cut bool
 }
 
-// NewLink listens on a random 127.0.0.1 port and forwards to to; it is cut
-// at cleanup.
+// NewLink listens on a random 127.0.0.1 port and forwards to to; it is
+// closed at cleanup.
 func NewLink(t testing.TB, to string) *Link {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -37,12 +40,19 @@ func NewLink(t testing.TB, to string) *Link {
 		t.Fatal(err)
 	}
 	l := &Link{ln: ln, to: to}
-	t.Cleanup(l.Cut)
+	t.Cleanup(l.Close)
 	go func() {
 		for {
 			c, err := ln.Accept()
 			if err != nil {
 				return
+			}
+			l.mu.Lock()
+			cut := l.cut
+			l.mu.Unlock()
+			if cut {
+				c.Close()
+				continue
 			}
 			d, err := net.Dial("tcp", l.to)
 			if err != nil {
@@ -50,6 +60,13 @@ func NewLink(t testing.TB, to string) *Link {
 				continue
 			}
 			l.mu.Lock()
+			if l.cut {
+				// Cut while dialing: this connection was never through.
+				l.mu.Unlock()
+				c.Close()
+				d.Close()
+				continue
+			}
 			l.cs = append(l.cs, c, d)
 			l.mu.Unlock()
 			go func() { _, _ = io.Copy(d, c); d.Close() }()
@@ -62,15 +79,28 @@ func NewLink(t testing.TB, to string) *Link {
 // Addr is the address to dial.
 func (l *Link) Addr() string { return l.ln.Addr().String() }
 
-// Cut closes every connection and refuses new ones.
+// Cut closes every connection and refuses new ones until Restore.
 func (l *Link) Cut() {
-	l.ln.Close()
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	l.cut = true
 	for _, c := range l.cs {
 		c.Close()
 	}
 	l.cs = nil
+}
+
+// Restore lets new connections through again after Cut.
+func (l *Link) Restore() {
+	l.mu.Lock()
+	l.cut = false
+	l.mu.Unlock()
+}
+
+// Close cuts the link for good and closes its listener.
+func (l *Link) Close() {
+	l.Cut()
+	l.ln.Close()
 }
 
 func freeAddr(t testing.TB) string {
@@ -206,4 +236,16 @@ func (c *Cluster) Setup(cfg bus.Config) {
 		_, err := bus.Setup(ctx, js, cfg)
 		return err == nil
 	})
+}
+
+// Rejoin restores the links Isolate(i) cut: server i meets its peers
+// again (and catches up) and its clients can reach it.
+func (c *Cluster) Rejoin(i int) {
+	for j := range c.routes {
+		if j != i {
+			c.routes[i][j].Restore()
+			c.routes[j][i].Restore()
+		}
+	}
+	c.clients[i].Restore()
 }

@@ -20,6 +20,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"floe.dev/pkg/bus"
+	"floe.dev/pkg/bus/bustest"
 	"floe.dev/pkg/omni"
 	"floe.dev/pkg/trace"
 )
@@ -43,6 +44,10 @@ type cluster struct {
 	nc       *nats.Conn
 	js       jetstream.JetStream
 	sessions *bus.Sessions
+
+	// links[{from, to}] carries from's route to to (newCutLinksCluster);
+	// nil: the nodes route to each other directly.
+	links map[[2]*node]*bustest.Link
 }
 
 // node is one nats-server.
@@ -71,6 +76,20 @@ func randHex(n int) string {
 // settings (FLOE_ENGINE_ACK_WAIT_MS: the task consumer's ack wait).
 func newCluster(t *testing.T, n, replicas int, setupEnv ...string) *cluster {
 	t.Helper()
+	return startCluster(t, n, replicas, false, setupEnv)
+}
+
+// newCutLinksCluster is newCluster with three nodes, everything
+// replicated three times, whose routes each go through a bustest.Link of
+// their own: isolate cuts a node off from its peers (its clients stay on
+// it, served what it had: a lagging replica) and rejoin brings it back.
+func newCutLinksCluster(t *testing.T, setupEnv ...string) *cluster {
+	t.Helper()
+	return startCluster(t, 3, 3, true, setupEnv)
+}
+
+func startCluster(t *testing.T, n, replicas int, cutLinks bool, setupEnv []string) *cluster {
+	t.Helper()
 	dir := t.TempDir()
 	c := &cluster{t: t, dir: dir, home: filepath.Join(dir, "floe-home"), ws: filepath.Join(dir, "ws"),
 		passwords: map[string]string{}}
@@ -91,6 +110,16 @@ func newCluster(t *testing.T, n, replicas int, setupEnv ...string) *cluster {
 	}
 	for i := range n {
 		c.nodes = append(c.nodes, &node{name: fmt.Sprintf("n%d", i+1), client: freePort(t), route: freePort(t), monitor: freePort(t)})
+	}
+	if cutLinks {
+		c.links = map[[2]*node]*bustest.Link{}
+		for _, from := range c.nodes {
+			for _, to := range c.nodes {
+				if from != to {
+					c.links[[2]*node{from, to}] = bustest.NewLink(t, fmt.Sprintf("127.0.0.1:%d", to.route))
+				}
+			}
+		}
 	}
 	t.Cleanup(func() {
 		if t.Failed() {
@@ -173,9 +202,19 @@ func (c *cluster) startNode(nd *node) {
 	nd.storeDir = filepath.Join(c.dir, "nats", nd.name)
 	var routes []string
 	for _, o := range c.nodes {
-		if o != nd {
+		switch {
+		case o == nd:
+		case c.links != nil:
+			routes = append(routes, "nats-route://"+c.links[[2]*node{nd, o}].Addr())
+		default:
 			routes = append(routes, fmt.Sprintf("nats-route://127.0.0.1:%d", o.route))
 		}
+	}
+	// Through links, a node advertises a port nothing listens on, so its
+	// peers cannot route around a cut link to its real address.
+	advertise := ""
+	if c.links != nil {
+		advertise = "  advertise: \"127.0.0.1:1\"\n"
 	}
 	conf := fmt.Sprintf(`server_name: %s
 listen: 127.0.0.1:%d
@@ -191,9 +230,9 @@ jetstream {
 		conf += fmt.Sprintf(`cluster {
   name: floe
   listen: 127.0.0.1:%d
-  routes: [%s]
+%s  routes: [%s]
 }
-`, nd.route, strings.Join(routes, ", "))
+`, nd.route, advertise, strings.Join(routes, ", "))
 	}
 	conf += "include ./auth.conf\n"
 	nd.conf = filepath.Join(c.dir, "nats", nd.name+".conf")
@@ -834,4 +873,26 @@ func (c *cluster) follow(sid string, d time.Duration, fn func(rec) bool) bool {
 		return nil
 	})
 	return ok
+}
+
+// isolate cuts nd's routes (newCutLinksCluster): its peers see it as if
+// killed, while it keeps serving the clients connected to it with what it
+// had.
+func (c *cluster) isolate(nd *node) {
+	for _, o := range c.nodes {
+		if o != nd {
+			c.links[[2]*node{nd, o}].Cut()
+			c.links[[2]*node{o, nd}].Cut()
+		}
+	}
+}
+
+// rejoin restores nd's routes: it catches up with its peers.
+func (c *cluster) rejoin(nd *node) {
+	for _, o := range c.nodes {
+		if o != nd {
+			c.links[[2]*node{nd, o}].Restore()
+			c.links[[2]*node{o, nd}].Restore()
+		}
+	}
 }

@@ -325,7 +325,10 @@ func (r *Runner) Run(ctx context.Context) (status string, err error) {
 	if err := r.d.Sessions.End(ctx, r.sid, r.task.ID, status); err != nil {
 		r.log.Error().Err(err).Msg("could not release the session")
 	}
-	if _, err := r.prod.server(ctx, omni.ServerEvent{Type: omni.ServerTaskState, State: omni.StateIdle, Status: status, TaskID: r.task.ID}, ""); err != nil {
+	// Its Msg-Id: a publish retried after a lost ack (a leader change)
+	// is stored once, so every Task has one end (it had two, once in 30
+	// Tasks, on the cut-links cluster).
+	if _, err := r.prod.server(ctx, omni.ServerEvent{Type: omni.ServerTaskState, State: omni.StateIdle, Status: status, TaskID: r.task.ID}, r.task.ID+"/end"); err != nil {
 		r.log.Error().Err(err).Msg("could not publish task_state idle")
 	}
 	if lastPartial > 0 {
