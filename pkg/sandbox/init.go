@@ -58,6 +58,9 @@ func init() {
 	}
 	// syscall.Exit, not os.Exit: nothing to flush, and a race-enabled
 	// binary (a test's) would otherwise sleep a second at exit.
+	if os.Args[1] == nsInitArg {
+		syscall.Exit(runNSInit())
+	}
 	syscall.Exit(runInit(os.Args[1]))
 }
 
@@ -257,6 +260,7 @@ const watchEvery = 10 * time.Millisecond
 // resident memory (statm resident - shared, so shared libraries are not
 // counted once per process).
 type watcher struct {
+	proc   string // the namespace's /proc ("" for /proc)
 	self   int
 	memory int64 // bytes, 0 = no limit
 	pids   int   // 0 = no limit
@@ -265,7 +269,11 @@ type watcher struct {
 
 // check returns "memory" or "processes" when a limit is exceeded.
 func (w *watcher) check() string {
-	d, err := os.Open("/proc")
+	proc := w.proc
+	if proc == "" {
+		proc = "/proc"
+	}
+	d, err := os.Open(proc)
 	if err != nil {
 		return ""
 	}
@@ -281,7 +289,7 @@ func (w *watcher) check() string {
 		}
 		n++
 		if w.memory > 0 {
-			mem += w.private(name) * page
+			mem += w.private(proc+"/"+name) * page
 		}
 	}
 	switch {
@@ -293,11 +301,11 @@ func (w *watcher) check() string {
 	return ""
 }
 
-func (w *watcher) private(pid string) int64 {
+func (w *watcher) private(dir string) int64 {
 	if w.buf == nil {
 		w.buf = make([]byte, 128)
 	}
-	f, err := os.Open("/proc/" + pid + "/statm")
+	f, err := os.Open(dir + "/statm")
 	if err != nil {
 		return 0
 	}

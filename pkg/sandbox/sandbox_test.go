@@ -313,3 +313,72 @@ func TestFiftyAbortsLeaveNoOrphan(t *testing.T) {
 	}
 	waitGone(t, mark, 2*time.Second)
 }
+
+// As root the landlock backend starts calls directly (direct.go): check
+// that it does, and that the call holds no capability to undo its
+// confinement (mount, umount), cannot reach the host's tree through its
+// namespace's init (/proc/1/root), and is not a namespace init itself
+// (`kill $$` ends it).
+func TestDirectStartGivesNoWayOut(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("the direct start needs root")
+	}
+	s, err := New(Config{Backend: Landlock})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if !s.sp.direct {
+		t.Fatal("as root, the landlock backend does not start calls directly")
+	}
+	cmd := strings.Join([]string{
+		"grep -E '^Cap(Prm|Eff|Bnd|Amb):' /proc/self/status",
+		"ls /proc/1/root/ >/dev/null 2>&1 && echo HOST-ROOT",
+		"tr '\\0' '\\n' < /proc/1/environ 2>/dev/null | grep -q . && echo INIT-ENV",
+		"mkdir -p /tmp/m && mount -t tmpfs x /tmp/m 2>/dev/null && echo MOUNTED",
+		"umount -l /proc 2>/dev/null && echo UNMOUNTED",
+		"echo pid=$$",
+	}, "; ")
+	out, ex := run(t, t.Context(), s, t.TempDir(), cmd)
+	for _, bad := range []string{"HOST-ROOT", "INIT-ENV", "MOUNTED", "pid=1\n"} {
+		if strings.Contains(out, bad) {
+			t.Errorf("confined call: %s\n%s", bad, out)
+		}
+	}
+	for _, c := range []string{"CapPrm", "CapEff", "CapBnd", "CapAmb"} {
+		if !strings.Contains(out, c+":\t0000000000000000") {
+			t.Errorf("%s is not empty:\n%s", c, out)
+		}
+	}
+	if ex.Code != 0 || ex.Error != "" {
+		t.Errorf("exit %+v\n%s", ex, out)
+	}
+	_, ex = run(t, t.Context(), s, t.TempDir(), "kill -TERM $$; sleep 5")
+	if ex.Signal != "terminated" {
+		t.Errorf("kill -TERM $$: exit %+v, want the signal", ex)
+	}
+}
+
+// A backend that reuses a PID namespace across calls (the direct start)
+// must leave nothing of one call to the next: no process, no System V
+// IPC object.
+func TestNextCallSeesNothingOfTheLast(t *testing.T) {
+	mark := fmt.Sprintf("1000.%d88", os.Getpid())
+	for b, s := range backends(t, Config{}) {
+		t.Run(string(b), func(t *testing.T) {
+			ws := t.TempDir()
+			out, ex := run(t, t.Context(), s, ws, fmt.Sprintf("(setsid sleep %s >/dev/null 2>&1 </dev/null &); ipcmk -Q >/dev/null 2>&1; ipcs -q | grep -c 0x; echo started", mark))
+			if !strings.Contains(out, "started") || ex.Code != 0 {
+				t.Fatalf("first call: %q %+v", out, ex)
+			}
+			waitGone(t, mark, 2*time.Second)
+			out, _ = run(t, t.Context(), s, ws, "for p in /proc/[0-9]*/cmdline; do tr '\\0' ' ' < $p; echo; done; ipcs -q | grep -c 0x")
+			if strings.Contains(out, mark) {
+				t.Errorf("the next call sees the last one's daemon:\n%s", out)
+			}
+			if lines := strings.Split(strings.TrimSpace(out), "\n"); lines[len(lines)-1] != "0" {
+				t.Errorf("the next call sees the last one's message queue:\n%s", out)
+			}
+		})
+	}
+}

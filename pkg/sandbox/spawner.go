@@ -19,15 +19,31 @@ import (
 type spawner struct {
 	req   chan func()
 	netns bool // the thread is in its own empty network namespace
+	// direct: the thread starts calls itself (direct.go): hostMnt and
+	// hostProc are handles on the host's mount namespace and /proc, stage
+	// the directory each call's root is built on.
+	direct                              bool
+	hostMnt, hostIpc, hostPid, hostProc int
+	stage                               string
+	pool                                nsPool
 }
 
-func newSpawner(net *os.File, netns bool) (*spawner, error) {
-	sp := &spawner{req: make(chan func()), netns: netns}
+func newSpawner(net *os.File, netns, direct bool) (*spawner, error) {
+	sp := &spawner{req: make(chan func()), netns: netns, direct: direct, hostMnt: -1, hostIpc: -1, hostPid: -1, hostProc: -1}
 	errc := make(chan error, 1)
 	go func() {
 		// Never unlocked: when the goroutine returns, the thread (and its
 		// restrictions) is destroyed, not reused.
 		runtime.LockOSThread()
+		defer sp.closeDirect()
+		if direct {
+			// Before the network namespace: the host's mount namespace is
+			// the one to come back to.
+			if err := sp.directThread(); err != nil {
+				errc <- err
+				return
+			}
+		}
 		if netns {
 			if err := unix.Unshare(unix.CLONE_NEWNET); err != nil {
 				errc <- err

@@ -391,6 +391,7 @@ func (s *server) transport() (sdk.Transport, func(), *tailBuffer, error) {
 	p, err := sb.Command(context.Background(), sandbox.Spec{
 		Argv: append([]string{s.cfg.Command}, s.cfg.Args...), Env: s.m.opts.Environ(extra...),
 		Workspace: s.cfg.Cwd, Dir: s.cfg.Cwd, Read: programDirs(s.cfg.Command, s.cfg.Args),
+		External: true, // the SDK transport calls Cmd.Start
 	})
 	if err != nil {
 		return nil, nil, nil, err

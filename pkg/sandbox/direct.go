@@ -1,0 +1,486 @@
+package sandbox
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// The direct start: the landlock backend, when the toolrunner may mount
+// (it runs as root, as in CI and in most containers), starts a call's
+// command itself, from the spawner thread, with no helper per call. The
+// helper's start (a re-exec of this binary: 5–15 ms for a big binary's
+// runtime and package inits) and its per-call Landlock layer (which
+// copies the 65k port rules of the network layer below it, about 30 ms)
+// were 90 % of a confined call's cost; what is left is what the call
+// needs: a mount and an IPC namespace, a PID namespace, and the exec of
+// its command.
+//
+// PID namespaces are pooled. Each has a small init (this binary
+// re-executed once, runNSInit) as PID 1 that reaps what reparents to it
+// and, when told, kills every other process of its namespace. A call takes
+// one from the pool (starting one if none is free), and the spawner forks
+// the command into it (setns of the thread's pid_ns_for_children), so the
+// command is the runner's own child (its exact exit status and signal) and
+// not a namespace init (which would ignore the signals it does not
+// handle: `kill $$` would do nothing). When the command exits, is killed
+// (timeout, abort, a limit), the init kills the rest of the call (daemons
+// included) and the namespace goes back to the pool. The init has the
+// spawner thread as parent with a parent-death signal: a kill -9 of the
+// toolrunner kills it, and with it every process of its namespace.
+//
+// Everything else happens on the spawner thread, which holds the network
+// confinement once for all calls (the Landlock port rules, or an empty
+// network namespace) and is unshared from the process's filesystem
+// context (CLONE_FS) so that its root, working directory and namespaces
+// are its own. Per call it copies the host's mount namespace (and a new
+// IPC namespace), makes every mount private, builds the call's file tree
+// on a small tmpfs — the system directories bound read-only, a minimal
+// /dev, a procfs of the call's PID namespace (the pidns= mount option,
+// Linux 6.15), a fresh tmpfs /tmp, the Workspace read-write, the hidden
+// credentials files masked with /dev/null — pivots into it and detaches
+// the host's tree (nothing else exists for the call), forks the command,
+// and returns to the host's namespaces.
+//
+// The spawner thread has an empty capability bounding set, SECBIT_NOROOT
+// and no_new_privs: the command, everything it starts, and the inits run
+// with no capability even as uid 0, so no mount, pivot, chroot, module or
+// raw socket undoes the confinement; the inits are not dumpable, so their
+// /proc entries (root, fds) are closed to the call.
+
+// Securebits (linux/securebits.h).
+const (
+	secbitNoroot               = 1 << 0
+	secbitNorootLocked         = 1 << 1
+	secbitNoCapAmbientRaise    = 1 << 6
+	secbitNoCapAmbientRaiseLck = 1 << 7
+)
+
+// directThread prepares the spawner thread for direct starts (called on
+// it, locked): its own filesystem context, handles on the host's mount
+// namespace and /proc, a staging directory for the calls' roots, and no
+// capability to pass on.
+func (sp *spawner) directThread() error {
+	if err := unix.Unshare(unix.CLONE_FS); err != nil {
+		return fmt.Errorf("unshare the filesystem context: %w", err)
+	}
+	var err error
+	if sp.hostMnt, err = unix.Open("/proc/thread-self/ns/mnt", unix.O_RDONLY|unix.O_CLOEXEC, 0); err != nil {
+		return fmt.Errorf("open the host's mount namespace: %w", err)
+	}
+	if sp.hostIpc, err = unix.Open("/proc/thread-self/ns/ipc", unix.O_RDONLY|unix.O_CLOEXEC, 0); err != nil {
+		return fmt.Errorf("open the host's IPC namespace: %w", err)
+	}
+	if sp.hostPid, err = unix.Open("/proc/thread-self/ns/pid", unix.O_RDONLY|unix.O_CLOEXEC, 0); err != nil {
+		return fmt.Errorf("open the host's PID namespace: %w", err)
+	}
+	if sp.hostProc, err = unix.Open("/proc", unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0); err != nil {
+		return fmt.Errorf("open /proc: %w", err)
+	}
+	if sp.stage, err = os.MkdirTemp("", "floe-sandbox-root-"); err != nil {
+		return fmt.Errorf("staging directory: %w", err)
+	}
+	if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
+		return fmt.Errorf("no_new_privs: %w", err)
+	}
+	last := 63
+	if b, err := os.ReadFile("/proc/sys/kernel/cap_last_cap"); err == nil {
+		fmt.Sscan(strings.TrimSpace(string(b)), &last)
+	}
+	for c := 0; c <= last; c++ {
+		if err := unix.Prctl(unix.PR_CAPBSET_DROP, uintptr(c), 0, 0, 0); err != nil && !errors.Is(err, unix.EINVAL) {
+			return fmt.Errorf("drop capability %d from the bounding set: %w", c, err)
+		}
+	}
+	bits := secbitNoroot | secbitNorootLocked | secbitNoCapAmbientRaise | secbitNoCapAmbientRaiseLck
+	if err := unix.Prctl(unix.PR_SET_SECUREBITS, uintptr(bits), 0, 0, 0); err != nil {
+		return fmt.Errorf("securebits: %w", err)
+	}
+	return nil
+}
+
+func (sp *spawner) closeDirect() {
+	sp.pool.close()
+	for _, fd := range []int{sp.hostMnt, sp.hostIpc, sp.hostPid, sp.hostProc} {
+		if fd >= 0 {
+			unix.Close(fd)
+		}
+	}
+	if sp.stage != "" {
+		os.Remove(sp.stage)
+	}
+}
+
+// startDirect starts p's command as described above; it runs on the
+// spawner thread.
+func (p *Proc) startDirect() (err error) {
+	sp, cmd := p.sb.sp, p.Cmd
+	ns, err := sp.pool.get(sp)
+	if err != nil {
+		return fmt.Errorf("sandbox: PID namespace: %w", err)
+	}
+	defer func() {
+		if err != nil && ns.fd >= 0 {
+			sp.pool.put(ns) // nothing of the call runs in it
+		}
+	}()
+	if err := unix.Setns(sp.hostMnt, unix.CLONE_NEWNS); err != nil {
+		return fmt.Errorf("sandbox: enter the host's mounts: %w", err)
+	}
+	// Back to the host's namespaces (and root) when done: the call's
+	// then live only as long as its processes.
+	defer func() {
+		for _, back := range []struct{ fd, ns int }{{sp.hostMnt, unix.CLONE_NEWNS}, {sp.hostIpc, unix.CLONE_NEWIPC}, {sp.hostPid, unix.CLONE_NEWPID}} {
+			if e := unix.Setns(back.fd, back.ns); e != nil && err == nil {
+				err = fmt.Errorf("sandbox: back to the host's namespaces: %w", e)
+			}
+		}
+	}()
+	if err := unix.Unshare(unix.CLONE_NEWNS | unix.CLONE_NEWIPC); err != nil {
+		return fmt.Errorf("sandbox: mount and IPC namespaces: %w", err)
+	}
+	if err := p.enterView(ns); err != nil {
+		return fmt.Errorf("sandbox: the call's file tree: %w", err)
+	}
+	env := callEnv(cmd.Env)
+	path, err := lookPath(p.spec.Argv[0], env)
+	if err != nil {
+		return err
+	}
+	cmd.Path, cmd.Args, cmd.Env, cmd.Err = path, p.spec.Argv, env, nil
+	cmd.Dir = p.spec.Dir
+	cmd.ExtraFiles = nil
+	var flags uintptr
+	if p.sb.cfg.NetworkOff && !sp.netns {
+		flags |= syscall.CLONE_NEWNET
+	}
+	// No Pdeathsig: its check would misread the parent (outside the
+	// namespace) as dead; the init's takes the call down with the runner.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Cloneflags: flags}
+	if err := unix.Setns(ns.fd, unix.CLONE_NEWPID); err != nil {
+		return fmt.Errorf("sandbox: enter the PID namespace: %w", err)
+	}
+	if err := cmd.Start(); err != nil {
+		unix.Close(p.procFD)
+		p.procFD = -1
+		return err
+	}
+	pidfd, err := unix.PidfdOpen(cmd.Process.Pid, 0)
+	if err != nil {
+		// Unreachable while the child is not reaped; fail closed.
+		cmd.Process.Kill()
+		ns.reset()
+		cmd.Wait()
+		unix.Close(p.procFD)
+		p.procFD = -1
+		return fmt.Errorf("sandbox: pidfd: %w", err)
+	}
+	p.endCall(ns, pidfd)
+	return nil
+}
+
+// endCall watches the call: its limits until it ends, and its command's
+// exit, upon which the namespace's init kills the rest of the call and the
+// namespace goes back to the pool.
+func (p *Proc) endCall(ns *pidNS, pidfd int) {
+	p.watchLimits()
+	p.ended = make(chan struct{})
+	go func() {
+		defer close(p.ended)
+		fds := []unix.PollFd{{Fd: int32(pidfd), Events: unix.POLLIN}}
+		for {
+			if _, err := unix.Poll(fds, -1); !errors.Is(err, unix.EINTR) {
+				break
+			}
+		}
+		unix.Close(pidfd)
+		p.limit = p.limits.end()
+		if ns.reset() {
+			p.sb.sp.pool.put(ns)
+		}
+	}()
+}
+
+// callEnv is the command's environment: TMPDIR is the private /tmp, and a
+// HOME the call cannot see (the service's) is that /tmp too. Called in the
+// call's view.
+func callEnv(in []string) []string {
+	env := make([]string, 0, len(in)+2)
+	home := false
+	for _, kv := range in {
+		switch {
+		case strings.HasPrefix(kv, initEnv+"="), strings.HasPrefix(kv, "TMPDIR="):
+			continue
+		case strings.HasPrefix(kv, "HOME="):
+			if fi, err := os.Stat(kv[len("HOME="):]); err != nil || !fi.IsDir() {
+				kv = "HOME=/tmp"
+			}
+			home = true
+		}
+		env = append(env, kv)
+	}
+	if !home {
+		env = append(env, "HOME=/tmp")
+	}
+	return append(env, "TMPDIR=/tmp")
+}
+
+// lookPath finds name on env's PATH, in the call's view.
+func lookPath(name string, env []string) (string, error) {
+	if strings.Contains(name, "/") {
+		return name, nil
+	}
+	path := "/usr/bin:/bin"
+	for _, kv := range env {
+		if v, ok := strings.CutPrefix(kv, "PATH="); ok {
+			path = v
+		}
+	}
+	for _, dir := range filepath.SplitList(path) {
+		if dir == "" || !filepath.IsAbs(dir) {
+			continue
+		}
+		f := filepath.Join(dir, name)
+		if fi, err := os.Stat(f); err == nil && fi.Mode().IsRegular() && fi.Mode()&0o111 != 0 {
+			return f, nil
+		}
+	}
+	return "", fmt.Errorf("sandbox: %s: executable file not found in $PATH", name)
+}
+
+// devices are the /dev nodes a call gets (read-write).
+var devices = []string{"null", "zero", "full", "random", "urandom", "tty"}
+
+// enterView builds the call's file tree on a tmpfs mounted on the staging
+// directory and pivots the thread into it.
+func (p *Proc) enterView(ns *pidNS) error {
+	s, stage := p.sb, p.sb.sp.stage
+	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
+		return fmt.Errorf("make mounts private: %w", err)
+	}
+	if err := unix.Mount("tmpfs", stage, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, "mode=0755,size=64k"); err != nil {
+		return fmt.Errorf("root tmpfs: %w", err)
+	}
+	at := func(path string) string { return stage + path }
+	bind := func(src, dst string, ro bool) error {
+		if err := unix.Mount(src, at(dst), "", unix.MS_BIND|unix.MS_REC, ""); err != nil {
+			return fmt.Errorf("bind %s: %w", dst, err)
+		}
+		attr := unix.MountAttr{Attr_set: unix.MOUNT_ATTR_NOSUID}
+		if ro {
+			attr.Attr_set |= unix.MOUNT_ATTR_RDONLY
+		}
+		if err := unix.MountSetattr(unix.AT_FDCWD, at(dst), unix.AT_RECURSIVE, &attr); err != nil {
+			return fmt.Errorf("protect %s: %w", dst, err)
+		}
+		return nil
+	}
+	// mountpoint makes path in the tree (a directory, or an empty file for
+	// a file), its parents as directories.
+	mountpoint := func(path string, dir bool) error {
+		if err := os.MkdirAll(filepath.Dir(at(path)), 0o755); err != nil {
+			return err
+		}
+		if dir {
+			if err := os.Mkdir(at(path), 0o755); err != nil && !errors.Is(err, os.ErrExist) {
+				return err
+			}
+			return nil
+		}
+		f, err := os.OpenFile(at(path), os.O_CREATE|os.O_RDONLY, 0o644)
+		if err != nil {
+			return err
+		}
+		return f.Close()
+	}
+	// The system and the extra read-only paths, parents first so that a
+	// path inside a bound directory lands on top of it.
+	ro := append(append(slices.Clone(SystemDirs), s.cfg.Read...), p.read...)
+	slices.SortStableFunc(ro, func(a, b string) int { return len(a) - len(b) })
+	var bound []string
+	for _, d := range ro {
+		d = filepath.Clean(d)
+		if !filepath.IsAbs(d) || slices.Contains(bound, d) {
+			continue
+		}
+		fi, err := os.Lstat(d)
+		if err == nil && fi.Mode()&os.ModeSymlink != 0 && !slices.Contains(SystemDirs, d) {
+			// An extra path that is a link: its target, at the path.
+			fi, err = os.Stat(d)
+		}
+		switch {
+		case err != nil:
+			continue
+		case fi.Mode()&os.ModeSymlink != 0:
+			t, err := os.Readlink(d)
+			if err != nil {
+				continue
+			}
+			if err := os.MkdirAll(filepath.Dir(at(d)), 0o755); err != nil {
+				return err
+			}
+			if err := os.Symlink(t, at(d)); err != nil && !errors.Is(err, os.ErrExist) {
+				return err
+			}
+		default:
+			if err := mountpoint(d, fi.IsDir()); err != nil {
+				return err
+			}
+			if err := bind(d, d, true); err != nil {
+				return err
+			}
+			bound = append(bound, d)
+		}
+	}
+	// /dev: the harmless nodes, and the usual links into /proc.
+	if err := os.Mkdir(at("/dev"), 0o755); err != nil && !errors.Is(err, os.ErrExist) {
+		return err
+	}
+	for _, d := range devices {
+		if _, err := os.Stat("/dev/" + d); err != nil {
+			continue
+		}
+		if err := mountpoint("/dev/"+d, false); err != nil {
+			return err
+		}
+		if err := unix.Mount("/dev/"+d, at("/dev/"+d), "", unix.MS_BIND, ""); err != nil {
+			return fmt.Errorf("bind /dev/%s: %w", d, err)
+		}
+	}
+	for name, target := range map[string]string{"fd": "/proc/self/fd", "stdin": "/proc/self/fd/0", "stdout": "/proc/self/fd/1", "stderr": "/proc/self/fd/2"} {
+		if err := os.Symlink(target, at("/dev/"+name)); err != nil && !errors.Is(err, os.ErrExist) {
+			return err
+		}
+	}
+	if err := mountpoint("/proc", true); err != nil {
+		return err
+	}
+	if err := p.mountProc(ns, at("/proc")); err != nil {
+		return fmt.Errorf("the call's /proc: %w", err)
+	}
+	// The call's /tmp, then its Workspace (which may lie under /tmp: it
+	// then lands inside the call's /tmp, at its own path).
+	if err := mountpoint("/tmp", true); err != nil {
+		return err
+	}
+	tmpOpts := fmt.Sprintf("mode=1777,size=%dm", max(p.sb.cfg.MemoryMB, 64))
+	if err := unix.Mount("tmpfs", at("/tmp"), "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, tmpOpts); err != nil {
+		return fmt.Errorf("the call's /tmp: %w", err)
+	}
+	if p.ws != "" {
+		if err := mountpoint(p.ws, true); err != nil {
+			return err
+		}
+		if err := bind(p.ws, p.ws, false); err != nil {
+			return err
+		}
+	}
+	for _, f := range s.cfg.Hide {
+		if !slices.ContainsFunc(bound, func(d string) bool { return f == d || strings.HasPrefix(f, d+"/") }) {
+			continue
+		}
+		if _, err := os.Stat(at(f)); err == nil {
+			if err := unix.Mount("/dev/null", at(f), "", unix.MS_BIND, ""); err != nil {
+				return fmt.Errorf("hide %s: %w", f, err)
+			}
+		}
+	}
+	// The tree's own directories are read-only: a call writes only its
+	// Workspace and /tmp.
+	if err := unix.MountSetattr(unix.AT_FDCWD, stage, 0, &unix.MountAttr{Attr_set: unix.MOUNT_ATTR_RDONLY}); err != nil {
+		return fmt.Errorf("read-only root: %w", err)
+	}
+	if err := unix.Chdir(stage); err != nil {
+		return err
+	}
+	if err := unix.PivotRoot(".", "."); err != nil {
+		return fmt.Errorf("pivot_root: %w", err)
+	}
+	if err := unix.Unmount(".", unix.MNT_DETACH); err != nil {
+		return fmt.Errorf("detach the host's tree: %w", err)
+	}
+	return unix.Chdir("/")
+}
+
+// mountProc mounts a procfs of ns's PID namespace on dir and keeps a
+// handle on it (p.procFD), through which the runner watches the call.
+func (p *Proc) mountProc(ns *pidNS, dir string) error {
+	fs, err := unix.Fsopen("proc", unix.FSOPEN_CLOEXEC)
+	if err != nil {
+		return fmt.Errorf("fsopen proc: %w", err)
+	}
+	defer unix.Close(fs)
+	if err := unix.FsconfigSetFd(fs, "pidns", ns.fd); err != nil {
+		return fmt.Errorf("proc pidns= (needs Linux 6.15): %w", err)
+	}
+	if err := unix.FsconfigCreate(fs); err != nil {
+		return fmt.Errorf("create proc: %w", err)
+	}
+	m, err := unix.Fsmount(fs, unix.FSMOUNT_CLOEXEC, unix.MOUNT_ATTR_NOSUID|unix.MOUNT_ATTR_NODEV|unix.MOUNT_ATTR_NOEXEC)
+	if err != nil {
+		return fmt.Errorf("fsmount proc: %w", err)
+	}
+	if err := unix.MoveMount(m, "", unix.AT_FDCWD, dir, unix.MOVE_MOUNT_F_EMPTY_PATH); err != nil {
+		unix.Close(m)
+		return fmt.Errorf("move_mount proc: %w", err)
+	}
+	if p.procFD >= 0 {
+		unix.Close(p.procFD)
+	}
+	p.procFD = m
+	return nil
+}
+
+// limits watches a directly started call's processes through its /proc
+// (a handle on the procfs of its PID namespace) and kills its PID 1 when
+// one of the limits is exceeded.
+type limits struct {
+	stop    chan struct{}
+	stopped chan struct{}
+	once    sync.Once
+	limit   string // set before stopped is closed
+}
+
+func (p *Proc) watchLimits() {
+	l := &limits{stop: make(chan struct{}), stopped: make(chan struct{})}
+	p.limits = l
+	fd, proc := p.procFD, p.Cmd.Process
+	p.procFD = -1
+	w := watcher{self: -1, proc: fmt.Sprintf("/proc/self/fd/%d", fd),
+		memory: int64(p.sb.cfg.MemoryMB) << 20, pids: p.sb.cfg.Pids}
+	go func() {
+		defer close(l.stopped)
+		defer unix.Close(fd)
+		tick := time.NewTicker(watchEvery)
+		defer tick.Stop()
+		for {
+			select {
+			case <-l.stop:
+				return
+			case <-tick.C:
+			}
+			if l.limit = w.check(); l.limit != "" {
+				proc.Kill()
+				return
+			}
+		}
+	}()
+}
+
+// end stops the watcher and returns the limit it found, if any.
+func (l *limits) end() string {
+	if l == nil {
+		return ""
+	}
+	l.once.Do(func() { close(l.stop) })
+	<-l.stopped
+	return l.limit
+}
