@@ -331,11 +331,25 @@ type chat struct {
 	exit      bool      // a queued /exit ran
 	retryAt   time.Time // when the failed model request is retried (countdown)
 	allowed   toolSet   // tools allowed for the rest of the Session ("a")
-	// lastSeq is the last stream position seen; prompts the position
-	// before each Prompt seen (0: none before it), for /rewind.
-	lastSeq uint64
-	prompts []uint64
+	// last is the position of the last record seen (a history record's
+	// or a stream event's); prompts the position before each Prompt seen
+	// or in the history loaded (zero: nothing before it), for /rewind;
+	// earlier the window cursor of the history before those (empty: none).
+	last    forkPoint
+	prompts []forkPoint
+	earlier string
 }
+
+// forkPoint is where /fork and /rewind cut a Session: a stream sequence
+// (an SSE id's) or a record position from /messages (protocol.md §3, the
+// fork route's atSeq and atRecord). The zero value is before everything.
+type forkPoint struct {
+	seq      uint64
+	record   int
+	byRecord bool
+}
+
+func (p forkPoint) zero() bool { return !p.byRecord && p.seq == 0 }
 
 type pendingApproval struct {
 	toolCallID, tool string
@@ -530,8 +544,15 @@ func (ch *chat) showHistory(ctx context.Context) error {
 			msgs = append(msgs, m)
 		}
 	}
+	ch.prompts, ch.earlier = promptPoints(h), ""
+	if len(h.Positions) > 0 {
+		ch.last = forkPoint{record: h.Positions[len(h.Positions)-1], byRecord: true}
+	}
 	if h.Window != nil && h.Window.More {
 		ch.say("… earlier turns not shown")
+		if len(h.Positions) == len(h.Messages) {
+			ch.earlier = h.Window.Start
+		}
 	}
 	for i := range msgs {
 		ch.show(ctx, &msgs[i])
@@ -548,6 +569,53 @@ func (ch *chat) showHistory(ctx context.Context) error {
 		}
 	}
 	ch.r.Flush()
+	return nil
+}
+
+// promptPoints returns the position before each Prompt of a /messages
+// answer (none when it carries no positions).
+func promptPoints(h *client.Messages) []forkPoint {
+	if len(h.Positions) != len(h.Messages) {
+		return nil
+	}
+	var out []forkPoint
+	for i, raw := range h.Messages {
+		var m omni.Message
+		if omni.Unmarshal(raw, &m) != nil || !isPrompt(&m) {
+			continue
+		}
+		if p := h.Positions[i]; p > 0 {
+			out = append(out, forkPoint{record: p - 1, byRecord: true})
+		} else {
+			out = append(out, forkPoint{})
+		}
+	}
+	return out
+}
+
+// isPrompt reports whether m is a Prompt the user typed (not steering, a
+// summary or another bracketed system text, nor a hook's context).
+func isPrompt(m *omni.Message) bool {
+	p := &m.Payload
+	return m.Type == omni.KindModel && len(m.Origin) == 0 && p.Type == omni.TypeText && p.Role == omni.RoleUser &&
+		p.Sender == "" && !strings.HasPrefix(p.Text, "[")
+}
+
+// earlierPrompts reads the history before what the chat holds, a page at a
+// time, until it knows n Prompts or the history's start: /rewind N
+// reaches Prompts from before this process (after --resume).
+func (ch *chat) earlierPrompts(ctx context.Context, n int) error {
+	for pages := 0; len(ch.prompts) < n && ch.earlier != "" && pages < 1000; pages++ {
+		h, err := ch.cl.MessagesWindow(ctx, ch.sess.ID, min(max(n-len(ch.prompts), 1), 10_000), ch.earlier)
+		if err != nil {
+			return err
+		}
+		ch.earlier = ""
+		if h.Window != nil && h.Window.More && len(h.Positions) == len(h.Messages) {
+			ch.earlier = h.Window.Start
+		}
+		ch.prompts = append(promptPoints(h), ch.prompts...)
+	}
 	return nil
 }
 
@@ -792,19 +860,23 @@ func (ch *chat) command(ctx context.Context, text string) bool {
 		ch.sess = s
 		ch.say("approval mode %s", s.ApprovalMode)
 	case "/fork":
-		ch.fork(ctx, 0, "")
+		ch.fork(ctx, forkPoint{}, "")
 	case "/rewind":
 		n, err := strconv.Atoi(arg)
 		if err != nil || n < 1 {
 			ch.say("/rewind N forks the Session before its N-th last Prompt (N from 1)")
 			break
 		}
+		if err := ch.earlierPrompts(ctx, n); err != nil {
+			ch.say("could not read the Session's history: %s", apiMessage(err))
+			break
+		}
 		if n > len(ch.prompts) {
-			ch.say("this chat has seen %d Prompts with their stream positions; /rewind goes back at most that far", len(ch.prompts))
+			ch.say("this chat has seen %d Prompts with their positions; /rewind goes back at most that far", len(ch.prompts))
 			break
 		}
 		at := ch.prompts[len(ch.prompts)-n]
-		if at == 0 {
+		if at.zero() {
 			ch.say("nothing of this Session comes before that Prompt: start a new chat instead")
 			break
 		}
@@ -832,13 +904,23 @@ func (ch *chat) command(ctx context.Context, text string) bool {
 
 // fork forks the Session at stream position at (0: everything so far)
 // and says how to go on in the fork.
-func (ch *chat) fork(ctx context.Context, at uint64, where string) {
-	f, err := ch.cl.Fork(ctx, ch.sess.ID, at)
+func (ch *chat) fork(ctx context.Context, at forkPoint, where string) {
+	var f *client.Session
+	var err error
+	if at.byRecord {
+		f, err = ch.cl.ForkAtRecord(ctx, ch.sess.ID, at.record)
+	} else {
+		f, err = ch.cl.Fork(ctx, ch.sess.ID, at.seq)
+	}
 	if err != nil {
 		ch.say("could not fork: %s", apiMessage(err))
 		return
 	}
-	ch.say("forked%s into %s (from %s at %d)", where, f.ID, ch.sess.ID, f.ForkedFrom.Seq)
+	if at.byRecord {
+		ch.say("forked%s into %s (from %s after record %d)", where, f.ID, ch.sess.ID, at.record)
+	} else {
+		ch.say("forked%s into %s (from %s at %d)", where, f.ID, ch.sess.ID, f.ForkedFrom.Seq)
+	}
 	cmd := "floe chat --resume " + f.ID
 	if ch.o.server != "" {
 		cmd += " --server " + ch.o.server
@@ -916,13 +998,12 @@ func (ch *chat) onEvent(ctx context.Context, ev client.Event) {
 		return
 	case m.Type == omni.KindEvent && p.Type == omni.TypeApprovalDecision:
 		ch.dropApproval(p.ToolCallID)
-	case m.Type == omni.KindModel && len(m.Origin) == 0 && p.Type == omni.TypeText && p.Role == omni.RoleUser && p.Sender == "" &&
-		!strings.HasPrefix(p.Text, "["):
+	case isPrompt(&m):
 		// A Prompt: /rewind forks at the Session's position before it.
-		ch.prompts = append(ch.prompts, ch.lastSeq)
+		ch.prompts = append(ch.prompts, ch.last)
 	}
 	if seq := seqOf(ev.ID); seq > 0 {
-		ch.lastSeq = seq
+		ch.last = forkPoint{seq: seq}
 	}
 	switch {
 	case m.Type == omni.KindModel && len(m.Origin) == 0 && p.Type == omni.TypeText && p.Role == omni.RoleUser:
