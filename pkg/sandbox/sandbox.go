@@ -367,7 +367,7 @@ func (s *Sandbox) Command(ctx context.Context, spec Spec) (*Proc, error) {
 		cmd.Env, cmd.Dir = spec.Env, dir
 		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 		cmd.Cancel = func() error { return killGroup(cmd) }
-		return &Proc{Cmd: cmd, sb: s}, nil
+		return &Proc{Cmd: cmd, sb: s, procFD: -1}, nil
 	}
 	if s.sp != nil && s.sp.direct && !spec.External {
 		// Started by Proc.Start from the spawner thread (direct.go); a
@@ -575,7 +575,7 @@ func (p *Proc) Close() {
 	if p.ended != nil {
 		<-p.ended
 	}
-	if p.procFD >= 0 {
+	if p.direct && p.procFD >= 0 {
 		unix.Close(p.procFD)
 		p.procFD = -1
 	}

@@ -12,6 +12,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // backends returns a Sandbox per backend this host provides; a backend it
@@ -380,5 +382,23 @@ func TestNextCallSeesNothingOfTheLast(t *testing.T) {
 				t.Errorf("the next call sees the last one's message queue:\n%s", out)
 			}
 		})
+	}
+}
+
+// Closing a Proc closes only what it owns: an unconfined one once closed
+// fd 0 (its zero procFD), and with it, later, whatever file took fd 0.
+func TestCloseClosesOnlyItsOwnFiles(t *testing.T) {
+	if _, err := unix.FcntlInt(0, unix.F_GETFD, 0); err != nil {
+		t.Skipf("fd 0 is not open here: %v", err)
+	}
+	s, err := New(Config{Backend: Off})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ex := run(t, t.Context(), s, t.TempDir(), "true"); ex.Code != 0 {
+		t.Fatalf("exit %+v", ex)
+	}
+	if _, err := unix.FcntlInt(0, unix.F_GETFD, 0); err != nil {
+		t.Fatalf("fd 0 after an unconfined Proc's Close: %v", err)
 	}
 }
