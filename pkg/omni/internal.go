@@ -126,12 +126,18 @@ type ToolJob struct {
 	// Origin is prepended to nothing: runners publish on the Session's own
 	// subjects; forwarding to a parent is the engine's job.
 	EnqueuedUnixMs int64 `msgpack:"enqueued_unix_ms"`
+	// BeatToken is a random secret of this job: only a runner that pulled
+	// the job knows it, and the engine counts a heartbeat for the call only
+	// with it (NATS permissions cannot tell which runner holds which job).
+	BeatToken string `msgpack:"beat_token,omitempty"`
 }
 
 // Heartbeat reports the jobs a runner is executing for one Session.
+// Tokens[i] is the BeatToken of the job of ToolCallIDs[i].
 type Heartbeat struct {
 	Runner      string   `msgpack:"runner"`
 	ToolCallIDs []string `msgpack:"tool_call_ids"`
+	Tokens      []string `msgpack:"tokens,omitempty"`
 }
 
 // Cancel asks runners to stop jobs of a Session (all when ToolCallIDs is empty).

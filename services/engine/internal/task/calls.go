@@ -28,6 +28,9 @@ type callState struct {
 	lastBeat   time.Time
 	dispatched time.Time // when the job was enqueued, then when its wait was last decided
 	taken      bool      // the job was seen gone from the queue with no heartbeat yet
+	// token is the job's BeatToken: a heartbeat counts only with it. ""
+	// for a call resumed from an earlier engine: its first token is taken.
+	token string
 	output     *omni.Message
 	// gen is the Task stream's generation (publish.Publisher.Token)
 	// before the call's message was queued, from the first sequence of its
@@ -171,6 +174,11 @@ func (c *calls) closeHeartbeats() {
 	}
 }
 
+// onHeartbeat counts a runner's report of the calls it runs, each only
+// with its job's BeatToken: a runner may keep alive only the jobs it
+// holds (it pulled them), not any call of any Session. A call resumed
+// from an earlier engine, whose token this engine never saw, takes the
+// first token reported for it and from then on requires that one.
 func (c *calls) onHeartbeat(m *nats.Msg) {
 	var hb omni.Heartbeat
 	if err := omni.Unpack(m.Data, &hb); err != nil {
@@ -178,11 +186,40 @@ func (c *calls) onHeartbeat(m *nats.Msg) {
 		return
 	}
 	now := time.Now()
+	var forged []string
 	c.mu.Lock()
-	for _, id := range hb.ToolCallIDs {
-		if cs := c.m[id]; cs != nil {
-			cs.started, cs.lastBeat = true, now
+	for i, id := range hb.ToolCallIDs {
+		cs := c.m[id]
+		if cs == nil {
+			continue
 		}
+		token := ""
+		if i < len(hb.Tokens) {
+			token = hb.Tokens[i]
+		}
+		switch {
+		case token == "":
+			forged = append(forged, id)
+			continue
+		case cs.token == "" && cs.jobSeq == 0 && cs.started:
+			cs.token = token // resumed: the runner's job is the one it holds
+		case token != cs.token:
+			forged = append(forged, id)
+			continue
+		}
+		cs.started, cs.lastBeat = true, now
+	}
+	c.mu.Unlock()
+	if len(forged) > 0 {
+		c.log.Warn().Str("runner", hb.Runner).Strs("tool_call_ids", forged).Msg("heartbeat without its job's token ignored")
+	}
+}
+
+// setToken records the BeatToken of a call's job before it is enqueued.
+func (c *calls) setToken(id, token string) {
+	c.mu.Lock()
+	if cs := c.m[id]; cs != nil {
+		cs.token = token
 	}
 	c.mu.Unlock()
 }
@@ -457,7 +494,9 @@ func (c *calls) dispatch(actx context.Context, tc omni.Message, workspace string
 		Arguments:      tc.Payload.Arguments,
 		Workspace:      workspace,
 		EnqueuedUnixMs: time.Now().UnixMilli(),
+		BeatToken:      randomHex(16),
 	}
+	c.setToken(id, job.BeatToken) // before a runner can beat for it
 	nm, err := bus.PackMsg(omni.ToolSubject(c.pool(), c.sid), &job)
 	if err != nil {
 		return err

@@ -361,7 +361,7 @@ func (h *harness) startRunner(f *fakeRunner) *fakeRunner {
 		if f.noBeat {
 			return // took the job and never ran it (its ack failed on its side)
 		}
-		f.beat(nc, job.SessionID, job.ToolCallID)
+		f.beat(nc, job)
 		out := f.behave(job)
 		if out == silent {
 			return
@@ -386,7 +386,7 @@ func (h *harness) startRunner(f *fakeRunner) *fakeRunner {
 				case <-stop:
 					return
 				case <-tick.C:
-					f.beat(nc, job.SessionID, job.ToolCallID)
+					f.beat(nc, job)
 				}
 			}
 		}()
@@ -421,8 +421,10 @@ func answerToolList(t testing.TB, nc *nats.Conn) *nats.Subscription {
 	return sub
 }
 
-func (f *fakeRunner) beat(nc *nats.Conn, sid, id string) {
-	b, _ := omni.Pack(&omni.Heartbeat{Runner: "fake", ToolCallIDs: []string{id}})
+// beat reports a job running, with its token as a runner does.
+func (f *fakeRunner) beat(nc *nats.Conn, job omni.ToolJob) {
+	sid, id := job.SessionID, job.ToolCallID
+	b, _ := omni.Pack(&omni.Heartbeat{Runner: "fake", ToolCallIDs: []string{id}, Tokens: []string{job.BeatToken}})
 	_ = nc.Publish(omni.HeartbeatSubject(sid), b)
 }
 

@@ -206,7 +206,7 @@ func (h *harness) oneSlotRunner(sid string, work time.Duration) (ran func() []st
 				mu.Unlock()
 				end := time.Now().Add(work)
 				for time.Now().Before(end) && ctx.Err() == nil {
-					f.beat(nc, job.SessionID, job.ToolCallID)
+					f.beat(nc, job)
 					time.Sleep(100 * time.Millisecond)
 				}
 				out := omni.ToolCallOutput(job.ToolCallID, "ran "+job.ToolCallID, omni.StatusCompleted)
@@ -223,5 +223,54 @@ func (h *harness) oneSlotRunner(sid string, work time.Duration) (ran func() []st
 		mu.Lock()
 		defer mu.Unlock()
 		return append([]string(nil), jobs...)
+	}
+}
+
+// A heartbeat counts only with the job's token (omni.ToolJob.BeatToken),
+// which only the runner that pulled the job knows: another runner (any
+// toolrunner user may publish on floe.hb.*) beating for a call it does
+// not hold, with a wrong token or none, does not keep the call alive.
+// The runner that holds it dies; the call is declared lost after the
+// heartbeat timeout as if nobody had beaten.
+func TestAHeartbeatWithoutTheJobsTokenKeepsNothingAlive(t *testing.T) {
+	h := newHarness(t, `{"requests": [
+	  {"steps": [{"tool_call": {"name": "exec_command", "id": "call_1", "arguments": {"cmd": "make"}}}]},
+	  {"expect_tool_outputs": ["call_1"], "steps": [{"text": "The runner was lost."}]}
+	]}`, func(s *Settings) { s.HeartbeatTimeout = 400 * time.Millisecond })
+	sid := "forged1"
+	h.session(sid, omni.ApproveAllowAll)
+	fr := h.runner(sid, func(omni.ToolJob) *omni.Message { return silent }) // beats once with its token, then dies
+	forger := bustest.Connect(t, h.env.Server)
+	stop := make(chan struct{})
+	forging := make(chan struct{})
+	go func() {
+		defer close(forging)
+		tick := time.NewTicker(50 * time.Millisecond)
+		defer tick.Stop()
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				return
+			case <-tick.C:
+			}
+			hb := omni.Heartbeat{Runner: "forger", ToolCallIDs: []string{"call_1"}}
+			if i%2 == 0 {
+				hb.Tokens = []string{"not-the-token"}
+			}
+			b, _ := omni.Pack(&hb)
+			_ = forger.Publish(omni.HeartbeatSubject(sid), b)
+		}
+	}()
+	defer func() { close(stop); <-forging }()
+	if st := h.wait(h.run(sid, "t1", "go")); st != Completed {
+		t.Fatalf("status %q", st)
+	}
+	msgs := h.messages(sid)
+	out := index(msgs, isType(omni.TypeToolCallOutput, "call_1"))
+	if out < 0 || !strings.Contains(msgs[out].Payload.Output, "tool runner lost: no heartbeat for 400ms") {
+		t.Fatalf("call_1 output%s", dump(msgs))
+	}
+	if got := fr.ran(); len(got) != 1 {
+		t.Fatalf("jobs taken %v, want call_1 once", got)
 	}
 }

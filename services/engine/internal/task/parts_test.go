@@ -131,7 +131,8 @@ func TestCallsAwaitOutputsReadBackFromTheStream(t *testing.T) {
 		t.Fatalf("keepStored = %v (call_gone known %v), want [call_a call_b] and call_gone forgotten", kept, r.calls.known("call_gone"))
 	}
 	fr := &fakeRunner{h: h, sid: "calls-u1"}
-	fr.beat(h.env.Conn, "calls-u1", "call_a")
+	r.calls.setToken("call_a", "tok-a")
+	fr.beat(h.env.Conn, omni.ToolJob{SessionID: "calls-u1", ToolCallID: "call_a", BeatToken: "tok-a"})
 	bustest.Eventually(t, 10*time.Second, "call_a started", func() bool {
 		r.calls.mu.Lock()
 		defer r.calls.mu.Unlock()

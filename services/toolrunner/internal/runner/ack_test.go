@@ -97,7 +97,7 @@ func startAckRig(t *testing.T, budget time.Duration, fail func(attempt int, m je
 func (rig *ackRig) enqueue(t *testing.T, sid, id string) uint64 {
 	t.Helper()
 	nm, err := bus.PackMsg(omni.ToolSubject(omni.DefaultPool, sid), &omni.ToolJob{SessionID: sid, ToolCallID: id,
-		Name: "exec_command", Arguments: `{"cmd":"true"}`, Workspace: t.TempDir()})
+		Name: "exec_command", Arguments: `{"cmd":"true"}`, Workspace: t.TempDir(), BeatToken: "tok-" + id})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -148,6 +148,23 @@ func TestAnAckAppliedButUnansweredStillRunsTheJob(t *testing.T) {
 	bustest.Eventually(t, 10*time.Second, "the job's output", func() bool { return rig.outputs(t, sid, "call_1") == 1 })
 	if n := rig.box.runs("call_1"); n != 1 {
 		t.Fatalf("the job ran %d times, want once", n)
+	}
+	// Its heartbeats carried the job's token (the engine counts no other).
+	beats := 0
+	for len(rig.beats) > 0 {
+		hb := <-rig.beats
+		for i, id := range hb.ToolCallIDs {
+			if id != "call_1" {
+				continue
+			}
+			beats++
+			if i >= len(hb.Tokens) || hb.Tokens[i] != "tok-call_1" {
+				t.Errorf("heartbeat %+v without call_1's token", hb)
+			}
+		}
+	}
+	if beats == 0 {
+		t.Error("no heartbeat for call_1")
 	}
 	st, err := rig.env.JS.Stream(context.Background(), omni.ToolsStream)
 	if err != nil {

@@ -43,6 +43,7 @@ type job struct {
 	sid    string
 	id     string
 	key    string // jobKey(sid, id)
+	token  string // the job's BeatToken, sent with every heartbeat for it
 	log    zerolog.Logger
 	cancel context.CancelCauseFunc
 	done   chan struct{} // closed when the job's goroutine can publish nothing more
@@ -104,6 +105,7 @@ func (r *runner) process(jobsCtx context.Context, m jetstream.Msg) {
 		sid:   tj.SessionID,
 		id:    tj.ToolCallID,
 		key:   jobKey(tj.SessionID, tj.ToolCallID),
+		token: tj.BeatToken,
 		log:   log,
 		done:  make(chan struct{}),
 		kick:  make(chan struct{}, 1),
@@ -191,7 +193,7 @@ func (r *runner) ackJob(m jetstream.Msg, tj *omni.ToolJob, valid bool, log zerol
 	if valid && omni.ValidSessionID(sid) && tj.ToolCallID != "" {
 		key := jobKey(sid, tj.ToolCallID)
 		r.mu.Lock()
-		r.holding[key] = heldJob{sid: sid, id: tj.ToolCallID}
+		r.holding[key] = heldJob{sid: sid, id: tj.ToolCallID, token: tj.BeatToken}
 		r.mu.Unlock()
 		defer func() {
 			r.mu.Lock()
@@ -224,7 +226,7 @@ func (r *runner) ackJob(m jetstream.Msg, tj *omni.ToolJob, valid bool, log zerol
 
 // heldJob is a fetched job whose ack is being confirmed: reported in
 // heartbeats, not running yet.
-type heldJob struct{ sid, id string }
+type heldJob struct{ sid, id, token string }
 
 // checkJob returns what makes a decoded job unrunnable, or "".
 func checkJob(tj *omni.ToolJob) string {
