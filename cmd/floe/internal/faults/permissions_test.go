@@ -31,7 +31,7 @@ func TestServicesWorkUnderLeastPrivilegeUsers(t *testing.T) {
 	c := newCluster(t, 1, 1)
 	c.serviceBin(bins.tracer, nil, "tracer", "tracer")
 	c.serviceBin(bins.toolrunner, nil, "toolrunner", "toolrunner")
-	c.serviceBin(bins.engine, nil, "engine", "engine")
+	engine := c.serviceBin(bins.engine, nil, "engine", "engine")
 	port := freePort(t)
 	c.serviceBin(bins.gateway, nil, "gateway", "gateway", fmt.Sprintf("FLOE_HTTP_ADDR=127.0.0.1:%d", port))
 	gw := client.New(fmt.Sprintf("http://127.0.0.1:%d", port))
@@ -81,6 +81,13 @@ func TestServicesWorkUnderLeastPrivilegeUsers(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitBeat(t, hb, "s1")
+	// Any toolrunner may publish on floe.hb.*: a runner that does not
+	// hold s1's job (it lacks the job's token) is not counted for it.
+	c.forgeBeat(sid, "s1")
+	engine.waitLog(t, `"runner":"forger"`, 30*time.Second)
+	if !strings.Contains(engine.log(), "heartbeat without its job's token ignored") {
+		t.Errorf("the engine did not ignore a forged heartbeat:\n%s", engine.tail(10))
+	}
 	if interrupted, err := gw.Abort(ctx, sid); err != nil || !interrupted {
 		t.Fatalf("abort: interrupted %v, %v", interrupted, err)
 	}
@@ -127,6 +134,24 @@ func TestServicesWorkUnderLeastPrivilegeUsers(t *testing.T) {
 	c.denied("ops", omni.TaskSubject(sid), omni.TasksStream)
 	if _, err := nats.Connect(c.url(), nats.UserInfo("engine", "wrong")); err == nil {
 		t.Error("a wrong password was accepted")
+	}
+}
+
+// forgeBeat publishes, as the toolrunner user, a heartbeat for call id
+// of sid with a token that is not its job's.
+func (c *cluster) forgeBeat(sid, id string) {
+	c.t.Helper()
+	nc, err := nats.Connect(c.url(), nats.UserInfo("toolrunner", c.passwords["toolrunner"]), nats.CustomInboxPrefix("_INBOX.toolrunner"))
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	defer nc.Close()
+	b, _ := omni.Pack(&omni.Heartbeat{Runner: "forger", ToolCallIDs: []string{id}, Tokens: []string{"not-the-token"}})
+	if err := nc.Publish(omni.HeartbeatSubject(sid), b); err != nil {
+		c.t.Fatal(err)
+	}
+	if err := nc.Flush(); err != nil {
+		c.t.Fatal(err)
 	}
 }
 
