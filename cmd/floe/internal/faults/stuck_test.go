@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -64,15 +65,26 @@ func TestClusterFaultsLeaveNoSessionStuck(t *testing.T) {
 		sids[i] = c.session(ref)
 	}
 
-	// The faults, one after another until every Session is done (bounded).
+	// The faults, one at a time (the next once every node is healthy
+	// again, its streams current), until every Session is done or the
+	// rounds run out. faultsOver is when the last one ended.
 	done := make(chan struct{})
 	faultsDone := make(chan []string)
+	var faultsOver atomic.Int64
+	rounds := max(8, total/8)
 	go func() {
 		var log []string
-		for round := 0; round < 60; round++ {
+		defer func() {
+			faultsOver.Store(time.Now().UnixNano())
+			<-done
+			faultsDone <- log
+		}()
+		for round := 0; round < rounds; round++ {
+			for _, nd := range c.nodes {
+				c.waitNodeQuietly(nd, 60*time.Second)
+			}
 			select {
 			case <-done:
-				faultsDone <- log
 				return
 			case <-time.After(time.Second):
 			}
@@ -103,13 +115,17 @@ func TestClusterFaultsLeaveNoSessionStuck(t *testing.T) {
 				nd := c.nodes[(round/4+2)%len(c.nodes)]
 				nd.proc.kill(t)
 				c.startNode(nd)
-				c.waitNodeQuietly(nd, 60*time.Second)
 				log = append(log, "kill -9 and restart "+nd.name)
 			}
 		}
-		<-done
-		faultsDone <- log
 	}()
+	// A Task is stuck when it has not ended two minutes after it was
+	// submitted and two minutes after the last fault: the cluster has had
+	// time to heal.
+	expired := func(submitted time.Time) bool {
+		over := faultsOver.Load()
+		return over > 0 && time.Since(time.Unix(0, over)) > 2*time.Minute && time.Since(submitted) > 2*time.Minute
+	}
 
 	type result struct {
 		sid, task, status string
@@ -127,7 +143,7 @@ func TestClusterFaultsLeaveNoSessionStuck(t *testing.T) {
 					results <- result{sid: sid, task: id, err: err}
 					return
 				}
-				status, err := c.waitEnded(sid, id, 3*time.Minute)
+				status, err := c.waitEnded(sid, id, time.Now(), expired)
 				results <- result{sid: sid, task: id, status: status, err: err}
 				if err != nil {
 					return // stuck: the Session takes no new Task
@@ -319,11 +335,10 @@ func (c *cluster) submitRetrying(sid, id, prompt string) error {
 
 // waitEnded waits until the Session no longer names Task id (read from
 // the bucket's leader) and returns the Task's status; an error when it
-// still does after d: a stuck Session.
-func (c *cluster) waitEnded(sid, id string, d time.Duration) (string, error) {
-	deadline := time.Now().Add(d)
+// still does once expired says so: a stuck Session.
+func (c *cluster) waitEnded(sid, id string, submitted time.Time, expired func(time.Time) bool) (string, error) {
 	var last string
-	for time.Now().Before(deadline) {
+	for !expired(submitted) {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		rec, _, err := c.sessions.GetLatest(ctx, sid)
 		cancel()
@@ -335,5 +350,6 @@ func (c *cluster) waitEnded(sid, id string, d time.Duration) (string, error) {
 		}
 		time.Sleep(250 * time.Millisecond)
 	}
-	return "", fmt.Errorf("stuck: the Session is still %s with the Task %v after it was submitted", last, d)
+	return "", fmt.Errorf("stuck: the Session is still %s with the Task %v after it was submitted, 2m after the last fault",
+		last, time.Since(submitted).Round(time.Second))
 }
