@@ -536,21 +536,13 @@ function drawForkedFrom(f) {
   const a = document.createElement('a');
   a.href = '#/s/' + enc(f.sessionId);
   a.textContent = f.sessionId;
-  el.append('forked from ', a, ' at ' + f.seq);
+  el.append('forked from ', a, f.record != null ? ' after record ' + f.record : ' at ' + f.seq);
 }
 
 // The header's Fork: a new Session with this one's history so far (a
 // running Task is cut where it is, as an interrupt would leave it).
-$('fork-session').addEventListener('click', async () => {
-  const c = current;
-  if (!c) return;
-  try {
-    const s = await api('POST', '/api/sessions/' + enc(c.id) + '/fork', {});
-    sessions.set(s.id, { session: s, state: s.state, status: '', pendingApprovals: 0 });
-    location.hash = '#/s/' + enc(s.id);
-  } catch (e) {
-    alert('Could not fork: ' + (e && e.message ? e.message : e));
-  }
+$('fork-session').addEventListener('click', () => {
+  if (current) forkFrom(current, {});
 });
 
 // sandboxLabel shows the tool confinement the runners report (protocol.md §7);
@@ -787,7 +779,7 @@ function drawList(container, items, cache, c) {
     keep.add(it.key);
     let ent = cache.get(it.key);
     if (!ent || ent.rev !== it.rev || ent.kind !== it.kind) {
-      const el = drawItem(it, c, ent && ent.el);
+      const el = withForkHere(drawItem(it, c, ent && ent.el), it, c);
       if (ent && ent.el !== el) ent.el.replaceWith(el);
       ent = { el, rev: it.rev, kind: it.kind };
       cache.set(it.key, ent);
@@ -815,6 +807,40 @@ function text(tag, cls, t) {
   if (cls) e.className = cls;
   e.textContent = t;
   return e;
+}
+
+// The kinds of items a fork "from here" is offered on.
+const FORKABLE = new Set(['user', 'text', 'thinking', 'tool']);
+
+// withForkHere adds "Fork from here" to an item of the Session's own
+// transcript that knows its cut (item.forkAt: its /messages position or
+// its SSE id, protocol.md §3 the fork route).
+function withForkHere(el, it, c) {
+  if (!it.forkAt || it.streaming || !FORKABLE.has(it.kind) || it.lv !== c.feed.model.root) return el;
+  // The label is drawn by CSS (like Copy's), so the message's text stays
+  // its own.
+  const b = button('', 'button', (ev) => {
+    ev.stopPropagation();
+    forkFrom(c, it.forkAt);
+  });
+  b.className = 'fork-here';
+  b.dataset.label = 'Fork from here';
+  b.setAttribute('aria-label', 'Fork from here');
+  b.title = 'A new Session whose history ends with this message';
+  el.append(b);
+  return el;
+}
+
+// forkFrom forks the Session at cut ({} for everything so far) and opens
+// the fork.
+async function forkFrom(c, cut) {
+  try {
+    const s = await api('POST', '/api/sessions/' + enc(c.id) + '/fork', cut);
+    sessions.set(s.id, { session: s, state: s.state, status: '', pendingApprovals: 0 });
+    location.hash = '#/s/' + enc(s.id);
+  } catch (e) {
+    alert('Could not fork: ' + (e && e.message ? e.message : e));
+  }
 }
 
 function drawItem(it, c, old) {

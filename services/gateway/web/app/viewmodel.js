@@ -78,6 +78,7 @@ export class Transcript {
     this.meta = null;
     this.compaction = null; // open compaction item (root)
     this.lastCompaction = null; // for the [context_summary] that follows
+    this.request = null; // root items of the open request (for item.forkAt)
     this.nextKey = 1;
     this.version = 0; // bumped on any change
   }
@@ -87,6 +88,7 @@ export class Transcript {
   }
 
   touch(item) {
+    if (this.at && item.lv === this.root) this.cutAt(item);
     item.rev = (item.rev || 0) + 1;
     this.version++;
     if (item.lv && item.lv !== this.root) this.bubble(item.lv);
@@ -96,10 +98,21 @@ export class Transcript {
     item.key = 'i' + this.nextKey++;
     item.rev = 1;
     item.lv = level;
+    if (this.at && level === this.root) this.cutAt(item);
     level.items.push(item);
     this.version++;
     if (level !== this.root) this.bubble(level);
     return item;
+  }
+
+  // cutAt notes that item changed with the message at this.at. A model
+  // message's item is noted again at its request's request_end: a fork
+  // after the message but before that would drop the request's answer
+  // from the model's context (an uncommitted request), so "fork from
+  // here" on an answer cuts after its request.
+  cutAt(item) {
+    item.forkAt = this.at;
+    if (this.request) this.request.add(item);
   }
 
   remove(level, item) {
@@ -167,7 +180,21 @@ export class Transcript {
 
   // applyMessage folds one OmniMessage (an object). opts.receivedAt (ms)
   // is when it arrived live; history uses the message's timestamp.
+  // opts.at is where a fork "from here" cuts after it (protocol.md §3, the
+  // fork route): {atRecord} for a history message (its /messages
+  // position), {atSeq} for a stream event (its SSE id). Every item of the
+  // Session's own transcript the message adds or changes takes it as
+  // item.forkAt.
   applyMessage(m, opts = {}) {
+    this.at = opts.at || null;
+    try {
+      this.fold(m, opts);
+    } finally {
+      this.at = null;
+    }
+  }
+
+  fold(m, opts) {
     if (!m || typeof m !== 'object' || !m.payload) return;
     const p = m.payload;
     const at = opts.receivedAt || ms(m.timestamp);
@@ -366,6 +393,7 @@ export class Transcript {
         return;
       }
       case 'request_begin':
+        if (lv === this.root) this.request = new Set();
         for (const it of lv.retries || []) {
           if (it.active) {
             it.active = false;
@@ -377,6 +405,11 @@ export class Transcript {
       case 'request_end': {
         const st = p.status || 'completed';
         this.closeSegments(lv);
+        if (lv === this.root && this.request) {
+          const items = this.request;
+          this.request = null;
+          if (this.at) for (const it of items) this.touch(it);
+        }
         if (st === 'completed' || st === 'aborted') return;
         if (p.retry_in_ms != null && p.retry_in_ms >= 0) {
           const it = this.add(lv, {
@@ -558,6 +591,14 @@ function parse(data) {
   }
 }
 
+// positionAt is the fork cut after message i of a /messages answer: its
+// position (protocol.md §3), null when the answer has none.
+function positionAt(h, i) {
+  const pos = h && h.positions;
+  if (!Array.isArray(pos) || pos.length !== h.messages.length || !Number.isInteger(pos[i])) return null;
+  return { atRecord: pos[i] };
+}
+
 // SessionFeed joins a Session's SSE stream with its /messages history into
 // one Transcript, connect-first: events that arrive before the history are
 // buffered and replayed over it.
@@ -601,9 +642,10 @@ export class SessionFeed {
   }
 
   apply(e) {
+    const at = e.id ? { atSeq: e.id } : null;
     this.op(() => {
       if (e.server) this.model.applyServer(e.data);
-      else this.model.applyMessage(e.data, { receivedAt: e.receivedAt });
+      else this.model.applyMessage(e.data, { receivedAt: e.receivedAt, at });
     });
   }
 
@@ -616,14 +658,15 @@ export class SessionFeed {
 
   prepend(h) {
     const page = [];
-    for (const raw of (h && h.messages) || []) {
+    const messages = (h && h.messages) || [];
+    messages.forEach((raw, i) => {
       const m = parse(raw);
-      if (m) page.push(m);
-    }
+      if (m) page.push({ m, at: positionAt(h, i) });
+    });
     this.older = page.concat(this.older);
     this.earlier = h && h.window && h.window.more ? h.window.start : '';
     this.model.reset();
-    for (const m of this.older) this.model.applyMessage(m);
+    for (const o of this.older) this.model.applyMessage(o.m, { at: o.at });
     for (const f of this.ops) f();
   }
 
@@ -635,15 +678,16 @@ export class SessionFeed {
     this.earlier = h && h.window && h.window.more ? h.window.start : '';
     const seen = new Map(); // canonical JSON of a history complete message → count
     const messages = (h && h.messages) || [];
-    for (const raw of messages) {
+    messages.forEach((raw, i) => {
       const m = parse(raw);
-      if (!m) continue;
+      if (!m) return;
       if (isComplete(m)) {
         const k = JSON.stringify(m);
         seen.set(k, (seen.get(k) || 0) + 1);
       }
-      this.op(() => model.applyMessage(m));
-    }
+      const at = positionAt(h, i);
+      this.op(() => model.applyMessage(m, { at }));
+    });
     const live = h && h.live;
     let cut = null;
     if (live) {

@@ -374,3 +374,25 @@ test('a hook-denied call says which hook and why; other hook records are notices
   assert.equal(n.length, 1);
   assert.equal(n[0].text, 'stop hook ralph: continue — go test fails');
 });
+
+test('every item of the Session knows where a fork from it cuts', () => {
+  const f = new SessionFeed();
+  const hist = [event({ type: 'tool_list_ready', tools: [] }), user('first'), begin(), text('one'), end(), user('second'), begin(), call('c1', 'exec_command', { cmd: 'ls' }), end(), out('c1', 'a b')];
+  f.history({ messages: hist.map((m) => JSON.stringify(m)), positions: [11, 12, 13, 14, 15, 16, 17, 18, 19, 20], window: { start: '11', more: true } });
+  const items = f.model.items;
+  assert.deepEqual(kinds(items), ['user', 'text', 'user', 'tool']);
+  assert.deepEqual(items.map((i) => i.forkAt), [{ atRecord: 12 }, { atRecord: 15 }, { atRecord: 16 }, { atRecord: 20 }]); // an answer: after its request_end; the tool: after its output
+  // Live: the stream's event ids.
+  for (const e of stream([user('third'), begin(), text('three'), end()], 40)) f.event(e);
+  assert.deepEqual(f.model.items.slice(4).map((i) => i.forkAt), [{ atSeq: '7-40' }, { atSeq: '7-43' }]);
+  // A page before keeps every position.
+  f.prepend({ messages: [JSON.stringify(user('zero')), JSON.stringify(text('nil'))], positions: [9, 10], window: { start: '0', more: false } });
+  assert.deepEqual(f.model.items.map((i) => i.forkAt && (i.forkAt.atRecord ?? i.forkAt.atSeq)), [9, 10, 12, 15, 16, 20, '7-40', '7-43']);
+  // Without positions (a damaged Trace) history items have none; nested ones never do.
+  const g = new SessionFeed();
+  g.history({ messages: [JSON.stringify(user('x')), JSON.stringify(text('y', ['session-child']))] });
+  assert.equal(g.model.items[0].forkAt, undefined);
+  for (const e of stream([call('s1', 'run_subagent', { prompt: 'p' }), text('inner', ['session-child'])], 5)) g.event(e);
+  const sub = g.model.subagents.get('session-child');
+  assert.ok(sub.level.items.every((i) => i.forkAt === undefined));
+});
