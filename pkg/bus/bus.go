@@ -41,6 +41,17 @@ func (c Config) storage() jetstream.StorageType {
 	return jetstream.FileStorage
 }
 
+// compression is the stream compression of the layout's growing streams:
+// S2 on disk. nats-server compresses a message block when it is full (8 MiB
+// for FLOE_SESSIONS, 4 MiB for a bucket) and again when it compacts one;
+// the block being written stays plain, so a small home does not shrink.
+func (c Config) compression() jetstream.StoreCompression {
+	if c.Memory {
+		return jetstream.NoCompression
+	}
+	return jetstream.S2Compression
+}
+
 func (c Config) replicas() int {
 	if c.Replicas <= 0 {
 		return 1
@@ -73,6 +84,7 @@ func SessionsStreamConfig(c Config) jetstream.StreamConfig {
 		Duplicates:   dup,
 		MaxConsumers: maxc,
 		AllowDirect:  true,
+		Compression:  c.compression(),
 		// Fast batch publishing: the ordered publisher (pkg/bus/publish).
 		AllowBatchPublish: true,
 		Discard:           jetstream.DiscardOld,
@@ -127,11 +139,18 @@ func Ensure(ctx context.Context, js jetstream.JetStream, c Config) (*Sessions, [
 				diffs = append(diffs, fmt.Sprintf("%s %s is %v in the live layout, %v here (floe setup changes it)", want.Name, d.name, d.live, d.want))
 			}
 		}
-		if (want.AllowBatchPublish && !live.AllowBatchPublish) || (want.AllowDirect && !live.AllowDirect) {
+		// Compression too: a home made before it was on gets it in place
+		// (nats-server compresses the blocks it seals or compacts from
+		// then on and reads the plain ones as they are).
+		compress := want.Compression != jetstream.NoCompression && live.Compression == jetstream.NoCompression
+		if (want.AllowBatchPublish && !live.AllowBatchPublish) || (want.AllowDirect && !live.AllowDirect) || compress {
 			live.AllowBatchPublish = live.AllowBatchPublish || want.AllowBatchPublish
 			live.AllowDirect = live.AllowDirect || want.AllowDirect
+			if compress {
+				live.Compression = want.Compression
+			}
 			if _, err := js.UpdateStream(ctx, live); err != nil {
-				return nil, nil, fmt.Errorf("bus: enable batched publishing on %s: %w", want.Name, err)
+				return nil, nil, fmt.Errorf("bus: enable batched publishing and compression on %s: %w", want.Name, err)
 			}
 		}
 	}
@@ -186,6 +205,7 @@ func setupBucket(ctx context.Context, js jetstream.JetStream, c Config) (*Sessio
 		Bucket:      omni.SnapshotsBucket,
 		Description: "Floe context snapshots: a Session's folded model context and the stream sequence it covers",
 		History:     1,
+		Compression: !c.Memory,
 		Storage:     c.storage(),
 		Replicas:    c.replicas(),
 	}); err != nil {
@@ -209,6 +229,7 @@ func setupBucket(ctx context.Context, js jetstream.JetStream, c Config) (*Sessio
 		Bucket:      omni.SessionsBucket,
 		Description: "Floe Session records",
 		History:     1,
+		Compression: !c.Memory,
 		Storage:     c.storage(),
 		Replicas:    c.replicas(),
 	})

@@ -77,3 +77,61 @@ func TestEnsureDefaultsAgreeWithTheLiveLayout(t *testing.T) {
 		}
 	}
 }
+
+// A home made before compression was on (FLOE_SESSIONS and the growing
+// buckets stored plain) gets S2 compression in place when a service
+// starts with setup on, and every message and record stays readable.
+func TestEnsureTurnsOnCompressionInAnOlderHome(t *testing.T) {
+	env := bustest.Start(t, bus.Config{})
+	ctx := context.Background()
+	rec := &omni.SessionRecord{ID: "old1", Model: "scripted:demo"}
+	if err := env.Sessions.Create(ctx, rec); err != nil {
+		t.Fatal(err)
+	}
+	streams := []string{omni.SessionsStream, "KV_" + omni.SessionsBucket, "KV_" + omni.SnapshotsBucket}
+	for _, name := range streams {
+		st, err := env.JS.Stream(ctx, name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg := st.CachedInfo().Config
+		if cfg.Compression != jetstream.S2Compression {
+			t.Errorf("a new layout's %s compression = %v, want s2", name, cfg.Compression)
+		}
+		cfg.Compression = jetstream.NoCompression // as the previous release made it
+		if _, err := env.JS.UpdateStream(ctx, cfg); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := range 100 {
+		if _, err := env.JS.Publish(ctx, omni.SessionSubject("old1", omni.ClassModel), fmt.Appendf(nil, `{"n":%d}`, i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	if _, _, err := bus.Ensure(ctx, env.JS, bus.Config{}); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range streams {
+		st, err := env.JS.Stream(ctx, name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if c := st.CachedInfo().Config.Compression; c != jetstream.S2Compression {
+			t.Errorf("after Ensure %s compression = %v, want s2", name, c)
+		}
+	}
+	st, err := env.JS.Stream(ctx, omni.SessionsStream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := st.CachedInfo().State.Msgs; n != 100 {
+		t.Errorf("FLOE_SESSIONS holds %d messages after Ensure, want 100", n)
+	}
+	if m, err := st.GetMsg(ctx, 50); err != nil || string(m.Data) != `{"n":49}` {
+		t.Errorf("message 50 after Ensure = %v, %v", m, err)
+	}
+	if got, _, err := env.Sessions.Get(ctx, "old1"); err != nil || got.Model != rec.Model {
+		t.Errorf("Session record after Ensure = %+v, %v", got, err)
+	}
+}
