@@ -33,6 +33,10 @@ type Options struct {
 	ServerName string
 	// Logs enables the server's own logging to stderr.
 	Logs bool
+	// SyncInterval is how often the store syncs its blocks to disk and
+	// compacts the sealed ones that are mostly deleted messages (default
+	// nats-server's, 2 min). Benchmarks shorten it to see a store settled.
+	SyncInterval time.Duration
 	// Credentials, when set, makes the server require them from every
 	// client, in-process ones included: the users of Users with the
 	// least-privilege roles of deploy/nats/auth.conf (see LoadCredentials).
@@ -79,12 +83,13 @@ func Start(o Options) (*Server, error) {
 		return nil, errors.New("embed: StoreDir is required")
 	}
 	opts := &server.Options{
-		ServerName: o.ServerName,
-		JetStream:  true,
-		StoreDir:   o.StoreDir,
-		MaxPayload: o.MaxPayload,
-		NoSigs:     true,
-		NoLog:      !o.Logs,
+		ServerName:   o.ServerName,
+		JetStream:    true,
+		StoreDir:     o.StoreDir,
+		MaxPayload:   o.MaxPayload,
+		NoSigs:       true,
+		NoLog:        !o.Logs,
+		SyncInterval: o.SyncInterval,
 	}
 	if opts.ServerName == "" {
 		opts.ServerName = "floe"
