@@ -2,11 +2,15 @@ package e2e
 
 import (
 	"bytes"
+	"fmt"
+	"io"
 	"math/rand"
+	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -187,4 +191,171 @@ func TestForkAfterACommittedCallRunsWithTheCallInterrupted(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(filepath.Dir(forkFiles[0]), fork.ID+"_002.jsonl")); err == nil {
 		t.Error("the fork rotated its Trace without a compaction")
 	}
+}
+
+// A fork of a running parent, taken mid-stream with the engine running
+// the parent's Task: once while its call runs (a committed call without
+// output yet), once while its next answer streams (an open request with
+// partial text). Each fork is closed there as an interrupt would; the
+// parent's Task goes on undisturbed and completes with everything, and
+// neither fork changes as the parent goes on.
+func TestForkOfARunningParentMidStream(t *testing.T) {
+	release := make(chan struct{})
+	var once sync.Once
+	defer once.Do(func() { close(release) })
+	held := func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		rcWriteEvents(w, []string{rcRoleChunk(), rcTextChunk("half of ")})
+		select {
+		case <-release:
+		case <-r.Context().Done():
+			return
+		case <-time.After(rcBound):
+			return
+		}
+		for _, c := range []string{rcTextChunk("the answer"), rcFinishChunk("stop"), rcUsageChunk(120, 7)} {
+			fmt.Fprintf(w, "data: %s\n\n", c)
+		}
+		fmt.Fprint(w, "data: [DONE]\n\n")
+		w.(http.Flusher).Flush()
+	}
+	wait := "while [ ! -e go ]; do sleep 0.05; done; echo slow"
+	f := rcNewFake(t,
+		rcStreamed(rcRoleChunk(), rcTextChunk("running call_wait"), rcToolStartChunk(0, "call_wait", "exec_command", rcExecArgs("call_wait", wait)),
+			rcFinishChunk("tool_calls"), rcUsageChunk(100, 5)),
+		held,
+		rcAnswer("forked answer"),
+	)
+	e := rcEnv(t, f, nil)
+	c := e.gw(t, nil)
+	s, err := c.CreateSession(ctxT(t), client.CreateSession{Model: rcModel, Workspace: e.ws})
+	if err != nil {
+		t.Fatal(err)
+	}
+	taskID, err := c.SubmitTask(ctxT(t), s.ID, client.TaskRequest{Input: []client.InputPart{{Type: client.InputText, Text: "work"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	forkTrace := func(id string) (string, string) {
+		t.Helper()
+		files, err := trace.Files(e.home, id)
+		if err != nil || len(files) != 1 {
+			t.Fatalf("fork %s: Trace files %v, %v", id, files, err)
+		}
+		text := readString(t, files[0])
+		msgs, skipped, err := trace.Read(strings.NewReader(text))
+		if err != nil || len(skipped) > 0 {
+			t.Fatalf("fork %s's Trace: %v, %d skipped", id, err, len(skipped))
+		}
+		return traceKinds(msgs), text
+	}
+	running := func() {
+		t.Helper()
+		if got, err := c.GetSession(ctxT(t), s.ID); err != nil || got.State != omni.StateRunning {
+			t.Fatalf("the parent is %+v (%v) while its Task runs", got, err)
+		}
+	}
+
+	// 1. The call is committed and running.
+	rcWaitFor(e, s.ID, "the committed call", func(r rec) bool {
+		return r.msg.Type == omni.KindEvent && r.msg.Payload.Type == omni.TypeRequestEnd && r.msg.Payload.Status == omni.StatusCompleted
+	})
+	running()
+	forkA, err := c.Fork(ctxT(t), s.ID, 0)
+	if err != nil {
+		t.Fatalf("fork while the call runs: %v", err)
+	}
+	kindsA, traceA := forkTrace(forkA.ID)
+	if !strings.HasSuffix(kindsA, "text request_begin text tool_call token_usage request_end/completed abort") || strings.Contains(kindsA, "tool_call_output") {
+		t.Errorf("the fork taken while the call ran: %s\nwant the committed call, no output, then abort", kindsA)
+	}
+
+	// 2. The call ends; the next answer streams and is held half-way.
+	if err := os.WriteFile(filepath.Join(e.ws, "go"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	partial := rcWaitFor(e, s.ID, "the next answer streaming", func(r rec) bool {
+		return r.class == omni.ClassPartial && strings.Contains(string(r.raw), "half of")
+	})
+	running()
+	forkB, err := c.Fork(ctxT(t), s.ID, partial.seq)
+	if err != nil {
+		t.Fatalf("fork mid-answer: %v", err)
+	}
+	if forkB.ForkedFrom == nil || forkB.ForkedFrom.Seq != partial.seq {
+		t.Errorf("fork mid-answer: forkedFrom %+v, want seq %d", forkB.ForkedFrom, partial.seq)
+	}
+	kindsB, traceB := forkTrace(forkB.ID)
+	if !strings.HasSuffix(kindsB, "request_end/completed tool_call_output request_begin request_end/aborted abort") {
+		t.Errorf("the fork taken mid-answer: %s\nwant the output, then the open request aborted", kindsB)
+	}
+
+	// 3. The parent goes on and completes, unaffected.
+	once.Do(func() { close(release) })
+	rs, status := e.wait(s.ID, taskID)
+	if status != omni.StatusCompleted {
+		t.Fatalf("the parent's Task: %s; stream %v", status, labels(rs, noPartials))
+	}
+	e.lcTraced(s.ID)
+	files, err := trace.Files(e.home, s.ID)
+	if err != nil || len(files) != 1 {
+		t.Fatalf("parent's Trace files %v, %v", files, err)
+	}
+	msgs, _, _ := trace.Read(strings.NewReader(readString(t, files[0])))
+	if k := traceKinds(msgs); !strings.HasSuffix(k, "request_end/completed tool_call_output request_begin text token_usage request_end/completed") || strings.Contains(k, "abort") {
+		t.Errorf("the parent's Trace: %s\nwant its Task whole, nothing aborted", k)
+	}
+	if ff, ok := msgs[0].Payload.ForkedFrom(); ok {
+		t.Errorf("the parent's head has forked_from %+v", ff)
+	}
+	last := msgs[len(msgs)-3].Payload
+	if last.Text != "half of the answer" {
+		t.Errorf("the parent's answer %q, want it whole", last.Text)
+	}
+	for id, before := range map[string]string{forkA.ID: traceA, forkB.ID: traceB} {
+		if _, after := forkTrace(id); after != before {
+			t.Errorf("fork %s changed as its parent went on", id)
+		}
+	}
+
+	// 4. The fork taken mid-answer runs from the cut: the half answer is
+	// not in its context.
+	taskB, err := c.SubmitTask(ctxT(t), forkB.ID, client.TaskRequest{Input: []client.InputPart{{Type: client.InputText, Text: "go on"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rs, status := e.wait(forkB.ID, taskB); status != omni.StatusCompleted {
+		t.Fatalf("fork's Task: %s; stream %v", status, labels(rs, noPartials))
+	}
+	got := sentContext(f.body(2))
+	want := []string{
+		"user:work",
+		`assistant:running call_wait[call call_wait exec_command ` + rcExecArgs("call_wait", wait) + `]`,
+		"tool:call_wait:slow\n",
+		"user:go on",
+	}
+	if len(got) < 1 || !slices.Equal(got[1:], want) {
+		t.Fatalf("the fork's model request is\n  %q\nwant (after the system prompt)\n  %q", got, want)
+	}
+}
+
+// traceKinds lists records by payload type (and status), session_meta as
+// "meta", leaving out approval decisions (their place among a request's
+// last records is a race between the engine and the approver).
+func traceKinds(msgs []omni.Message) string {
+	var out []string
+	for _, m := range msgs {
+		if m.Payload.Type == omni.TypeApprovalDecision {
+			continue
+		}
+		k := m.Payload.Type
+		if m.Type == omni.KindSessionMeta {
+			k = "meta"
+		}
+		if m.Payload.Status != "" {
+			k += "/" + m.Payload.Status
+		}
+		out = append(out, k)
+	}
+	return strings.Join(out, " ")
 }
