@@ -41,6 +41,7 @@ package task
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -52,6 +53,7 @@ import (
 	oteltrace "go.opentelemetry.io/otel/trace"
 
 	"floe.dev/pkg/bus"
+	"floe.dev/pkg/bus/retry"
 	"floe.dev/pkg/omni"
 	"floe.dev/pkg/telemetry"
 	"floe.dev/pkg/trace"
@@ -322,19 +324,56 @@ func (r *Runner) Run(ctx context.Context) (status string, err error) {
 	if r.d.PartialsEnded != nil {
 		lastPartial, _ = bus.LastStored(ctx, r.d.JS, omni.SessionSubject(r.sid, omni.ClassPartial))
 	}
-	if err := r.d.Sessions.End(ctx, r.sid, r.task.ID, status); err != nil {
+	released, err := r.release(ctx, status)
+	if err != nil {
 		r.log.Error().Err(err).Msg("could not release the session")
 	}
-	// Its Msg-Id: a publish retried after a lost ack (a leader change)
-	// is stored once, so every Task has one end (it had two, once in 30
-	// Tasks, on the cut-links cluster).
-	if _, err := r.prod.server(ctx, omni.ServerEvent{Type: omni.ServerTaskState, State: omni.StateIdle, Status: status, TaskID: r.task.ID}, r.task.ID+"/end"); err != nil {
-		r.log.Error().Err(err).Msg("could not publish task_state idle")
+	if released {
+		r.publishEnd(ctx, status)
 	}
 	if lastPartial > 0 {
 		r.d.PartialsEnded(r.sid, lastPartial+1)
 	}
 	return status, nil
+}
+
+// release moves the Session back to idle with status if it still names
+// this Task, and reports whether it did (Sessions.End, knowing).
+func (r *Runner) release(ctx context.Context, status string) (bool, error) {
+	released := false
+	_, err := r.d.Sessions.Update(ctx, r.sid, func(rec *omni.SessionRecord) error {
+		released = rec.TaskID == r.task.ID
+		if released {
+			rec.State, rec.TaskID, rec.LastStatus = omni.StateIdle, "", status
+		}
+		return nil
+	})
+	return released && err == nil, err
+}
+
+// publishEnd publishes the Task's task_state idle once it has released
+// the Session. Not through the lease-fenced producer: the release ended
+// the lease (the record names no Task now), and a fence asked after a
+// stale confirmation refused the end, leaving a Task without one (1 in
+// 200 on the cut-links cluster). Everything the Task queued is stored
+// already (settle), so the end comes after it. Its Msg-Id stores a
+// retried publish once (a lost ack left a Task with two ends).
+func (r *Runner) publishEnd(ctx context.Context, status string) {
+	b, err := json.Marshal(omni.ServerEvent{Type: omni.ServerTaskState, State: omni.StateIdle, Status: status, TaskID: r.task.ID})
+	if err != nil {
+		return
+	}
+	nm := nats.NewMsg(omni.SessionSubject(r.sid, omni.ClassServer))
+	nm.Data = b
+	nm.Header.Set(jetstream.MsgIDHeader, r.task.ID+"/end")
+	_, err = retry.Do(ctx, retry.Exponential(100*time.Millisecond, 2*time.Second), 30*time.Second, func() (*jetstream.PubAck, error) {
+		actx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
+		return r.d.pubJS().PublishMsg(actx, nm)
+	}, nil)
+	if err != nil {
+		r.log.Error().Err(err).Msg("could not publish task_state idle")
+	}
 }
 
 // finishAbort stops the Task's outstanding tool jobs and publishes abort as
