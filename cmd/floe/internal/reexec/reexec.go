@@ -11,8 +11,10 @@
 // calls and their outputs at their recorded positions, approvals
 // (allow, deny; forbidden by the command policy), manual compactions and,
 // with the Session's compaction settings, automatic ones, the max-turns
-// notice. Steering, user aborts, hooks and subagents are not replayed:
-// such a record parts from the replay where they happened.
+// notice, steering (sent once the replay reaches the request before the
+// steering record: the engine takes it before its next request). User
+// aborts, hooks and subagents are not replayed: such a record parts from
+// the replay where they happened.
 package reexec
 
 import (
@@ -149,8 +151,18 @@ func Run(ctx context.Context, records []omni.Message, opt Options) (*Result, err
 
 // A task is one recorded Task to run again.
 type task struct {
-	kind  string
-	input []omni.InputPart
+	kind   string
+	input  []omni.InputPart
+	steers []steer
+}
+
+// A steer is steering sent to a running Task once the replayed Trace holds
+// at records: the engine takes steering before its next request (or after
+// an answer without calls), so a steering record is replayed by sending it
+// once the request before it has begun.
+type steer struct {
+	text string
+	at   int
 }
 
 // plan finds the recorded Tasks: a group of user inputs (texts, images)
@@ -159,13 +171,27 @@ type task struct {
 func plan(records []omni.Message) []task {
 	var out []task
 	inRequest, compacting, input := false, false, false
+	lastBegin := -1 // the index of the last request_begin of the Session
 	for i := range records {
 		m := &records[i]
 		p := &m.Payload
 		isInput := false
+		if body, ok := omni.ParseBlock(p.Text, omni.TagUserSteering); ok && m.Type == omni.KindModel && p.Role == omni.RoleUser &&
+			p.Type == omni.TypeText && len(m.Origin) == 0 && len(out) > 0 {
+			at := i // no request before it in this Task: as soon as it runs
+			if lastBegin >= 0 {
+				at = lastBegin + 1
+			}
+			out[len(out)-1].steers = append(out[len(out)-1].steers, steer{text: body, at: at})
+			input = false
+			continue
+		}
 		switch {
 		case m.Type == omni.KindEvent && p.Type == omni.TypeRequestBegin:
 			inRequest = true
+			if !compacting {
+				lastBegin = i
+			}
 		case m.Type == omni.KindEvent && p.Type == omni.TypeRequestEnd:
 			inRequest = false
 		case m.Type == omni.KindEvent && p.Type == omni.TypeCompactionBegin:
@@ -234,6 +260,23 @@ func runTask(ctx context.Context, st *stack.Stack, sid, id string, t task, decis
 	}
 	if _, err := bus.SubmitTask(ctx, st.JS, &omni.Task{ID: id, Kind: t.kind, SessionID: sid, Input: t.input}, nil); err != nil {
 		return fmt.Errorf("reexec: %w", err)
+	}
+	var steering sync.WaitGroup
+	defer steering.Wait()
+	sctx, stopSteering := context.WithCancel(ctx)
+	defer stopSteering()
+	for _, s := range t.steers {
+		steering.Add(1)
+		go func() {
+			defer steering.Done()
+			if pc != nil && pc.wait(sctx, sid, s.at) != nil {
+				return
+			}
+			body, err := omni.Pack(&omni.Control{Text: s.text})
+			if err == nil {
+				_, _ = st.Conn.RequestWithContext(sctx, omni.ControlSubject(sid, omni.CtlSteer), body)
+			}
+		}()
 	}
 	err = bus.FollowUntil(ctx, st.JS, sid, []string{omni.ClassServer}, last+1, false, func(sm bus.StreamMsg) error {
 		var ev omni.ServerEvent

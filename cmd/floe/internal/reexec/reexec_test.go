@@ -23,7 +23,10 @@ import (
 	"floe.dev/services/tracer"
 )
 
-var update = flag.Bool("update", false, "record the regression corpus (testdata/corpus) again with the scripted models")
+var (
+	update = flag.Bool("update", false, "record the regression corpus (testdata/corpus) again with the scripted models")
+	only   = flag.String("only", "", "with -update, record only this corpus Session")
+)
 
 func corpus(t *testing.T) []string {
 	t.Helper()
@@ -121,6 +124,9 @@ func recordCorpus(t *testing.T) {
 		prompts  []string
 		decide   map[string]decision
 		script   map[string]any
+		// steer is sent during the first Task once it holds 5 records
+		// (its first tool call is running).
+		steer string
 	}{
 		{name: "tools_retry", mode: omni.ApproveAllowAll, prompts: []string{"list and count", "again, briefly"}, script: map[string]any{"requests": []any{
 			map[string]any{"steps": []any{map[string]any{"thinking": "Two commands, the slow one first."}, text("Running both."),
@@ -141,12 +147,20 @@ func recordCorpus(t *testing.T) {
 			map[string]any{"expect_last_user": "and now?", "steps": []any{call("call_ls", "echo after")}},
 			map[string]any{"steps": []any{text("Still here.")}},
 		}}},
+		{name: "steering", mode: omni.ApproveAllowAll, prompts: []string{"wait, then answer"}, steer: "also say thanks",
+			script: map[string]any{"requests": []any{
+				map[string]any{"steps": []any{call("call_wait", "sleep 1; echo waited")}},
+				map[string]any{"expect_last_user": "[user_steering]\nalso say thanks\n[/user_steering]", "steps": []any{text("Waited. Thanks!")}},
+			}}},
 		{name: "max_turns", mode: omni.ApproveAllowAll, maxTurns: 2, prompts: []string{"loop"}, script: map[string]any{"requests": []any{
 			map[string]any{"steps": []any{call("call_1", "echo one")}},
 			map[string]any{"steps": []any{call("call_2", "echo two")}},
 		}}},
 	}
 	for _, s := range sessions {
+		if *only != "" && s.name != *only {
+			continue
+		}
 		home := t.TempDir()
 		ws := filepath.Join(home, "ws")
 		os.MkdirAll(ws, 0o755)
@@ -167,12 +181,22 @@ func recordCorpus(t *testing.T) {
 			ApprovalMode: s.mode, SystemPrompt: "You are the corpus agent.", State: omni.StateIdle, CreatedUnixMs: now.UnixMilli()}); err != nil {
 			t.Fatal(err)
 		}
+		var pc *pacer
+		if s.steer != "" {
+			pc = newPacer(30 * time.Second)
+			fctx, stop := context.WithCancel(ctxT(t))
+			defer stop()
+			go pc.follow(fctx, st, sid)
+		}
 		for i, p := range s.prompts {
 			tk := task{kind: omni.TaskRun, input: []omni.InputPart{{Type: "text", Text: p}}}
 			if p == "/compact" {
 				tk = task{kind: omni.TaskCompact}
 			}
-			if err := runTask(ctxT(t), st, sid, fmt.Sprintf("corpus-%d", i), tk, s.decide, nil); err != nil {
+			if i == 0 && s.steer != "" {
+				tk.steers = []steer{{text: s.steer, at: 5}}
+			}
+			if err := runTask(ctxT(t), st, sid, fmt.Sprintf("corpus-%d", i), tk, s.decide, pc); err != nil {
 				t.Fatal(err)
 			}
 		}
