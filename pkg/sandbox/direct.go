@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -48,7 +49,14 @@ import (
 // Linux 6.15), a fresh tmpfs /tmp, the Workspace read-write, the hidden
 // credentials files masked with /dev/null — pivots into it and detaches
 // the host's tree (nothing else exists for the call), forks the command,
-// and returns to the host's namespaces.
+// and returns to the host's namespaces. That building is done ahead:
+// after each call the spawner, when no call waits, builds the namespaces
+// of the next call in the same view (Workspace and read paths; a Session's
+// calls share them) and holds them, so the next call only enters them and
+// forks (a view whose directories were replaced since is rebuilt). The
+// call's mount namespace is held until its result is reported, so that
+// its teardown is not part of the command's exit; and when the command
+// left nothing behind the init is not even asked to kill.
 //
 // The spawner thread has an empty capability bounding set, SECBIT_NOROOT
 // and no_new_privs: the command, everything it starts, and the inits run
@@ -108,6 +116,10 @@ func (sp *spawner) directThread() error {
 }
 
 func (sp *spawner) closeDirect() {
+	for k, pr := range sp.ready {
+		pr.release(sp)
+		delete(sp.ready, k)
+	}
 	sp.pool.close()
 	for _, fd := range []int{sp.hostMnt, sp.hostIpc, sp.hostPid, sp.hostProc} {
 		if fd >= 0 {
@@ -119,36 +131,176 @@ func (sp *spawner) closeDirect() {
 	}
 }
 
+// prepared is a call's namespaces built ahead (prepare): its mount and
+// IPC namespaces (held by fds), the pooled PID namespace they go with, and
+// the handle on its /proc. key names what it was built for, and ident the
+// Workspace and read paths it bound, checked again when it is used.
+type prepared struct {
+	key      string
+	ident    string
+	mnt, ipc int
+	ns       *pidNS
+	procFD   int
+}
+
+// readyMax bounds how many calls' namespaces a spawner keeps built ahead.
+const readyMax = 4
+
+// viewKey names the file tree of a call: its Workspace and read paths.
+func viewKey(ws string, read []string) string {
+	return ws + "\x00" + strings.Join(read, "\x00")
+}
+
+// viewIdent identifies the directories a view binds (device and inode of
+// each): a prepared view whose directories were replaced since is stale.
+func viewIdent(ws string, read []string) string {
+	var b strings.Builder
+	for _, p := range append([]string{ws}, read...) {
+		var st unix.Stat_t
+		if p != "" && unix.Stat(p, &st) == nil {
+			fmt.Fprintf(&b, "%d:%d;", st.Dev, st.Ino)
+		} else {
+			b.WriteString("-;")
+		}
+	}
+	return b.String()
+}
+
+// prepare builds, on the spawner thread, the namespaces of a call in ws
+// with read: it takes a PID namespace from the pool, copies the host's
+// mount namespace and a new IPC namespace, builds the file tree and
+// returns to the host's namespaces, holding the new ones.
+func (sp *spawner) prepare(s *Sandbox, ws string, read []string) (pr *prepared, err error) {
+	ident := viewIdent(ws, read)
+	ns, err := sp.pool.get(sp)
+	if err != nil {
+		return nil, fmt.Errorf("sandbox: PID namespace: %w", err)
+	}
+	q := &Proc{sb: s, ws: ws, read: read, procFD: -1}
+	built := &prepared{key: viewKey(ws, read), ident: ident, mnt: -1, ipc: -1, ns: ns, procFD: -1}
+	defer func() {
+		if e := sp.home(); e != nil && err == nil {
+			err = e
+		}
+		if err != nil {
+			built.release(sp)
+			if q.procFD >= 0 {
+				unix.Close(q.procFD)
+			}
+			pr = nil
+		}
+	}()
+	pr = built
+	if err := unix.Setns(sp.hostMnt, unix.CLONE_NEWNS); err != nil {
+		return nil, fmt.Errorf("sandbox: enter the host's mounts: %w", err)
+	}
+	if err := unix.Unshare(unix.CLONE_NEWNS | unix.CLONE_NEWIPC); err != nil {
+		return nil, fmt.Errorf("sandbox: mount and IPC namespaces: %w", err)
+	}
+	if err := q.enterView(ns); err != nil {
+		return nil, fmt.Errorf("sandbox: the call's file tree: %w", err)
+	}
+	built.procFD, q.procFD = q.procFD, -1
+	if built.mnt, err = unix.Openat(sp.hostProc, "thread-self/ns/mnt", unix.O_RDONLY|unix.O_CLOEXEC, 0); err != nil {
+		return nil, err
+	}
+	if built.ipc, err = unix.Openat(sp.hostProc, "thread-self/ns/ipc", unix.O_RDONLY|unix.O_CLOEXEC, 0); err != nil {
+		return nil, err
+	}
+	return built, nil
+}
+
+// release gives up an unused prepared call: its namespaces, and its PID
+// namespace back to the pool (nothing ran in it).
+func (pr *prepared) release(sp *spawner) {
+	for _, fd := range []int{pr.mnt, pr.ipc, pr.procFD} {
+		if fd >= 0 {
+			unix.Close(fd)
+		}
+	}
+	pr.mnt, pr.ipc, pr.procFD = -1, -1, -1
+	if pr.ns != nil && pr.ns.fd >= 0 {
+		sp.pool.put(pr.ns)
+	}
+	pr.ns = nil
+}
+
+// home returns the spawner thread to the host's namespaces (and root).
+func (sp *spawner) home() error {
+	for _, back := range []struct{ fd, ns int }{{sp.hostMnt, unix.CLONE_NEWNS}, {sp.hostIpc, unix.CLONE_NEWIPC}, {sp.hostPid, unix.CLONE_NEWPID}} {
+		if err := unix.Setns(back.fd, back.ns); err != nil {
+			return fmt.Errorf("sandbox: back to the host's namespaces: %w", err)
+		}
+	}
+	return nil
+}
+
+// take returns the prepared call for (ws, read), built ahead or now,
+// and has the next one for the same view built ahead when the spawner is
+// idle (consecutive calls of a Session share their Workspace).
+func (sp *spawner) take(s *Sandbox, ws string, read []string) (*prepared, error) {
+	key := viewKey(ws, read)
+	pr := sp.ready[key]
+	if pr != nil {
+		delete(sp.ready, key)
+		if pr.ident != viewIdent(ws, read) {
+			pr.release(sp) // a directory was replaced since: stale
+			pr = nil
+		}
+	}
+	read = slices.Clone(read)
+	if !sp.queued[key] {
+		sp.queued[key] = true
+		sp.idle = append(sp.idle, func() { sp.prepareAhead(s, key, ws, read) })
+	}
+	if pr != nil {
+		return pr, nil
+	}
+	return sp.prepare(s, ws, read)
+}
+
+// prepareAhead builds the next call's namespaces for a view (idle work).
+func (sp *spawner) prepareAhead(s *Sandbox, key, ws string, read []string) {
+	delete(sp.queued, key)
+	if _, ok := sp.ready[key]; ok {
+		return
+	}
+	next, err := sp.prepare(s, ws, read)
+	if err != nil {
+		return
+	}
+	if len(sp.ready) >= readyMax {
+		for k, old := range sp.ready { // evict one
+			old.release(sp)
+			delete(sp.ready, k)
+			break
+		}
+	}
+	sp.ready[key] = next
+}
+
 // startDirect starts p's command as described above; it runs on the
 // spawner thread.
 func (p *Proc) startDirect() (err error) {
 	sp, cmd := p.sb.sp, p.Cmd
-	ns, err := sp.pool.get(sp)
+	pr, err := sp.take(p.sb, p.ws, p.read)
 	if err != nil {
-		return fmt.Errorf("sandbox: PID namespace: %w", err)
+		return err
 	}
+	ns := pr.ns
 	defer func() {
-		if err != nil && ns.fd >= 0 {
-			sp.pool.put(ns) // nothing of the call runs in it
+		if err != nil {
+			pr.release(sp)
+		}
+		if e := sp.home(); e != nil && err == nil {
+			err = e
 		}
 	}()
-	if err := unix.Setns(sp.hostMnt, unix.CLONE_NEWNS); err != nil {
-		return fmt.Errorf("sandbox: enter the host's mounts: %w", err)
+	if err := unix.Setns(pr.mnt, unix.CLONE_NEWNS); err != nil {
+		return fmt.Errorf("sandbox: enter the call's mounts: %w", err)
 	}
-	// Back to the host's namespaces (and root) when done: the call's
-	// then live only as long as its processes.
-	defer func() {
-		for _, back := range []struct{ fd, ns int }{{sp.hostMnt, unix.CLONE_NEWNS}, {sp.hostIpc, unix.CLONE_NEWIPC}, {sp.hostPid, unix.CLONE_NEWPID}} {
-			if e := unix.Setns(back.fd, back.ns); e != nil && err == nil {
-				err = fmt.Errorf("sandbox: back to the host's namespaces: %w", e)
-			}
-		}
-	}()
-	if err := unix.Unshare(unix.CLONE_NEWNS | unix.CLONE_NEWIPC); err != nil {
-		return fmt.Errorf("sandbox: mount and IPC namespaces: %w", err)
-	}
-	if err := p.enterView(ns); err != nil {
-		return fmt.Errorf("sandbox: the call's file tree: %w", err)
+	if err := unix.Setns(pr.ipc, unix.CLONE_NEWIPC); err != nil {
+		return fmt.Errorf("sandbox: enter the call's IPC namespace: %w", err)
 	}
 	env := callEnv(cmd.Env)
 	path, err := lookPath(p.spec.Argv[0], env)
@@ -169,32 +321,61 @@ func (p *Proc) startDirect() (err error) {
 		return fmt.Errorf("sandbox: enter the PID namespace: %w", err)
 	}
 	if err := cmd.Start(); err != nil {
-		unix.Close(p.procFD)
-		p.procFD = -1
 		return err
 	}
+	// The call's now: its process holds its namespaces.
+	unix.Close(pr.ipc)
+	mnt := pr.mnt
+	p.procFD = pr.procFD
+	pr.ipc, pr.mnt, pr.procFD, pr.ns = -1, -1, -1, nil
 	pidfd, err := unix.PidfdOpen(cmd.Process.Pid, 0)
 	if err != nil {
 		// Unreachable while the child is not reaped; fail closed.
 		cmd.Process.Kill()
 		ns.reset()
 		cmd.Wait()
-		unix.Close(p.procFD)
-		p.procFD = -1
+		unix.Close(mnt)
 		return fmt.Errorf("sandbox: pidfd: %w", err)
 	}
-	p.endCall(ns, pidfd)
+	// The command's pid in its namespace, to tell it from anything it
+	// left behind; and a hold on the call's mount namespace, so that its
+	// teardown happens after the call is reported, not in its exit.
+	nsPid := -1
+	if b, err := readAt(sp.hostProc, fmt.Sprintf("%d/status", cmd.Process.Pid)); err == nil {
+		for _, line := range strings.Split(string(b), "\n") {
+			if f := strings.Fields(line); len(f) > 1 && f[0] == "NSpid:" {
+				nsPid, _ = strconv.Atoi(f[len(f)-1])
+			}
+		}
+	}
+	p.endCall(ns, pidfd, nsPid, mnt)
 	return nil
 }
 
+// readAt reads a small file relative to dir.
+func readAt(dir int, name string) ([]byte, error) {
+	fd, err := unix.Openat(dir, name, unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, err
+	}
+	defer unix.Close(fd)
+	b := make([]byte, 4096)
+	n, err := unix.Read(fd, b)
+	if err != nil {
+		return nil, err
+	}
+	return b[:n], nil
+}
+
 // endCall watches the call: its limits until it ends, and its command's
-// exit, upon which the namespace's init kills the rest of the call and the
-// namespace goes back to the pool.
-func (p *Proc) endCall(ns *pidNS, pidfd int) {
+// exit, upon which the namespace's init kills the rest of the call (when
+// anything is left: the namespace's /proc shows more than its init and
+// the command) and the namespace goes back to the pool. mnt (a hold on
+// the call's mount namespace, or -1) is released last.
+func (p *Proc) endCall(ns *pidNS, pidfd, nsPid, mnt int) {
 	p.watchLimits()
 	p.ended = make(chan struct{})
 	go func() {
-		defer close(p.ended)
 		fds := []unix.PollFd{{Fd: int32(pidfd), Events: unix.POLLIN}}
 		for {
 			if _, err := unix.Poll(fds, -1); !errors.Is(err, unix.EINTR) {
@@ -203,8 +384,13 @@ func (p *Proc) endCall(ns *pidNS, pidfd int) {
 		}
 		unix.Close(pidfd)
 		p.limit = p.limits.end()
-		if ns.reset() {
+		if p.limits.alone(nsPid) || ns.reset() {
 			p.sb.sp.pool.put(ns)
+		}
+		p.limits.close()
+		close(p.ended)
+		if mnt >= 0 {
+			unix.Close(mnt)
 		}
 	}()
 }
@@ -447,6 +633,39 @@ type limits struct {
 	stopped chan struct{}
 	once    sync.Once
 	limit   string // set before stopped is closed
+	fd      int    // the call's /proc, until close
+	w       *watcher
+}
+
+// alone says whether nothing but the namespace's init and the call's
+// command (nsPid) is left in the call's /proc (false when unsure).
+func (l *limits) alone(nsPid int) bool {
+	if nsPid < 2 {
+		return false
+	}
+	d, err := os.Open(l.w.proc)
+	if err != nil {
+		return false
+	}
+	names, err := d.Readdirnames(-1)
+	d.Close()
+	if err != nil {
+		return false
+	}
+	for _, n := range names {
+		if pid, err := strconv.Atoi(n); err == nil && pid != 1 && pid != nsPid {
+			return false
+		}
+	}
+	return true
+}
+
+// close releases the call's /proc, once the watcher has ended.
+func (l *limits) close() {
+	if l.fd >= 0 {
+		unix.Close(l.fd)
+		l.fd = -1
+	}
 }
 
 func (p *Proc) watchLimits() {
@@ -456,9 +675,9 @@ func (p *Proc) watchLimits() {
 	p.procFD = -1
 	w := watcher{self: -1, proc: fmt.Sprintf("/proc/self/fd/%d", fd),
 		memory: int64(p.sb.cfg.MemoryMB) << 20, pids: p.sb.cfg.Pids}
+	l.fd, l.w = fd, &w
 	go func() {
 		defer close(l.stopped)
-		defer unix.Close(fd)
 		tick := time.NewTicker(watchEvery)
 		defer tick.Stop()
 		for {

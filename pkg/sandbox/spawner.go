@@ -26,10 +26,15 @@ type spawner struct {
 	hostMnt, hostIpc, hostPid, hostProc int
 	stage                               string
 	pool                                nsPool
+	// On the thread only: calls' namespaces built ahead, by view
+	// (direct.go), and work to do when no call waits.
+	ready  map[string]*prepared
+	queued map[string]bool
+	idle   []func()
 }
 
 func newSpawner(net *os.File, netns, direct bool) (*spawner, error) {
-	sp := &spawner{req: make(chan func()), netns: netns, direct: direct, hostMnt: -1, hostIpc: -1, hostPid: -1, hostProc: -1}
+	sp := &spawner{req: make(chan func()), netns: netns, direct: direct, hostMnt: -1, hostIpc: -1, hostPid: -1, hostProc: -1, ready: map[string]*prepared{}, queued: map[string]bool{}}
 	errc := make(chan error, 1)
 	go func() {
 		// Never unlocked: when the goroutine returns, the thread (and its
@@ -57,7 +62,25 @@ func newSpawner(net *os.File, netns, direct bool) (*spawner, error) {
 			}
 		}
 		errc <- nil
-		for f := range sp.req {
+		for {
+			var f func()
+			var ok bool
+			if len(sp.idle) > 0 {
+				select {
+				case f, ok = <-sp.req:
+				default:
+					// No call waits: do the oldest idle work.
+					w := sp.idle[0]
+					sp.idle = sp.idle[1:]
+					w()
+					continue
+				}
+			} else {
+				f, ok = <-sp.req
+			}
+			if !ok {
+				return
+			}
 			f()
 		}
 	}()
