@@ -11,6 +11,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"floe.dev/pkg/bus/retry"
 	"floe.dev/pkg/omni"
 )
 
@@ -40,75 +41,81 @@ func Filters(sessionID string, classes []string) []string {
 // returns nil once it has delivered everything stored when it started.
 // A start sequence that is no longer retained is not detected here; see
 // Retained.
+//
+// It reads with a Tail, so a consumer lost under it (its server gone, or
+// deleted) is replaced from the sequence after the last message delivered:
+// no gap, no repeat. fn runs on the caller's goroutine.
 func Follow(ctx context.Context, js jetstream.JetStream, sessionID string, classes []string, startSeq uint64, untilCaughtUp bool, fn func(StreamMsg) error) error {
 	return follow(ctx, js, sessionID, classes, startSeq, untilCaughtUp, followOptions{}, fn)
 }
 
 // Scan is Follow until caught up for a server that reads history for its
 // clients: created, when set, runs once the consumer exists and before any
-// delivery (its error ends the scan); the consumer of a scan whose process
-// vanished is dropped by the server after a minute; and a consumer that
-// closes before the scan caught up is an error, not a short history.
+// delivery (its error ends the scan), and the consumer of a scan whose
+// process vanished is dropped by the server after a minute. A consumer lost
+// before the scan caught up is replaced (Tail), so a scan never returns a
+// short history.
 func Scan(ctx context.Context, js jetstream.JetStream, sessionID string, classes []string, startSeq uint64, created func() error, fn func(StreamMsg) error) error {
-	return follow(ctx, js, sessionID, classes, startSeq, true, followOptions{created: created, inactive: time.Minute, closedIsError: true}, fn)
+	return follow(ctx, js, sessionID, classes, startSeq, true, followOptions{created: created, inactive: time.Minute}, fn)
 }
 
 type followOptions struct {
-	created       func() error
-	inactive      time.Duration
-	closedIsError bool
+	created  func() error
+	inactive time.Duration
 }
 
+// followBuffer is how many messages a Follow's Tail may hand over ahead of
+// fn; a full buffer holds up the Tail's delivery (and so the pulls).
+const followBuffer = 64
+
 func follow(ctx context.Context, js jetstream.JetStream, sessionID string, classes []string, startSeq uint64, untilCaughtUp bool, o followOptions, fn func(StreamMsg) error) error {
-	cfg := jetstream.OrderedConsumerConfig{FilterSubjects: Filters(sessionID, classes), InactiveThreshold: o.inactive}
-	if startSeq > 1 {
-		cfg.DeliverPolicy = jetstream.DeliverByStartSequencePolicy
-		cfg.OptStartSeq = startSeq
+	msgs := make(chan jetstream.Msg, followBuffer)
+	quit := make(chan struct{})
+	hand := func(m jetstream.Msg) {
+		select {
+		case msgs <- m:
+		case <-quit: // Follow is returning: never block the Tail's Stop
+		}
 	}
-	cons, err := js.OrderedConsumer(ctx, omni.SessionsStream, cfg)
+	// The first consumer is created under ctx, retried like nats.go's
+	// ordered consumer retried its creation (a server too busy to answer
+	// in time, a stream leader being elected).
+	tail, err := retry.Do(ctx, retry.Exponential(100*time.Millisecond, 2*time.Second), 0, func() (*Tail, error) {
+		t, err := StartTail(ctx, js, omni.SessionsStream, Filters(sessionID, classes), startSeq,
+			TailOptions{CreateTimeout: 5 * time.Second, inactive: o.inactive}, hand)
+		if errors.Is(err, jetstream.ErrStreamNotFound) {
+			err = retry.Permanent(err)
+		}
+		return t, err
+	}, nil)
 	if err != nil {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
 		return fmt.Errorf("bus: follow %s: %w", sessionID, err)
 	}
-	// Deleted when Follow returns, however it returns (the server would
-	// otherwise keep it until its inactivity threshold); in the background,
-	// so a caller reading history does not wait for the round trip.
-	defer func() { go DeleteConsumer(js, cons) }()
+	// Stopped (its consumer deleted in the background, so a caller reading
+	// history does not wait for the round trip) however Follow returns.
+	defer func() {
+		close(quit)
+		tail.stop(false)
+	}()
 	if o.created != nil {
 		if err := o.created(); err != nil {
 			return err
 		}
 	}
-	if untilCaughtUp {
-		info, err := cons.Info(ctx)
-		if err != nil {
-			return fmt.Errorf("bus: follow %s: %w", sessionID, err)
-		}
-		if info.NumPending == 0 {
-			return nil
-		}
+	if untilCaughtUp && tail.pendingAtStart == 0 {
+		return nil
 	}
-	it, err := cons.Messages(jetstream.PullMaxMessages(512))
-	if err != nil {
-		return fmt.Errorf("bus: follow %s: %w", sessionID, err)
-	}
-	defer it.Stop()
-	stop := context.AfterFunc(ctx, it.Stop)
-	defer stop()
 	for {
-		m, err := it.Next()
-		if err != nil {
-			if ctx.Err() != nil {
-				return ctx.Err()
-			}
-			if errors.Is(err, jetstream.ErrMsgIteratorClosed) {
-				if o.closedIsError {
-					return fmt.Errorf("bus: follow %s: consumer closed", sessionID)
-				}
-				return ctx.Err()
-			}
-			return fmt.Errorf("bus: follow %s: %w", sessionID, err)
+		var m jetstream.Msg
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case m = <-msgs:
 		}
-		md, err := m.Metadata()
+		md, err := m.Metadata() // the Tail checked it
 		if err != nil {
 			return fmt.Errorf("bus: follow %s: %w", sessionID, err)
 		}

@@ -25,6 +25,9 @@ type TailOptions struct {
 	// OnError, when set, is told of every error of the consumer or of a
 	// replacement, and whether the consumer is being replaced for it.
 	OnError func(err error, replacing bool)
+	// inactive is each consumer's inactivity threshold: how long the
+	// server keeps it after its reader vanished (default 5 min).
+	inactive time.Duration
 }
 
 // Tail reads a stream's messages on subjects from startSeq on, in stream
@@ -59,6 +62,10 @@ type Tail struct {
 	kick   chan int           // a generation to replace
 	exited chan struct{}      // loop has returned
 
+	// pendingAtStart is how many messages the first consumer had to
+	// deliver when it was created (set before StartTail returns).
+	pendingAtStart uint64
+
 	mu   sync.Mutex
 	gen  int    // the current consumer's generation; others' deliveries are dropped
 	next uint64 // the stream sequence after the last message handed to fn
@@ -76,11 +83,17 @@ func StartTail(ctx context.Context, js jetstream.JetStream, stream string, subje
 	if o.CreateTimeout <= 0 {
 		o.CreateTimeout = 2 * time.Second
 	}
+	if o.inactive <= 0 {
+		o.inactive = 5 * time.Minute
+	}
 	t := &Tail{js: js, stream: stream, subjects: subjects, o: o, fn: fn,
 		kick: make(chan int, 1), exited: make(chan struct{}), next: max(startSeq, 1)}
 	if err := t.create(ctx, 0); err != nil {
 		return nil, err
 	}
+	t.mu.Lock()
+	t.pendingAtStart = t.cons.CachedInfo().NumPending
+	t.mu.Unlock()
 	// The Stop scope: it bounds the replacements' creations and ends loop.
 	stopped, cancel := context.WithCancel(context.Background())
 	t.cancel = cancel
@@ -100,7 +113,10 @@ func (t *Tail) Consumer() string {
 
 // Stop ends the reading: fn is not called once Stop has returned, and the
 // consumer is deleted.
-func (t *Tail) Stop() {
+func (t *Tail) Stop() { t.stop(true) }
+
+// stop is Stop; with wait false the consumer is deleted in the background.
+func (t *Tail) stop(wait bool) {
 	t.cancel()
 	<-t.exited
 	t.mu.Lock()
@@ -112,8 +128,11 @@ func (t *Tail) Stop() {
 		cc.Stop()
 		<-cc.Closed()
 	}
-	if cons != nil {
+	switch {
+	case cons != nil && wait:
 		DeleteConsumer(t.js, cons)
+	case cons != nil:
+		go DeleteConsumer(t.js, cons)
 	}
 }
 
@@ -173,7 +192,7 @@ func (t *Tail) create(ctx context.Context, g int) error {
 		AckPolicy:         jetstream.AckNonePolicy,
 		Replicas:          1,
 		MemoryStorage:     true,
-		InactiveThreshold: 5 * time.Minute,
+		InactiveThreshold: t.o.inactive,
 	}
 	t.mu.Unlock()
 	if len(t.subjects) == 1 {
