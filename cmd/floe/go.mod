@@ -102,3 +102,7 @@ replace floe.dev/pkg/trace => ../../pkg/trace
 replace floe.dev/pkg/telemetry => ../../pkg/telemetry
 
 replace floe.dev/pkg/sandbox => ../../pkg/sandbox
+
+require floe.dev/pkg/sse v0.0.0
+
+replace floe.dev/pkg/sse => ../../pkg/sse

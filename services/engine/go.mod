@@ -71,3 +71,7 @@ require (
 replace floe.dev/pkg/trace => ../../pkg/trace
 
 replace floe.dev/pkg/telemetry => ../../pkg/telemetry
+
+require floe.dev/pkg/sse v0.0.0
+
+replace floe.dev/pkg/sse => ../../pkg/sse

@@ -74,3 +74,7 @@ require (
 replace floe.dev/services/tracer => ../tracer
 
 replace floe.dev/pkg/telemetry => ../../pkg/telemetry
+
+require floe.dev/pkg/sse v0.0.0
+
+replace floe.dev/pkg/sse => ../../pkg/sse

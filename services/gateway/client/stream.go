@@ -1,18 +1,17 @@
 package client
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"io"
 	"net/http"
-	"strconv"
 	"sync"
 	"time"
 
 	"floe.dev/pkg/bus/retry"
+	"floe.dev/pkg/sse"
 )
 
 // Event is one SSE event of a Session stream.
@@ -174,67 +173,33 @@ func (s *Stream) run(ctx context.Context, c *Client, id string, body io.ReadClos
 // read parses one connection's events until it ends; it reports whether
 // any event arrived.
 func (s *Stream) read(ctx context.Context, body io.Reader, ch chan<- Event) bool {
-	br := bufio.NewReaderSize(body, 64<<10)
-	var (
-		ev    Event
-		data  []byte
-		hasID bool
-		id    string
-		got   bool
-		line  []byte
-	)
+	r := sse.NewReaderSize(body, 64<<10)
+	got := false
 	for {
-		chunk, err := br.ReadSlice('\n')
-		line = append(line[:0], chunk...)
-		for err == bufio.ErrBufferFull {
-			chunk, err = br.ReadSlice('\n')
-			line = append(line, chunk...)
+		ev, err := r.Next()
+		// The gateway's retry field moves the first reconnect delay.
+		if d := r.Retry(); d > 0 {
+			s.minBackoff = d
 		}
-		if err != nil {
+		if err != nil || ev.Unterminated {
 			return got // a partial event at EOF is discarded, as SSE says
 		}
-		line = bytes.TrimRight(line, "\r\n")
-		if len(line) == 0 {
-			if data != nil {
-				ev.ID = ""
-				if hasID {
-					ev.ID = id
-				}
-				ev.Data = bytes.TrimSuffix(data, []byte{'\n'})
-				select {
-				case ch <- ev:
-					got = true
-				case <-ctx.Done():
-					return got
-				}
-			}
-			// The id moves only once its event is handed over, so a
-			// reconnect resumes after the last event the caller has.
-			if hasID {
-				s.mu.Lock()
-				s.lastID = id
-				s.mu.Unlock()
-			}
-			ev, data, hasID = Event{}, nil, false
-			continue
+		out := Event{Event: ev.Name, Data: bytes.Clone(ev.Data)}
+		if ev.HasID {
+			out.ID = string(ev.ID)
 		}
-		if line[0] == ':' {
-			continue // comment (heartbeat)
+		select {
+		case ch <- out:
+			got = true
+		case <-ctx.Done():
+			return got
 		}
-		field, value, _ := bytes.Cut(line, []byte{':'})
-		value = bytes.TrimPrefix(value, []byte{' '})
-		switch string(field) {
-		case "id":
-			hasID, id = true, string(value)
-		case "event":
-			ev.Event = string(value)
-		case "data":
-			data = append(data, value...)
-			data = append(data, '\n')
-		case "retry":
-			if ms, err := strconv.Atoi(string(value)); err == nil && ms > 0 {
-				s.minBackoff = time.Duration(ms) * time.Millisecond
-			}
+		// The id moves only once its event is handed over, so a
+		// reconnect resumes after the last event the caller has.
+		if ev.HasID {
+			s.mu.Lock()
+			s.lastID = out.ID
+			s.mu.Unlock()
 		}
 	}
 }

@@ -4,18 +4,19 @@ import (
 	"bufio"
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"strconv"
 	"time"
+
+	"floe.dev/pkg/sse"
 )
 
 // sseConn is a minimal SSE client on a raw loopback TCP connection: an
 // HTTP/1.1 GET of the gateway's stream route, chunked body decoded by
-// net/http, events parsed in place without allocating per event. It is
+// net/http, events parsed in place by pkg/sse (no allocation per event). It is
 // lighter than the gateway's Go client (no channel, no reconnect), so the
 // figures are the gateway's, not a client library's.
 type sseConn struct {
@@ -24,9 +25,7 @@ type sseConn struct {
 	lastID    []byte // the last event id seen, for Last-Event-ID
 	c         net.Conn
 	body      io.ReadCloser
-	r         *bufio.Reader
-	long      []byte // a line longer than r's buffer
-	data      []byte // the current event's data
+	r         *sse.Reader
 }
 
 // sseEvent is one event; its slices are valid until the next read.
@@ -78,56 +77,28 @@ func (s *sseConn) dial(ctx context.Context) error {
 		return fmt.Errorf("bench: stream of %s: HTTP %d", s.sid, resp.StatusCode)
 	}
 	c.SetReadDeadline(time.Time{})
-	s.c, s.body, s.r = c, resp.Body, bufio.NewReaderSize(resp.Body, s.bufSize)
+	s.c, s.body, s.r = c, resp.Body, sse.NewReaderSize(resp.Body, s.bufSize)
 	return nil
 }
 
 func (s *sseConn) close() { s.c.Close() }
 
-// line returns the next line without its newline.
-func (s *sseConn) line() ([]byte, error) {
-	l, err := s.r.ReadSlice('\n')
-	if errors.Is(err, bufio.ErrBufferFull) {
-		s.long = append(s.long[:0], l...)
-		for errors.Is(err, bufio.ErrBufferFull) {
-			l, err = s.r.ReadSlice('\n')
-			s.long = append(s.long, l...)
-		}
-		l = s.long
-	}
-	if err != nil {
-		return nil, err
-	}
-	return bytes.TrimRight(l, "\r\n"), nil
-}
-
-// next reads the next event (comments and heartbeats skipped). Only the
-// last data line is kept: the bus carries single-line JSON.
+// next reads the next event (comments and heartbeats skipped). A stream
+// that ends mid-event ends with io.EOF, the event discarded.
 func (s *sseConn) next() (sseEvent, error) {
-	var ev sseEvent
-	var have bool
-	for {
-		l, err := s.line()
-		if err != nil {
-			return ev, err
-		}
-		switch {
-		case len(l) == 0:
-			if have {
-				return ev, nil
-			}
-		case l[0] == ':':
-		case bytes.HasPrefix(l, []byte("data: ")):
-			// Copied: the reader's buffer moves on the next read.
-			s.data = append(s.data[:0], l[len("data: "):]...)
-			ev.data, have = s.data, true
-		case bytes.HasPrefix(l, []byte("id: ")):
-			s.lastID = append(s.lastID[:0], l[len("id: "):]...)
-			if _, q, ok := bytes.Cut(l[len("id: "):], []byte{'-'}); ok {
-				ev.seq, _ = strconv.ParseUint(string(q), 10, 64)
-			}
-		case bytes.Equal(l, []byte("event: server_event")):
-			ev.server = true
+	e, err := s.r.Next()
+	if err != nil {
+		return sseEvent{}, err
+	}
+	if e.Unterminated {
+		return sseEvent{}, io.EOF
+	}
+	ev := sseEvent{data: e.Data, server: e.Name == "server_event"}
+	if e.HasID {
+		s.lastID = append(s.lastID[:0], e.ID...)
+		if _, q, ok := bytes.Cut(e.ID, []byte{'-'}); ok {
+			ev.seq, _ = strconv.ParseUint(string(q), 10, 64)
 		}
 	}
+	return ev, nil
 }

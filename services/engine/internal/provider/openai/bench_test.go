@@ -4,7 +4,7 @@ import (
 	"testing"
 
 	"floe.dev/services/engine/internal/model"
-	"floe.dev/services/engine/internal/provider/sse"
+	"floe.dev/pkg/sse"
 )
 
 // textChunk is a typical OpenAI text delta event as it arrives on the wire.

@@ -9,6 +9,8 @@ import (
 	"net/http"
 	"strings"
 	"time"
+
+	psse "floe.dev/pkg/sse"
 )
 
 // Endpoint is one provider's streaming endpoint: where requests go, the
@@ -63,15 +65,23 @@ var ErrEnd = errors.New("sse: stream complete")
 // stream that ends before its terminal event, named end in the error, is
 // malformed. Read errors from body are returned as they are (Body has
 // mapped them).
+//
+// The events are read with pkg/sse; an unterminated last event is handed
+// over too, since a truncated stream is judged by the provider's decoder
+// (by its terminal event), and an event larger than MaxEventSize is
+// malformed.
 func Decode(body io.Reader, end string, event func(data []byte) error) error {
-	r := NewReader(body)
+	r := psse.NewReader(body)
 	for {
 		ev, err := r.Next()
 		if err == io.EOF {
 			if s := r.Stray(); s != "" {
-				return Malformed("stream ended before %s; unexpected content: %s", end, s)
+				return Malformed("stream ended before %s; unexpected content: %s", end, Truncate(s))
 			}
 			return Malformed("stream ended before %s", end)
+		}
+		if errors.Is(err, psse.ErrTooLarge) {
+			return Malformed("stream event larger than %d bytes", MaxEventSize)
 		}
 		if err != nil {
 			return err

@@ -1,0 +1,3 @@
+module floe.dev/pkg/sse
+
+go 1.26.0
