@@ -325,6 +325,9 @@ func TestDirectStartGivesNoWayOut(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("the direct start needs root")
 	}
+	if err := procPidnsWorks(); err != nil {
+		t.Skipf("the direct start needs a procfs per PID namespace (Linux 6.15) and mounts: %v", err)
+	}
 	s, err := New(Config{Backend: Landlock})
 	if err != nil {
 		t.Fatal(err)
@@ -401,4 +404,21 @@ func TestCloseClosesOnlyItsOwnFiles(t *testing.T) {
 	if _, err := unix.FcntlInt(0, unix.F_GETFD, 0); err != nil {
 		t.Fatalf("fd 0 after an unconfined Proc's Close: %v", err)
 	}
+}
+
+// procPidnsWorks checks what the direct start needs of the host: a procfs
+// created for a given PID namespace (pidns=, Linux 6.15), which also takes
+// the right to mount.
+func procPidnsWorks() error {
+	ns, err := unix.Open("/proc/self/ns/pid", unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(ns)
+	fs, err := unix.Fsopen("proc", unix.FSOPEN_CLOEXEC)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(fs)
+	return unix.FsconfigSetFd(fs, "pidns", ns)
 }
