@@ -68,12 +68,17 @@ func ControlSubject(sessionID, verb string) string { return "floe.ctl." + sessio
 // TraceDeleteReply).
 func TraceDeleteSubject(sessionID string) string { return "floe.tracer.delete." + sessionID }
 
-// TraceDelete asks the tracer to delete a Session's Trace. The Session's
-// messages are already purged from FLOE_SESSIONS: PurgedThrough is the
-// stream's last sequence after the purge, and records of the Session at or
-// below it that the tracer still receives are dropped, never written again.
+// TraceDelete asks the tracer to delete a Session's Trace. With Purge the
+// tracer first purges the Session's messages from FLOE_SESSIONS (the
+// gateway, which serves HTTP, may not purge the stream) and takes the
+// stream's last sequence after it as PurgedThrough. Without it the
+// messages are already purged and PurgedThrough is the stream's last
+// sequence after that purge. Records of the Session at or below
+// PurgedThrough that the tracer still receives are dropped, never
+// written again.
 type TraceDelete struct {
 	PurgedThrough uint64 `msgpack:"purged_through"`
+	Purge         bool   `msgpack:"purge,omitempty"`
 }
 
 // TraceDeleteReply answers TraceDelete: the Trace files removed, or an error.

@@ -239,6 +239,7 @@ func TestDeleteAndCompactWhileRunningConflict(t *testing.T) {
 	g1 := newGate(1)
 	startEngine(t, env, func(e *fakeEngine) { e.Hold = g1.hold })
 	g := startGateway(t, env, "", nil)
+	startTracer(t, env, g.Home) // deletes (and purges) the Session at the end
 	ctx := ctxT(t)
 	s := createSession(t, g.Alice, client.CreateSession{})
 	submit(t, g.Alice, s.ID, "hi")

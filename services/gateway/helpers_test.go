@@ -18,6 +18,7 @@ import (
 	"floe.dev/pkg/omni"
 	"floe.dev/services/gateway"
 	"floe.dev/services/gateway/client"
+	"floe.dev/services/tracer"
 )
 
 const (
@@ -326,4 +327,21 @@ func cursorSeq(t testing.TB, l *client.Live) uint64 {
 		t.Fatalf("live cursor %q is not <epoch>-<seq>", l.Cursor)
 	}
 	return seq
+}
+
+// startTracer runs a tracer on home until the test ends: it purges a
+// deleted Session's messages (the gateway may not) and deletes its Trace.
+func startTracer(t testing.TB, env *bustest.Env, home string) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	cfg := tracer.DefaultConfig()
+	cfg.Home = home
+	go func() { done <- tracer.Run(ctx, env.Conn, cfg, zerolog.Nop()) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("tracer: %v", err)
+		}
+	})
 }

@@ -272,6 +272,7 @@ func (er *eventsReader) until(what string, pred func(listEv) bool) listEv {
 func TestEventsKeepSessionListLive(t *testing.T) {
 	env := newBus(t)
 	g := startGateway(t, env, "", nil)
+	startTracer(t, env, g.Home) // deletes (and purges) a Session
 	startEngine(t, env, func(e *fakeEngine) { e.Tool = true })
 	old := createSession(t, g.Alice, client.CreateSession{Title: "old"})
 	createSession(t, g.Bob, client.CreateSession{Title: "bob's"})

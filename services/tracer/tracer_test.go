@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 
 	"floe.dev/pkg/bus"
@@ -523,6 +524,44 @@ func TestRunLeavesNoGoroutines(t *testing.T) {
 	})
 	if !ok {
 		t.Errorf("goroutines left after Run returned:\n%s", stacks)
+	}
+}
+
+// A delete request with Purge (what the gateway sends: its NATS user may
+// not purge FLOE_SESSIONS) makes the tracer purge the Session's messages
+// from the stream, and only that Session's, before it deletes the Trace.
+func TestDeleteRequestPurgesTheSessionsMessages(t *testing.T) {
+	t.Parallel()
+	env := bustest.Start(t, bus.Config{})
+	home := t.TempDir()
+	start(t, env, config(home), testLog(t))
+	const other = "session-2026-11-29-20-10-22-00000042"
+	tt.Publish(t, env.JS, tt.Session(t, sid)...)
+	tt.Publish(t, env.JS, tt.Session(t, other)...)
+	tt.WaitTrace(t, env.JS, home, sid)
+	want := tt.WaitTrace(t, env.JS, home, other)
+
+	req, _ := omni.Pack(&omni.TraceDelete{Purge: true})
+	m, err := env.Conn.Request(omni.TraceDeleteSubject(sid), req, 10*time.Second)
+	if err != nil {
+		t.Fatalf("delete request: %v", err)
+	}
+	var reply omni.TraceDeleteReply
+	if err := omni.Unpack(m.Data, &reply); err != nil || reply.Error != "" || reply.Files != 1 {
+		t.Fatalf("delete reply = %+v, %v; want 1 file, no error", reply, err)
+	}
+	st, err := env.JS.Stream(context.Background(), omni.SessionsStream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.GetLastMsgForSubject(context.Background(), omni.SessionWildcard(sid)); !errors.Is(err, jetstream.ErrMsgNotFound) {
+		t.Errorf("the deleted Session's messages are still on the stream: %v", err)
+	}
+	if got, _ := tt.Expected(t, env.JS, other); string(got) != string(want) {
+		t.Errorf("the other Session's messages changed")
+	}
+	if files, _ := trace.Files(home, sid); len(files) != 0 {
+		t.Errorf("trace files left: %v", files)
 	}
 }
 

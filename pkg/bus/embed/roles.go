@@ -91,6 +91,7 @@ func rolePermissions(user string) *server.Permissions {
 			"$JS.API.CONSUMER.RESET.FLOE_SESSIONS.floe-tracer",
 			"$JS.API.CONSUMER.MSG.NEXT.FLOE_SESSIONS.floe-tracer",
 			"$JS.ACK.FLOE_SESSIONS.floe-tracer.>",
+			"$JS.API.STREAM.PURGE.FLOE_SESSIONS",
 		}, []string{"floe.tracer.delete.*", "_INBOX.tracer.>", "$SRV.>", "floe.status.tracer"})
 		p.Response = responses
 		return p
@@ -131,7 +132,6 @@ func rolePermissions(user string) *server.Permissions {
 			"$JS.API.DIRECT.GET.FLOE_SESSIONS",
 			"$JS.API.DIRECT.GET.FLOE_SESSIONS.>",
 			"$JS.API.STREAM.MSG.GET.FLOE_SESSIONS",
-			"$JS.API.STREAM.PURGE.FLOE_SESSIONS",
 			"$JS.API.STREAM.INFO.FLOE_TASKS",
 			"$JS.API.STREAM.PURGE.FLOE_TASKS",
 		}, []string{"_INBOX.gateway.>", "$SRV.>", "floe.status.gateway"})

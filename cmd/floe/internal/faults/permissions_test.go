@@ -132,6 +132,9 @@ func TestServicesWorkUnderLeastPrivilegeUsers(t *testing.T) {
 	c.denied("tracer", omni.SessionSubject(sid, omni.ClassModel), omni.SessionsStream)
 	c.denied("gateway", omni.SessionSubject(sid, omni.ClassModel), omni.SessionsStream)
 	c.denied("ops", omni.TaskSubject(sid), omni.TasksStream)
+	// Deleting a Session purged its messages above, through the tracer:
+	// the gateway, which serves HTTP, may not purge the stream itself.
+	c.deniedPurge("gateway", omni.SessionsStream)
 	if _, err := nats.Connect(c.url(), nats.UserInfo("engine", "wrong")); err == nil {
 		t.Error("a wrong password was accepted")
 	}
@@ -214,6 +217,56 @@ func (c *cluster) denied(user, subject, stream string) {
 	}
 	if info.State.LastSeq != before {
 		c.t.Errorf("%s's publish to %s was stored (last seq %d → %d)", user, subject, before, info.State.LastSeq)
+	}
+}
+
+// deniedPurge connects as user and checks that purging stream is refused
+// with a permissions violation and removed nothing.
+func (c *cluster) deniedPurge(user, stream string) {
+	c.t.Helper()
+	var mu sync.Mutex
+	var asyncErr error
+	nc, err := nats.Connect(c.url(), nats.UserInfo(user, c.passwords[user]), nats.CustomInboxPrefix("_INBOX."+user),
+		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
+			mu.Lock()
+			asyncErr = err
+			mu.Unlock()
+		}))
+	if err != nil {
+		c.t.Fatalf("connect as %s: %v", user, err)
+	}
+	defer nc.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	// Something to purge: one message of another Session.
+	other := omni.SessionSubject("session-2026-12-03-00-00-00-0000beef", omni.ClassServer)
+	if _, err := c.js.Publish(ctx, other, []byte(`{"type":"task_state","state":"idle"}`)); err != nil {
+		c.t.Fatal(err)
+	}
+	st, err := c.js.Stream(ctx, stream)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	before := st.CachedInfo().State.Msgs
+	if _, err := nc.Request("$JS.API.STREAM.PURGE."+stream, []byte(`{}`), 500*time.Millisecond); err == nil {
+		c.t.Errorf("%s's purge of %s was answered", user, stream)
+	}
+	eventually(c.t, 5*time.Second, "the permissions violation reported to "+user, func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return asyncErr != nil
+	})
+	mu.Lock()
+	if !strings.Contains(strings.ToLower(asyncErr.Error()), "permissions violation") {
+		c.t.Errorf("%s purging %s: got %v, want a permissions violation", user, stream, asyncErr)
+	}
+	mu.Unlock()
+	info, err := st.Info(ctx)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	if info.State.Msgs != before || before == 0 {
+		c.t.Errorf("%s's purge of %s: %d messages, then %d", user, stream, before, info.State.Msgs)
 	}
 }
 

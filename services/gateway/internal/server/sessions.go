@@ -310,8 +310,8 @@ func (s *Server) handlePatch(w http.ResponseWriter, r *http.Request) *apiError {
 var errBusyDelete = errors.New("session busy")
 
 // handleDelete removes a Session: the record is first marked deleted (so no
-// Task can start), then its messages are purged from FLOE_SESSIONS, its
-// Trace files and tracer position removed, and the record dropped. A failed
+// Task can start), then the tracer purges its messages from FLOE_SESSIONS
+// and removes its Trace files and position, and the record is dropped. A failed
 // step leaves the record marked, and a repeated DELETE resumes the cleanup.
 // The Workspace is the user's and is kept.
 func (s *Server) handleDelete(w http.ResponseWriter, r *http.Request) *apiError {
@@ -346,9 +346,6 @@ func (s *Server) handleDelete(w http.ResponseWriter, r *http.Request) *apiError 
 	case err != nil:
 		return unavailable("delete session", err)
 	}
-	if err := s.stream.Purge(ctx, jetstream.WithPurgeSubject(omni.SessionWildcard(id))); err != nil && !errors.Is(err, jetstream.ErrStreamNotFound) {
-		return unavailable("purge session messages", err)
-	}
 	files, e := s.deleteTrace(ctx, id)
 	if e != nil {
 		return e
@@ -362,16 +359,13 @@ func (s *Server) handleDelete(w http.ResponseWriter, r *http.Request) *apiError 
 }
 
 // deleteTrace asks the tracer, the only writer and deleter of Trace files,
-// to delete the Session's Trace (files and position) after its messages
-// were purged, and returns how many files it removed. A Session with
-// nothing on disk needs no tracer; otherwise no answer within 10 s is a
-// 503 and a repeated DELETE tries again.
+// to purge the Session's messages from FLOE_SESSIONS (the gateway's NATS
+// user may not purge the stream) and delete its Trace (files and
+// position), and returns how many files it removed. A Session with
+// nothing on the stream or on disk needs no tracer; otherwise no answer
+// within 10 s is a 503 and a repeated DELETE tries again.
 func (s *Server) deleteTrace(ctx context.Context, id string) (int, *apiError) {
-	info, err := s.stream.Info(ctx)
-	if err != nil {
-		return 0, unavailable("purge session messages", err)
-	}
-	req, err := omni.Pack(&omni.TraceDelete{PurgedThrough: info.State.LastSeq})
+	req, err := omni.Pack(&omni.TraceDelete{Purge: true})
 	if err != nil {
 		return 0, internalError("encode trace delete", err)
 	}
@@ -381,10 +375,11 @@ func (s *Server) deleteTrace(ctx context.Context, id string) (int, *apiError) {
 	if err != nil {
 		files, ferr := trace.Files(s.opts.Home, id)
 		_, hasPos, perr := trace.ReadPos(s.opts.Home, id)
-		if ferr == nil && len(files) == 0 && !hasPos && perr == nil {
-			return 0, nil // no Trace here; a tracer on another home deletes its own when it answers
+		_, serr := s.stream.GetLastMsgForSubject(ctx, omni.SessionWildcard(id))
+		if ferr == nil && len(files) == 0 && !hasPos && perr == nil && errors.Is(serr, jetstream.ErrMsgNotFound) {
+			return 0, nil // nothing to purge nor delete here
 		}
-		return 0, unavailable("ask the tracer to delete the trace", err)
+		return 0, unavailable("ask the tracer to delete the session's messages and trace", err)
 	}
 	var reply omni.TraceDeleteReply
 	if err := omni.Unpack(m.Data, &reply); err != nil {

@@ -563,8 +563,32 @@ func (r *runner) inSequence(m jetstream.Msg) error {
 	return nil
 }
 
+// purge purges a deleted Session's messages from FLOE_SESSIONS when req
+// asks for it and returns the sequence its records are purged through.
+func (r *runner) purge(sid string, req omni.TraceDelete) (uint64, error) {
+	if !req.Purge {
+		return req.PurgedThrough, nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	stream, err := r.js.Stream(ctx, omni.SessionsStream)
+	if err != nil {
+		return 0, fmt.Errorf("purge session messages: %w", err)
+	}
+	if err := stream.Purge(ctx, jetstream.WithPurgeSubject(omni.SessionWildcard(sid))); err != nil {
+		return 0, fmt.Errorf("purge session messages: %w", err)
+	}
+	info, err := stream.Info(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("purge session messages: %w", err)
+	}
+	return info.State.LastSeq, nil
+}
+
 // delete serves one TraceDelete request (floe.tracer.delete.<sid>): it
-// removes the Session's Trace files and position and replies.
+// purges the Session's messages from the stream when asked to (the
+// gateway may not), removes the Session's Trace files and position and
+// replies.
 func (r *runner) delete(m *nats.Msg) {
 	sid := strings.TrimPrefix(m.Subject, omni.TraceDeleteSubject(""))
 	var req omni.TraceDelete
@@ -573,8 +597,11 @@ func (r *runner) delete(m *nats.Msg) {
 		reply.Error = err.Error()
 	} else if !omni.ValidSessionID(sid) || strings.ContainsAny(sid, `/\`) {
 		reply.Error = fmt.Sprintf("session id %q cannot name a trace file", sid)
+	} else if through, err := r.purge(sid, req); err != nil {
+		reply.Error = err.Error()
+		r.log.Error().Err(err).Str("session_id", sid).Msg("cannot purge a deleted Session's messages")
 	} else {
-		n, err := r.store.Delete(sid, req.PurgedThrough)
+		n, err := r.store.Delete(sid, through)
 		reply.Files = n
 		if _, ok := r.stuck[sid]; ok && err == nil {
 			delete(r.stuck, sid)
