@@ -9,8 +9,9 @@
 // What replays: Prompts (a Task per group of user inputs), model requests
 // and their retries (a failed attempt fails again the same way), tool
 // calls and their outputs at their recorded positions, approvals
-// (allow, deny; forbidden by the command policy), manual compactions and,
-// with the Session's compaction settings, automatic ones, the max-turns
+// (allow, deny; forbidden by the command policy), manual compactions and
+// automatic ones (with the Session's compaction settings, or settings
+// inferred from the record: InferCompaction), the max-turns
 // notice, steering (sent once the replay reaches the request before the
 // steering record: the engine takes it before its next request). User
 // aborts, hooks and subagents are not replayed: such a record parts from
@@ -74,6 +75,9 @@ func Run(ctx context.Context, records []omni.Message, opt Options) (*Result, err
 	}
 	if opt.Pace <= 0 {
 		opt.Pace = 3 * time.Second
+	}
+	if opt.Compaction == (omni.CompactionConfig{}) {
+		opt.Compaction = InferCompaction(records)
 	}
 	home, err := os.MkdirTemp("", "floe-reexec-")
 	if err != nil {
@@ -147,6 +151,38 @@ func Run(ctx context.Context, records []omni.Message, opt Options) (*Result, err
 		return nil, err
 	}
 	return &Result{Records: got, Diff: FirstDiff(records, got)}, nil
+}
+
+// InferCompaction returns compaction settings under which the engine
+// compacts automatically where the record did, for a record that comes
+// without its Session's settings (a --trace file): each automatic
+// compaction_begin carries the context size (the last request's total) or
+// the turn count that crossed the threshold, so the smallest of each is a
+// threshold every recorded compaction crossed (and, the record being the
+// engine's, no earlier check did). The mode is the compactions' own.
+func InferCompaction(records []omni.Message) omni.CompactionConfig {
+	var cfg omni.CompactionConfig
+	for i := range records {
+		m := &records[i]
+		p := &m.Payload
+		if m.Type != omni.KindEvent || p.Type != omni.TypeCompactionBegin || len(m.Origin) > 0 {
+			continue
+		}
+		switch p.Reason {
+		case omni.CompactContext:
+			if p.Context > 0 && (cfg.MaxContextLength == 0 || p.Context < cfg.MaxContextLength) {
+				cfg.MaxContextLength = p.Context
+			}
+		case omni.CompactTurns:
+			if p.Turns > 0 && (cfg.MaxSessionTurns == 0 || p.Turns < cfg.MaxSessionTurns) {
+				cfg.MaxSessionTurns = p.Turns
+			}
+		}
+		if cfg.Mode == "" && p.Mode != omni.ModeSummarize {
+			cfg.Mode = p.Mode
+		}
+	}
+	return cfg
 }
 
 // A task is one recorded Task to run again.

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -126,7 +127,8 @@ func recordCorpus(t *testing.T) {
 		script   map[string]any
 		// steer is sent during the first Task once it holds 5 records
 		// (its first tool call is running).
-		steer string
+		steer      string
+		compaction omni.CompactionConfig
 	}{
 		{name: "tools_retry", mode: omni.ApproveAllowAll, prompts: []string{"list and count", "again, briefly"}, script: map[string]any{"requests": []any{
 			map[string]any{"steps": []any{map[string]any{"thinking": "Two commands, the slow one first."}, text("Running both."),
@@ -151,6 +153,13 @@ func recordCorpus(t *testing.T) {
 			script: map[string]any{"requests": []any{
 				map[string]any{"steps": []any{call("call_wait", "sleep 1; echo waited")}},
 				map[string]any{"expect_last_user": "[user_steering]\nalso say thanks\n[/user_steering]", "steps": []any{text("Waited. Thanks!")}},
+			}}},
+		{name: "auto_compaction", mode: omni.ApproveAllowAll, prompts: []string{"first", "second"},
+			compaction: omni.CompactionConfig{MaxContextLength: 4000},
+			script: map[string]any{"requests": []any{
+				map[string]any{"steps": []any{text("One.")}, "usage": map[string]any{"total": 5000, "output": 2}},
+				map[string]any{"steps": []any{text("[summary]\nThe user said first; the agent answered One.\n[/summary]")}, "usage": map[string]any{"total": 300, "output": 12}},
+				map[string]any{"expect_last_user": "second", "steps": []any{text("Two.")}, "usage": map[string]any{"total": 400, "output": 2}},
 			}}},
 		{name: "max_turns", mode: omni.ApproveAllowAll, maxTurns: 2, prompts: []string{"loop"}, script: map[string]any{"requests": []any{
 			map[string]any{"steps": []any{call("call_1", "echo one")}},
@@ -178,7 +187,8 @@ func recordCorpus(t *testing.T) {
 		now := time.Now()
 		sid := omni.NewSessionID(now, "c0000001")
 		if err := st.Sessions.Create(ctxT(t), &omni.SessionRecord{ID: sid, Model: "scripted:" + script, Workspace: ws,
-			ApprovalMode: s.mode, SystemPrompt: "You are the corpus agent.", State: omni.StateIdle, CreatedUnixMs: now.UnixMilli()}); err != nil {
+			ApprovalMode: s.mode, SystemPrompt: "You are the corpus agent.", State: omni.StateIdle, CreatedUnixMs: now.UnixMilli(),
+			Compaction: s.compaction}); err != nil {
 			t.Fatal(err)
 		}
 		var pc *pacer
@@ -219,4 +229,29 @@ func recordCorpus(t *testing.T) {
 		t.Logf("recorded %s: %d records", s.name, len(recs))
 	}
 	_ = bus.ErrStop
+}
+
+// A record without its Session's settings (a --trace file) replays its
+// automatic compaction with settings inferred from it; with settings under
+// which the engine would not compact, the replay parts exactly at the
+// compaction_begin.
+func TestAutomaticCompactionReplaysFromTheTraceAlone(t *testing.T) {
+	path := filepath.Join("testdata", "corpus", "auto_compaction.jsonl")
+	want, err := ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := InferCompaction(want); got != (omni.CompactionConfig{MaxContextLength: 5000}) {
+		t.Fatalf("InferCompaction = %+v, want a context threshold of 5000", got)
+	}
+	res, err := Run(ctxT(t), want, Options{Log: zerolog.Nop(), Compaction: omni.CompactionConfig{MaxSessionTurns: 1000}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	at := slices.IndexFunc(want, func(m omni.Message) bool { return m.Payload.Type == omni.TypeCompactionBegin })
+	if res.Diff != at {
+		var b bytes.Buffer
+		PrintDiff(&b, want, res.Records, res.Diff, 3)
+		t.Fatalf("without the threshold the replay parts at record %d, want %d (the compaction_begin):\n%s", res.Diff, at, b.String())
+	}
 }
