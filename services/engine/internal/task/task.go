@@ -338,15 +338,30 @@ func (r *Runner) Run(ctx context.Context) (status string, err error) {
 }
 
 // release moves the Session back to idle with status if it still names
-// this Task, and reports whether it did (Sessions.End, knowing).
+// this Task, and reports whether it did (Sessions.End, knowing). The
+// write is retried with backoff for up to two minutes (the engine keeps
+// the Task meanwhile): a release given up on leaves the Session running
+// for ever, refusing new Tasks (5 Sessions in 200 Tasks on the cut-links
+// cluster, their release timing out while the bucket's leader was cut
+// off).
 func (r *Runner) release(ctx context.Context, status string) (bool, error) {
 	released := false
-	_, err := r.d.Sessions.Update(ctx, r.sid, func(rec *omni.SessionRecord) error {
-		released = rec.TaskID == r.task.ID
-		if released {
-			rec.State, rec.TaskID, rec.LastStatus = omni.StateIdle, "", status
+	_, err := retry.Do(ctx, retry.Exponential(200*time.Millisecond, 5*time.Second), 2*time.Minute, func() (struct{}, error) {
+		uctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+		_, err := r.d.Sessions.Update(uctx, r.sid, func(rec *omni.SessionRecord) error {
+			released = rec.TaskID == r.task.ID
+			if released {
+				rec.State, rec.TaskID, rec.LastStatus = omni.StateIdle, "", status
+			}
+			return nil
+		})
+		if errors.Is(err, bus.ErrSessionNotFound) {
+			return struct{}{}, retry.Permanent(err)
 		}
-		return nil
+		return struct{}{}, err
+	}, func(err error, wait time.Duration) {
+		r.log.Warn().Err(err).Dur("retry_in", wait).Msg("cannot release the session yet; retrying")
 	})
 	return released && err == nil, err
 }
