@@ -42,8 +42,9 @@ func TestPerCommandHelp(t *testing.T) {
 		{"run", []string{"-approve", "-model", "-workspace"}, []string{"-http", "-replicas", "-retention", "-pool"}},
 		{"setup", []string{"-replicas", "-wait", "-nats"}, []string{"-model", "-http", "-workspace", "-nats-listen"}},
 		{"replay", []string{"-from-seq", "-follow"}, []string{"-model", "-http", "-replicas"}},
-		{"serve", []string{"-http", "-model", "-replicas"}, []string{"-workspace", "-approve", "-pool"}},
-		{"toolrunner", []string{"-pool", "-concurrency"}, []string{"-model", "-http", "-home"}},
+		{"serve", []string{"-http", "-model", "-replicas", "-sandbox", "-sandbox-network"}, []string{"-workspace", "-approve", "-pool"}},
+		{"toolrunner", []string{"-pool", "-concurrency", "-sandbox", "-sandbox-network"}, []string{"-model", "-http", "-home"}},
+		{"engine", []string{"-pool", "-sandbox"}, []string{"-model", "-http", "-concurrency"}},
 		{"attach", []string{"-url", "-follow"}, []string{"-model", "-nats"}},
 	} {
 		out, code := floeCmd(t, home, tc.cmd, "--help")
@@ -170,6 +171,37 @@ func TestFirstFiveMinutesErrors(t *testing.T) {
 	_, errOut, _ = runPiped(t, ws, renv, "", "run", "-v", "--model", "openai:gpt-4o-mini", "hello")
 	if !strings.Contains(errOut, `"level":"warn"`) {
 		t.Errorf("-v does not show the logs on stderr:\n%s", errOut)
+	}
+}
+
+// --sandbox and --sandbox-network override FLOE_SANDBOX and
+// FLOE_SANDBOX_NETWORK; a bad value, or a backend the host lacks named by
+// either, stops serve at start with one line (fail-closed, protocol.md §7).
+func TestSandboxFlagsOverrideTheEnvironment(t *testing.T) {
+	home := t.TempDir()
+	env := append(cleanEnv(home), "FLOE_NATS_LISTEN=off", "FLOE_HTTP_ADDR="+freeAddr(t))
+	noBwrap := t.TempDir() // a PATH without bwrap
+	for _, tc := range []struct {
+		env  []string
+		args []string
+		want []string
+	}{
+		{nil, []string{"--sandbox", "docker"}, []string{"FLOE_SANDBOX", `"docker"`}},
+		{nil, []string{"--sandbox-network=maybe"}, []string{"FLOE_SANDBOX_NETWORK", `"maybe"`}},
+		{[]string{"FLOE_SANDBOX=bogus", "PATH=" + noBwrap}, []string{"--sandbox", "bwrap"}, []string{"FLOE_SANDBOX=bwrap", "bwrap not found"}},
+		{[]string{"FLOE_SANDBOX=off", "PATH=" + noBwrap}, []string{"--sandbox", "bwrap"}, []string{"FLOE_SANDBOX=bwrap", "bwrap not found"}},
+	} {
+		e := append(append([]string{}, env...), tc.env...)
+		_, errOut, code := runPiped(t, home, e, "", append([]string{"serve"}, tc.args...)...)
+		line := strings.TrimSpace(errOut)
+		if code != 1 || strings.Count(line, "\n") != 0 {
+			t.Errorf("serve %v with %v: status %d, want 1 and one line:\n%s", tc.args, tc.env, code, errOut)
+		}
+		for _, w := range tc.want {
+			if !strings.Contains(line, w) {
+				t.Errorf("serve %v with %v: %q lacks %q", tc.args, tc.env, line, w)
+			}
+		}
 	}
 }
 

@@ -20,7 +20,6 @@ require (
 )
 
 require (
-	floe.dev/pkg/sandbox v0.0.0 // indirect
 	github.com/antithesishq/antithesis-sdk-go v0.9.0-default-no-op // indirect
 	github.com/beorn7/perks v1.0.1 // indirect
 	github.com/cenkalti/backoff/v5 v5.0.3 // indirect
@@ -87,6 +86,7 @@ replace floe.dev/services/tracer => ../../services/tracer
 replace floe.dev/services/gateway => ../../services/gateway
 
 require (
+	floe.dev/pkg/sandbox v0.0.0
 	floe.dev/pkg/telemetry v0.0.0
 	floe.dev/pkg/trace v0.0.0
 	github.com/chromedp/cdproto v0.159.0

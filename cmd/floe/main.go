@@ -16,6 +16,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"runtime/debug"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -24,6 +25,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"floe.dev/pkg/bus"
+	"floe.dev/pkg/sandbox"
 	"floe.dev/services/engine"
 	"floe.dev/services/gateway"
 	"floe.dev/services/toolrunner"
@@ -216,6 +218,9 @@ type common struct {
 	maxBytes  int64
 	auth      natsAuth // credentials for an external NATS (natsauth.go)
 	replicas  int
+	// getenv reads the services' variables; flagSandbox makes --sandbox
+	// and --sandbox-network answer for theirs.
+	getenv func(string) string
 }
 
 // newCommon reads the environment; flags registered later override it.
@@ -232,7 +237,15 @@ func newCommon(listenDefault string) *common {
 		replicas:  int(envInt("FLOE_REPLICAS", 0)),
 		auth: natsAuth{creds: os.Getenv("FLOE_NATS_CREDS"), user: os.Getenv("FLOE_NATS_USER"),
 			passwordFile: os.Getenv("FLOE_NATS_PASSWORD_FILE")},
+		getenv: os.Getenv,
 	}
+}
+
+// flagSandbox registers --sandbox and --sandbox-network (the confinement
+// of tools and hook commands, protocol.md §7) for a command that reads its
+// services' configuration after parsing (floe serve).
+func (c *common) flagSandbox(fs *flag.FlagSet) {
+	c.getenv = sandbox.FlagsEnv(fs, c.getenv)
 }
 
 func (c *common) flagHome(fs *flag.FlagSet) {
@@ -385,11 +398,12 @@ func (c *common) logger() zerolog.Logger {
 // engineConfig is the engine's FromEnv with the settings shared by the
 // command's services (--home) over it, validated.
 func engineConfig(c *common) (*engine.Config, error) {
-	cfg, err := engine.FromEnv(os.Getenv)
+	cfg, err := engine.FromEnv(c.getenv)
 	if err != nil {
 		return nil, err
 	}
 	cfg.Home = c.home
+	denyPorts(&cfg.Hooks.Sandbox, c)
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
@@ -403,21 +417,26 @@ func engineConfig(c *common) (*engine.Config, error) {
 // the NATS URLs and listener, more addrs such as --metrics) are closed
 // to tools.
 func toolrunnerConfig(c *common, addrs ...string) (*toolrunner.Config, error) {
-	cfg, err := toolrunner.FromEnv(os.Getenv)
+	cfg, err := toolrunner.FromEnv(c.getenv)
 	if err != nil {
 		return nil, err
 	}
-	denyPorts(&cfg, c, addrs...)
+	denyPorts(&cfg.Sandbox, c, addrs...)
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
 	return &cfg, nil
 }
 
-func denyPorts(cfg *toolrunner.Config, c *common, addrs ...string) {
-	for _, a := range append([]string{c.httpAddr, c.listen}, append(strings.Split(c.natsURL, ","), addrs...)...) {
-		if p := toolrunner.PortOf(strings.TrimSpace(a)); p > 0 {
-			cfg.Sandbox.DenyPorts = append(cfg.Sandbox.DenyPorts, p)
+// denyPorts closes Floe's own listeners known here to the processes sb
+// confines (tools, hook commands): the gateway, the NATS URLs and
+// listener, and addrs (--metrics). The credentials files given by flag
+// are hidden like those given by variable.
+func denyPorts(sb *sandbox.Config, c *common, addrs ...string) {
+	sb.DenyAddrs(append([]string{c.httpAddr, c.listen, c.natsURL}, addrs...)...)
+	for _, f := range []string{c.auth.creds, c.auth.passwordFile} {
+		if f != "" && !slices.Contains(sb.Hide, f) {
+			sb.Hide = append(sb.Hide, f)
 		}
 	}
 }

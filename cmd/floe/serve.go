@@ -22,6 +22,7 @@ func cmdServe(ctx context.Context, args []string) error {
 	c.flagModel(fs, "default model of Sessions created without one:")
 	c.flagLayout(fs)
 	c.flagLog(fs)
+	c.flagSandbox(fs)
 	if err := parse(fs, args); err != nil {
 		return err
 	}
@@ -178,11 +179,12 @@ func service(ctx context.Context, name string, args []string) error {
 	switch name {
 	case "engine":
 		c.home = o.Engine.Home
+		denyPorts(&o.Engine.Hooks.Sandbox, c, *metricsAddr)
 		if err := o.Engine.Validate(); err != nil {
 			return err
 		}
 	case "toolrunner":
-		denyPorts(o.Toolrunner, c, *metricsAddr)
+		denyPorts(&o.Toolrunner.Sandbox, c, *metricsAddr)
 		if err := o.Toolrunner.Validate(); err != nil {
 			return err
 		}

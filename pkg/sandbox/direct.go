@@ -491,10 +491,30 @@ func (p *Proc) enterView(ns *pidNS) error {
 	// path inside a bound directory lands on top of it.
 	ro := append(append(slices.Clone(SystemDirs), s.cfg.Read...), p.read...)
 	slices.SortStableFunc(ro, func(a, b string) int { return len(a) - len(b) })
-	var bound []string
+	var bound, underTmp []string
+	bindRO := func(d string) error {
+		fi, err := os.Stat(d)
+		if err != nil {
+			return nil
+		}
+		if err := mountpoint(d, fi.IsDir()); err != nil {
+			return err
+		}
+		if err := bind(d, d, true); err != nil {
+			return err
+		}
+		bound = append(bound, d)
+		return nil
+	}
 	for _, d := range ro {
 		d = filepath.Clean(d)
 		if !filepath.IsAbs(d) || slices.Contains(bound, d) {
+			continue
+		}
+		if strings.HasPrefix(d, "/tmp/") {
+			// Bound once the call's own /tmp is mounted (a hook's
+			// program kept in the host's /tmp), else it would hide them.
+			underTmp = append(underTmp, d)
 			continue
 		}
 		fi, err := os.Lstat(d)
@@ -566,6 +586,14 @@ func (p *Proc) enterView(ns *pidNS) error {
 			return err
 		}
 		if err := bind(p.ws, p.ws, false); err != nil {
+			return err
+		}
+	}
+	for _, d := range underTmp {
+		if slices.Contains(bound, d) {
+			continue
+		}
+		if err := bindRO(d); err != nil {
 			return err
 		}
 	}

@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
+	"path/filepath"
 	"runtime"
 	"slices"
 	"strconv"
@@ -233,7 +234,16 @@ func mountView(spec initSpec) error {
 			return fmt.Errorf("mount the call's /tmp: %w", err)
 		}
 		for i, p := range keep {
-			if err := os.MkdirAll(p, 0o700); err != nil {
+			// A kept file (a hook's program) is bound onto an empty file.
+			var st unix.Stat_t
+			if err := unix.Fstat(fds[i], &st); err != nil {
+				return fmt.Errorf("keep %s: %w", p, err)
+			}
+			if st.Mode&unix.S_IFMT == unix.S_IFDIR {
+				if err := os.MkdirAll(p, 0o700); err != nil {
+					return fmt.Errorf("keep %s: %w", p, err)
+				}
+			} else if err := touch(p); err != nil {
 				return fmt.Errorf("keep %s: %w", p, err)
 			}
 			if err := unix.Mount(fmt.Sprintf("/proc/self/fd/%d", fds[i]), p, "", unix.MS_BIND|unix.MS_REC, ""); err != nil {
@@ -250,6 +260,18 @@ func mountView(spec initSpec) error {
 		}
 	}
 	return nil
+}
+
+// touch creates an empty file at p (and its directories) if none is there.
+func touch(p string) error {
+	if err := os.MkdirAll(filepath.Dir(p), 0o700); err != nil {
+		return err
+	}
+	f, err := os.OpenFile(p, os.O_CREATE|os.O_RDONLY, 0o600)
+	if err != nil {
+		return err
+	}
+	return f.Close()
 }
 
 // watchEvery is how often the helper measures the call's processes.

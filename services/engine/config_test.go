@@ -106,8 +106,8 @@ func TestValidateErrors(t *testing.T) {
 	}{
 		{"cap below base", func(c *Config) { c.RetryBase, c.RetryCap = time.Second, time.Millisecond }, "retry cap"},
 		{"pool with a dot", func(c *Config) { c.Pool = "a.b" }, "pool"},
-		{"hooks file missing", func(c *Config) { c.HooksFile = filepath.Join(t.TempDir(), "none.json") }, "FLOE_HOOKS"},
-		{"hooks file bad", func(c *Config) { c.HooksFile = badHooks }, "FLOE_HOOKS"},
+		{"hooks file missing", func(c *Config) { c.Hooks.File = filepath.Join(t.TempDir(), "none.json") }, "FLOE_HOOKS"},
+		{"hooks file bad", func(c *Config) { c.Hooks.File = badHooks }, "FLOE_HOOKS"},
 		{"ack wait too short", func(c *Config) { c.AckWait = 100 * time.Millisecond }, "FLOE_ENGINE_ACK_WAIT_MS"},
 	} {
 		c := DefaultConfig()

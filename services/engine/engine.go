@@ -24,6 +24,7 @@ import (
 	"floe.dev/pkg/bus/ops"
 	"floe.dev/pkg/bus/retry"
 	"floe.dev/pkg/omni"
+	"floe.dev/pkg/sandbox"
 	"floe.dev/pkg/telemetry"
 	"floe.dev/pkg/trace"
 	"floe.dev/services/engine/internal/fold"
@@ -80,10 +81,8 @@ type Config struct {
 	MaxSubagentDepth int
 	// Metrics receives the engine's series (nil: none are served).
 	Metrics prometheus.Registerer
-	// HooksFile is the deployment's hooks (FLOE_HOOKS, protocol.md §7 "Hooks"):
-	// user_prompt, pre_tool_use and stop hooks, commands or NATS services.
-	// Empty: none.
-	HooksFile string
+	// Hooks are the deployment's hooks and the sandbox of their commands.
+	Hooks Hooks
 	// Telemetry traces each Task (nil: off; see pkg/telemetry).
 	Telemetry *telemetry.Provider
 }
@@ -148,8 +147,8 @@ func (c *Config) Validate() error {
 	if !omni.ValidSessionID(c.Pool) {
 		return fmt.Errorf("engine: pool %q is not a valid subject token", c.Pool)
 	}
-	if c.HooksFile != "" {
-		if _, err := hooks.Load(c.HooksFile); err != nil {
+	if c.Hooks.File != "" {
+		if _, err := hooks.Load(c.Hooks.File); err != nil {
 			return fmt.Errorf("engine: FLOE_HOOKS: %w", err)
 		}
 	}
@@ -205,16 +204,13 @@ func Run(ctx context.Context, nc *nats.Conn, cfg Config, log zerolog.Logger) err
 	} else {
 		defer srv.Stop()
 	}
-	var hookCfg *hooks.Config
-	if cfg.HooksFile != "" {
-		if hookCfg, err = hooks.Load(cfg.HooksFile); err != nil {
-			return fmt.Errorf("engine: FLOE_HOOKS: %w", err)
-		}
+	hookRunner, closeHooks, err := openHooks(cfg.Hooks, nc, log)
+	if err != nil {
+		return err
 	}
-	// Hook commands run unconfined until the toolrunner's sandbox can be
-	// shared with the engine (hooks.Confiner is the seam).
+	defer closeHooks()
 	e.deps = &task.Deps{
-		Hooks:      hooks.New(hookCfg, nc, nil),
+		Hooks:      hookRunner,
 		NC:         nc,
 		JS:         js,
 		PubJS:      pubJS,
@@ -511,9 +507,9 @@ func taskConsumer(ctx context.Context, js jetstream.JetStream, cfg *Config, log 
 }
 
 // FromEnv returns DefaultConfig with the FLOE_* variables read through
-// getenv over it (protocol.md §8): FLOE_HOME, FLOE_POOL, FLOE_HOOKS, the
-// retry ladder, the timeouts, snapshots, partials and the provider
-// variables. A value that does not parse is an error naming the variable.
+// getenv over it (protocol.md §8): FLOE_HOME, FLOE_POOL, FLOE_HOOKS and the
+// sandbox of hook commands (sandbox.ConfigFromEnv), the retry ladder, the
+// timeouts, snapshots, partials and the provider variables. A value that does not parse is an error naming the variable.
 //
 // `floe engine`, the in-process engine of `floe serve`/`floe run` and the
 // per-service main read the engine's settings here; their flags (Flags)
@@ -524,7 +520,13 @@ func FromEnv(getenv func(string) string) (Config, error) {
 	if v := getenv("FLOE_POOL"); v != "" {
 		c.Pool = v
 	}
-	c.HooksFile = getenv("FLOE_HOOKS")
+	c.Hooks.File = getenv("FLOE_HOOKS")
+	// Hook commands run confined like tools, under the same variables.
+	sb, err := sandbox.ConfigFromEnv(getenv)
+	if err != nil {
+		return c, fmt.Errorf("engine: %w", err)
+	}
+	c.Hooks.Sandbox = sb
 	ms := func(name string, dst *time.Duration, min int) error {
 		if v := getenv(name); v != "" {
 			n, err := strconv.Atoi(v)
@@ -582,10 +584,12 @@ func FromEnv(getenv func(string) string) (Config, error) {
 
 // Flags registers the engine's own flags on fs, bound to c's fields with
 // their current values (FromEnv's) as defaults, so a flag given beats its
-// variable: --home (FLOE_HOME) and --pool (FLOE_POOL).
+// variable: --home (FLOE_HOME), --pool (FLOE_POOL), and --sandbox and
+// --sandbox-network (FLOE_SANDBOX, FLOE_SANDBOX_NETWORK) for hook commands.
 func (c *Config) Flags(fs *flag.FlagSet) {
 	fs.StringVar(&c.Home, "home", c.Home, "data root whose Traces the engine resumes from when shared with the tracer (FLOE_HOME)")
 	fs.StringVar(&c.Pool, "pool", c.Pool, "tool runner pool the Sessions' tool jobs go to (FLOE_POOL)")
+	c.Hooks.Sandbox.Flags(fs)
 }
 
 // ModelContext returns the model context a Session with these records

@@ -6,6 +6,7 @@ require floe.dev/pkg/omni v0.0.0
 
 require (
 	floe.dev/pkg/bus v0.0.0
+	floe.dev/pkg/sandbox v0.0.0
 	github.com/nats-io/nats.go v1.55.0
 	github.com/rs/zerolog v1.35.1
 )
@@ -75,3 +76,5 @@ replace floe.dev/pkg/telemetry => ../../pkg/telemetry
 require floe.dev/pkg/sse v0.0.0
 
 replace floe.dev/pkg/sse => ../../pkg/sse
+
+replace floe.dev/pkg/sandbox => ../../pkg/sandbox

@@ -20,7 +20,7 @@ func TestFromEnvReadsVariablesOverDefaults(t *testing.T) {
 		t.Fatal(err)
 	}
 	if c.Pool != "gpu" || c.Concurrency != 3 || c.MCPConfig != "/etc/mcp.json" || c.Sandbox.Backend != "off" ||
-		c.Sandbox.Network != "off" || c.Sandbox.Pids != 64 {
+		!c.Sandbox.NetworkOff || c.Sandbox.Pids != 64 {
 		t.Errorf("FromEnv = %+v", c)
 	}
 	if d := toolrunner.DefaultConfig(); c.MaxOutput != d.MaxOutput || c.HeartbeatInterval != d.HeartbeatInterval || c.RunnerID == "" {

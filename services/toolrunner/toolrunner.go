@@ -92,8 +92,9 @@ type Config struct {
 	// exec_command (FLOE_TOOL_ENV) plus its declared env.
 	MCPConfig string
 	// Sandbox confines tool processes (protocol.md §7); the zero value is the
-	// default (auto). FromEnv reads it (SandboxFromEnv).
-	Sandbox SandboxConfig
+	// default (auto). FromEnv reads it (sandbox.ConfigFromEnv, the variables
+	// the engine reads for hook commands too).
+	Sandbox sandbox.Config
 	// Metrics receives the toolrunner's series (nil: none are served).
 	Metrics prometheus.Registerer
 	// Telemetry traces each tool call (nil: off; see pkg/telemetry).
@@ -114,7 +115,7 @@ func DefaultConfig() Config {
 // FromEnv returns DefaultConfig with the FLOE_* variables read through
 // getenv (os.Getenv) over it (protocol.md §7, §8): Pool from FLOE_POOL,
 // Concurrency from FLOE_TOOL_CONCURRENCY, MCPConfig from FLOE_MCP_CONFIG
-// and Sandbox from the sandbox's variables (SandboxFromEnv). A value that
+// and Sandbox from the sandbox's variables (sandbox.ConfigFromEnv). A value that
 // does not parse is an error naming the variable, wrapping
 // ErrInvalidConfig.
 func FromEnv(getenv func(string) string) (Config, error) {
@@ -132,9 +133,9 @@ func FromEnv(getenv func(string) string) (Config, error) {
 		}
 	}
 	c.MCPConfig = getenv(MCPConfigVar)
-	sb, err := SandboxFromEnv(getenv)
+	sb, err := sandbox.ConfigFromEnv(getenv)
 	if err != nil {
-		return c, err
+		return c, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}
 	c.Sandbox = sb
 	return c, nil
@@ -148,8 +149,7 @@ func (c *Config) Flags(fs *flag.FlagSet) {
 	fs.StringVar(&c.Pool, "pool", c.Pool, "runner pool whose jobs to run (FLOE_POOL)")
 	fs.IntVar(&c.Concurrency, "concurrency", c.Concurrency, "tool jobs run at once (FLOE_TOOL_CONCURRENCY)")
 	fs.StringVar(&c.MCPConfig, "mcp-config", c.MCPConfig, "MCP servers file (FLOE_MCP_CONFIG)")
-	fs.StringVar(&c.Sandbox.Backend, "sandbox", c.Sandbox.Backend, "tool confinement: auto, landlock, bwrap or off (FLOE_SANDBOX, default auto)")
-	fs.StringVar(&c.Sandbox.Network, "sandbox-network", c.Sandbox.Network, "tools' network besides Floe's ports: on or off (FLOE_SANDBOX_NETWORK, default on)")
+	c.Sandbox.Flags(fs)
 }
 
 // fill sets every zero field to its default.

@@ -188,31 +188,27 @@ func Start(ctx context.Context, o Options, log zerolog.Logger) (*Stack, error) {
 		}
 		return p
 	}
+	// Close this stack's own listeners to tools and hook commands: the
+	// embedded server's (its port may have been chosen at start), metrics
+	// and the gateway.
+	own := []string{o.MetricsAddr, o.Listen}
+	if s.Server != nil {
+		own = append(own, s.Server.ClientURL())
+	}
+	if o.Gateway != nil {
+		own = append(own, o.Gateway.Addr)
+	}
 	if o.Engine != nil {
 		c := *o.Engine
 		c.Metrics, c.Telemetry, o.Engine = reg, tel("engine"), &c
+		c.Hooks.Sandbox.DenyPorts = slices.Clone(c.Hooks.Sandbox.DenyPorts)
+		c.Hooks.Sandbox.DenyAddrs(own...)
 	}
 	if o.Toolrunner != nil {
 		c := *o.Toolrunner
 		c.Metrics, c.Telemetry, o.Toolrunner = reg, tel("toolrunner"), &c
-		// Close this stack's own listeners to tools: the embedded
-		// server's (its port may have been chosen at start) and metrics.
 		c.Sandbox.DenyPorts = slices.Clone(c.Sandbox.DenyPorts)
-		for _, a := range []string{o.MetricsAddr, o.Listen} {
-			if p := toolrunner.PortOf(a); p > 0 {
-				c.Sandbox.DenyPorts = append(c.Sandbox.DenyPorts, p)
-			}
-		}
-		if s.Server != nil {
-			if p := toolrunner.PortOf(s.Server.ClientURL()); p > 0 {
-				c.Sandbox.DenyPorts = append(c.Sandbox.DenyPorts, p)
-			}
-		}
-		if o.Gateway != nil {
-			if p := toolrunner.PortOf(o.Gateway.Addr); p > 0 {
-				c.Sandbox.DenyPorts = append(c.Sandbox.DenyPorts, p)
-			}
-		}
+		c.Sandbox.DenyAddrs(own...)
 	}
 	if o.Tracer != nil {
 		c := *o.Tracer

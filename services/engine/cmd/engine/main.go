@@ -9,8 +9,11 @@
 // (FLOE_LOG_LEVEL), FLOE_ENGINE_ACK_WAIT_MS (how long a dead engine's Task
 // waits before another engine takes it), FLOE_HEARTBEAT_TIMEOUT_MS (a
 // silent tool job fails as lost after it), FLOE_RETRY_BASE_MS,
-// FLOE_RETRY_CAP_MS, FLOE_RETRY_MAX, FLOE_REQUEST_TIMEOUT_MS and the
-// provider variables (protocol.md §8).
+// FLOE_RETRY_CAP_MS, FLOE_RETRY_MAX, FLOE_REQUEST_TIMEOUT_MS, the
+// provider variables (protocol.md §8), FLOE_HOOKS, and the sandbox of hook
+// commands: --sandbox (FLOE_SANDBOX), --sandbox-network
+// (FLOE_SANDBOX_NETWORK) and the other FLOE_SANDBOX_* and FLOE_TOOL_*
+// variables, as the toolrunner reads them.
 //
 // Credentials: --nats-creds FILE (FLOE_NATS_CREDS), or --nats-user NAME
 // (FLOE_NATS_USER) whose password comes from FLOE_NATS_PASSWORD or
@@ -56,6 +59,9 @@ func run() error {
 		}
 		return err
 	}
+	// Hook commands run confined like tools: Floe's listeners this engine
+	// knows of besides its NATS servers (which Run adds) are closed to them.
+	cfg.Hooks.Sandbox.DenyAddrs(os.Getenv("FLOE_HTTP_ADDR"), os.Getenv("FLOE_METRICS_ADDR"))
 	cfg.Metrics = m.Metrics()
 	if err := cfg.Validate(); err != nil {
 		return err

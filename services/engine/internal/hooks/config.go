@@ -158,3 +158,19 @@ func validPoint(p string) bool {
 	}
 	return false
 }
+
+// HasCommand reports whether any hook is a command (not a NATS service):
+// only then is a sandbox needed.
+func (c *Config) HasCommand() bool {
+	if c == nil {
+		return false
+	}
+	for _, hs := range c.Hooks {
+		for i := range hs {
+			if !hs[i].NATS {
+				return true
+			}
+		}
+	}
+	return false
+}

@@ -25,6 +25,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"time"
@@ -32,31 +33,32 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"floe.dev/pkg/omni"
+	"floe.dev/pkg/sandbox"
 )
-
-// Confiner confines a hook command before it starts: the seam where the
-// toolrunner's sandbox (protocol.md §7 "Sandbox": the same confinement as tools)
-// plugs in. It may rewrite cmd (wrap it in bwrap, set a Landlock helper)
-// and returns a release function run after the command ends. nil runs the
-// command unconfined, in the Workspace.
-type Confiner func(cmd *exec.Cmd, workspace string) (release func(), err error)
 
 // Runner runs the hooks of one Config.
 type Runner struct {
-	cfg     *Config
-	nc      *nats.Conn
-	confine Confiner
+	cfg *Config
+	nc  *nats.Conn
+	sb  *sandbox.Sandbox
 }
 
 // New returns a Runner of cfg (nil: no hooks). nc carries the NATS hooks'
-// requests (nil: a NATS hook fails as having no service). confine may be
-// nil (see Confiner).
-func New(cfg *Config, nc *nats.Conn, confine Confiner) *Runner {
+// requests (nil: a NATS hook fails as having no service). sb confines
+// every hook command exactly as the toolrunner confines a tool
+// (protocol.md §7 "Sandbox"); nil runs them unconfined, in the Workspace.
+func New(cfg *Config, nc *nats.Conn, sb *sandbox.Sandbox) *Runner {
 	if cfg == nil {
 		cfg = &Config{}
 	}
-	return &Runner{cfg: cfg, nc: nc, confine: confine}
+	if sb == nil {
+		sb = unconfined
+	}
+	return &Runner{cfg: cfg, nc: nc, sb: sb}
 }
+
+// unconfined starts hook commands when New is given no sandbox.
+var unconfined, _ = sandbox.New(sandbox.Config{Backend: sandbox.Off})
 
 // Has reports whether a hook is configured at point.
 func (r *Runner) Has(point string) bool { return r != nil && r.cfg.Has(point) }
@@ -160,61 +162,97 @@ func (r *Runner) runOne(ctx context.Context, h *Hook, in Input, body []byte) (*A
 const stderrTail = 400
 
 // command runs h's command with body on stdin and returns its stdout.
+// Confined, it sees the system read-only, its Workspace read-write, a
+// private /tmp and its own program, nothing else (no $FLOE_HOME, no
+// credentials, no /proc of the engine), cannot reach Floe's ports, runs
+// under the tools' limits, and every process it started is killed when
+// it ends or times out (its PID namespace ends with it).
 func (r *Runner) command(ctx context.Context, h *Hook, in Input, body []byte) ([]byte, error) {
-	cmd := exec.Command(h.Command, h.Args...)
+	spec := sandbox.Spec{
+		Argv: append([]string{h.Command}, h.Args...),
+		Env:  append(hookEnv(), "FLOE_HOOK="+in.Point, "FLOE_SESSION_ID="+in.SessionID, "FLOE_TASK_ID="+in.TaskID),
+		Read: programFiles(h.Command, h.Args),
+	}
+	if st, err := os.Stat(in.Workspace); err == nil && st.IsDir() {
+		spec.Workspace = in.Workspace
+	} else if r.sb.Backend() != sandbox.Off {
+		spec.Dir = "/tmp" // the private one
+	}
+	p, err := r.sb.Command(ctx, spec)
+	if err != nil {
+		return nil, err
+	}
+	defer p.Close()
+	cmd := p.Cmd
 	cmd.Stdin = bytes.NewReader(append(body, '\n'))
 	var stdout capped
 	stdout.max = maxAnswer + 1
 	var stderr tail
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	cmd.Env = append(hookEnv(), "FLOE_HOOK="+in.Point, "FLOE_SESSION_ID="+in.SessionID, "FLOE_TASK_ID="+in.TaskID)
-	if st, err := os.Stat(in.Workspace); err == nil && st.IsDir() {
-		cmd.Dir = in.Workspace
-	}
-	// Its own process group, so the whole group goes at the time limit.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	// A process that left the group (setsid) and kept stdout open does not
-	// hold the hook past its end.
+	// A process that kept stdout open (unconfined: one that left the
+	// process group) does not hold the hook past its end.
 	cmd.WaitDelay = time.Second
-	if r.confine != nil {
-		release, err := r.confine(cmd, in.Workspace)
-		if err != nil {
-			return nil, fmt.Errorf("sandbox: %w", err)
-		}
-		if release != nil {
-			defer release()
-		}
-	}
-	if err := cmd.Start(); err != nil {
+	err = p.Start()
+	if err != nil {
 		return nil, err
 	}
-	done := make(chan error, 1)
-	go func() { done <- cmd.Wait() }()
-	var err error
-	select {
-	case err = <-done:
-	case <-ctx.Done():
+	err = cmd.Wait()
+	if r.sb.Backend() == sandbox.Off {
+		// The group's leftovers (a backgrounded child) end with the hook;
+		// confined, the call's PID namespace is already gone.
 		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
-		<-done
+	}
+	if ctx.Err() != nil {
 		return nil, ctx.Err()
 	}
-	// The group's leftovers (a daemonized child) end with the hook.
-	_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
-	if err != nil {
-		var ee *exec.ExitError
-		if errors.As(err, &ee) {
-			msg := ee.ProcessState.String() // "exit status 3", "signal: killed"
-			if t := strings.TrimSpace(stderr.String()); t != "" {
-				msg += ": " + t
-			}
-			return nil, errors.New(msg)
+	ex := p.Exit(err)
+	var msg string
+	switch {
+	case ex.Limit != "":
+		mem, pids := r.sb.Limits()
+		msg = fmt.Sprintf("killed over the memory limit of %d MB (FLOE_TOOL_MEMORY_MB)", mem)
+		if ex.Limit == "processes" {
+			msg = fmt.Sprintf("killed over the process limit of %d (FLOE_TOOL_PIDS)", pids)
 		}
-		return nil, err
+	case ex.Error != "":
+		msg = "sandbox: " + ex.Error
+	case ex.Signal != "":
+		msg = "signal: " + ex.Signal
+	case ex.Code != 0:
+		msg = fmt.Sprintf("exit status %d", ex.Code)
+	}
+	if msg != "" {
+		if t := strings.TrimSpace(stderr.String()); t != "" {
+			msg += ": " + t
+		}
+		return nil, errors.New(msg)
 	}
 	if stdout.over {
 		return nil, fmt.Errorf("answer larger than %d bytes", maxAnswer)
 	}
 	return stdout.buf.Bytes(), nil
+}
+
+// programFiles are the files a confined hook must read besides the
+// system's: its program (a path, or a name found in PATH) and the
+// absolute paths among its arguments that are files (a script given to
+// an interpreter). Only the files: their directories may hold what a hook
+// must not see (FLOE_SANDBOX_READ opens more).
+func programFiles(command string, args []string) []string {
+	var files []string
+	if p, err := exec.LookPath(command); err == nil {
+		if abs, err := filepath.Abs(p); err == nil {
+			files = append(files, abs)
+		}
+	}
+	for _, a := range args {
+		if filepath.IsAbs(a) {
+			if fi, err := os.Stat(a); err == nil && fi.Mode().IsRegular() {
+				files = append(files, a)
+			}
+		}
+	}
+	return files
 }
 
 // passedEnv are the variables of the engine's environment a hook command

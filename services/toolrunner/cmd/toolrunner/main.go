@@ -7,7 +7,9 @@
 //
 // Settings: --nats (FLOE_NATS_URL, required), --pool (FLOE_POOL),
 // --concurrency (FLOE_TOOL_CONCURRENCY), --mcp-config (FLOE_MCP_CONFIG),
-// --log-level (FLOE_LOG_LEVEL).
+// --log-level (FLOE_LOG_LEVEL), --sandbox (FLOE_SANDBOX) and
+// --sandbox-network (FLOE_SANDBOX_NETWORK); the other FLOE_SANDBOX_* and
+// FLOE_TOOL_* limits are read by sandbox.ConfigFromEnv.
 // Tools run `bash -lc` in the Session's Workspace, which must be the same
 // path on every runner (a shared volume).
 //
@@ -55,11 +57,9 @@ func run() error {
 		}
 		return err
 	}
-	for _, a := range []string{os.Getenv("FLOE_HTTP_ADDR"), os.Getenv("FLOE_METRICS_ADDR")} {
-		if p := toolrunner.PortOf(a); p > 0 {
-			cfg.Sandbox.DenyPorts = append(cfg.Sandbox.DenyPorts, p)
-		}
-	}
+	// Floe's listeners this runner knows of besides its NATS servers,
+	// which Run adds.
+	cfg.Sandbox.DenyAddrs(os.Getenv("FLOE_HTTP_ADDR"), os.Getenv("FLOE_METRICS_ADDR"))
 	cfg.Metrics = m.Metrics()
 	if err := cfg.Validate(); err != nil {
 		return err
