@@ -263,3 +263,40 @@ func TestAttachApprovalAnsweredElsewhereInTmux(t *testing.T) {
 	serve.cmd.Process.Signal(os.Interrupt)
 	serve.wait()
 }
+
+// floe chat with a pre_tool_use command hook (FLOE_HOOKS, confined like a
+// tool) that denies a push: the chat shows which hook denied the call and
+// why, and the call's output names the hook; nothing ran.
+func TestChatShowsAHookDeniedCallInTmux(t *testing.T) {
+	_, ws, env := chatEnv(t)
+	hook := filepath.Join(t.TempDir(), "no-push-main.sh")
+	if err := os.WriteFile(hook, []byte("#!/bin/sh\ncase \"$(cat)\" in *'push origin main'*) echo '{\"decision\":\"deny\",\"reason\":\"pushes to main are not allowed\"}' ;; esac\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	hooksFile := filepath.Join(t.TempDir(), "hooks.json")
+	if err := os.WriteFile(hooksFile, []byte(`{"hooks":{"pre_tool_use":[{"name":"no-push-main","command":"`+hook+`","match":"exec_command"}]}}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	model := writeScript(t, ws, `{"requests": [
+	  {"steps": [{"tool_call": {"name": "exec_command", "arguments": {"description": "Push", "cmd": "touch pushed && git push origin main"}}}]},
+	  {"expect_tool_outputs": ["call_1"], "steps": [{"text": "The push was refused."}]}
+	]}`)
+	p := startTmux(t, ws, append(env, "FLOE_HOOKS="+hooksFile), 120, 40, "chat", "--model", model)
+	p.contains("> ")
+	p.keys("push it", true)
+	screen := p.contains("── completed")
+	got := strings.Join(transcriptOf(t, screen, "push it"), "\n")
+	for _, want := range []string{
+		"⚑ pre_tool_use hook no-push-main: deny — pushes to main are not allowed",
+		"Tool call denied by the no-push-main hook: pushes to main are not allowed.",
+		"The push was refused.",
+	} {
+		if !strings.Contains(got, want) {
+			t.Errorf("the chat lacks %q:\n%s", want, got)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(ws, "pushed")); err == nil {
+		t.Error("the denied command ran")
+	}
+	p.keys("\x04", false)
+}
