@@ -73,7 +73,10 @@ replace floe.dev/pkg/trace => ../../pkg/trace
 
 replace floe.dev/pkg/telemetry => ../../pkg/telemetry
 
-require floe.dev/pkg/sse v0.0.0
+require (
+	floe.dev/pkg/sse v0.0.0
+	go.uber.org/goleak v1.3.0
+)
 
 replace floe.dev/pkg/sse => ../../pkg/sse
 

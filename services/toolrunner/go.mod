@@ -17,6 +17,7 @@ require (
 	github.com/synadia-io/orbit.go/jetstreamext v0.3.2
 	go.opentelemetry.io/otel v1.47.0
 	go.opentelemetry.io/otel/trace v1.47.0
+	go.uber.org/goleak v1.3.0
 )
 
 require (

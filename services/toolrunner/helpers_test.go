@@ -14,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
+	"go.uber.org/goleak"
 
 	"floe.dev/pkg/bus"
 	"floe.dev/pkg/bus/bustest"
@@ -36,9 +37,11 @@ func TestMain(m *testing.M) {
 		panic(err)
 	}
 	os.Setenv("HOME", home)
-	code := m.Run()
-	os.RemoveAll(home)
-	os.Exit(code)
+	// goleak fails the package's tests when a goroutine outlives them.
+	goleak.VerifyTestMain(m, goleak.Cleanup(func(code int) {
+		os.RemoveAll(home)
+		os.Exit(code)
+	}))
 }
 
 // harness is one test's broker and Workspace.
