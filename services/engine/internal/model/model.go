@@ -28,7 +28,17 @@ type Request struct {
 	// IDs allocates tool_call ids for providers that omit them or reuse
 	// the function name; shared by every request of the Session.
 	IDs *IDAllocator
+	// Purpose is "" for a request of the agent loop (a turn or a
+	// compaction) and PurposeTitle for the one-off request that names a
+	// Session. Offline providers (scripted, demo, replay) answer a title
+	// request without playing or consuming their script; HTTP providers
+	// send it like any other.
+	Purpose string
 }
+
+// PurposeTitle marks the one-off request for a Session's title (see
+// TitlePrompt).
+const PurposeTitle = "title"
 
 // Delta is one piece of the model's output. Blocks are numbered by the
 // provider and may interleave (parallel tool calls); the engine serializes

@@ -334,6 +334,9 @@ func (r *Runner) Run(ctx context.Context) (status string, err error) {
 	if lastPartial > 0 {
 		r.d.PartialsEnded(r.sid, lastPartial+1)
 	}
+	// After the Session is released: the title request never delays the
+	// person, and the next Task may already be running.
+	r.nameSession(ctx, status)
 	return status, nil
 }
 

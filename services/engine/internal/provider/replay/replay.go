@@ -106,8 +106,14 @@ func (p *Provider) Info() model.Info { return p.info }
 // Attempts is how many request attempts the record holds.
 func (p *Provider) Attempts() int { return len(p.attempts) }
 
-// Stream serves the Session's next recorded attempt.
+// Stream serves the Session's next recorded attempt. A title request
+// (model.PurposeTitle) fails without taking an attempt: a Trace records
+// none (the original writes none), so the replayed Session keeps its
+// title and its requests stay in step with the record.
 func (p *Provider) Stream(ctx context.Context, req *model.Request, emit func(model.Delta) error) (model.Result, error) {
+	if req.Purpose == model.PurposeTitle {
+		return model.Result{StopReason: omni.StatusFailed}, &model.Error{Status: omni.StatusFailed, Message: "replay: a Trace records no title requests"}
+	}
 	p.mu.Lock()
 	n := p.next[req.SessionID]
 	p.next[req.SessionID] = n + 1

@@ -38,8 +38,12 @@ func TestStreamServesTheRecordedAttemptsInOrder(t *testing.T) {
 	}
 	var ds []model.Delta
 	emit := func(d model.Delta) error { ds = append(ds, d); return nil }
-	_, err = p.Stream(context.Background(), &model.Request{SessionID: "x"}, emit)
+	// A title request (never recorded) fails and takes no attempt.
 	var me *model.Error
+	if _, err := p.Stream(context.Background(), &model.Request{SessionID: "x", Purpose: model.PurposeTitle}, emit); !errors.As(err, &me) || me.Status != omni.StatusFailed || len(ds) != 0 {
+		t.Fatalf("title request: %v, deltas %+v", err, ds)
+	}
+	_, err = p.Stream(context.Background(), &model.Request{SessionID: "x"}, emit)
 	if !errors.As(err, &me) || me.Status != omni.StatusTimeout || me.Message != "reset" || len(ds) != 2 || ds[0].Text != "half" || !ds[1].End {
 		t.Fatalf("attempt 1: %v, deltas %+v", err, ds)
 	}

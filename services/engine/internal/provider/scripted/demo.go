@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strings"
 	"time"
+	"unicode"
 	"unicode/utf8"
 
 	"floe.dev/pkg/omni"
@@ -326,4 +327,29 @@ func parseListingLine(line string) (lsEntry, bool) {
 		}
 	}
 	return lsEntry{name: name, mode: mode[0]}, true
+}
+
+// demoTitleWords is how many words of the user's first line the demo
+// model makes a title of.
+const demoTitleWords = 5
+
+// demoTitle is the demo model's answer to a title request: the first
+// words of the first non-blank line of the user's text, capitalized,
+// without final punctuation; "" for a text with no words.
+func demoTitle(user string) string {
+	var words []string
+	for l := range strings.Lines(user) {
+		if words = strings.Fields(l); len(words) > 0 {
+			break
+		}
+	}
+	if len(words) > demoTitleWords {
+		words = words[:demoTitleWords]
+	}
+	t := strings.TrimRight(strings.Join(words, " "), ".,;:!?…")
+	r, n := utf8.DecodeRuneInString(t)
+	if n == 0 {
+		return ""
+	}
+	return string(unicode.ToUpper(r)) + t[n:]
 }

@@ -86,6 +86,12 @@
 //     "final_text" streams one text block holding final_text.
 //   - final_text: the text of after_last "final_text"; default "Done.".
 //     Only allowed with after_last "final_text".
+//   - title: the answer to a title request (model.PurposeTitle, the
+//     engine's one-off request that names a Session after its first
+//     Task). A title request is never counted and plays nothing of the
+//     script; without this field it fails, and the Session keeps the
+//     title of its first prompt. The demo model answers with the first
+//     words of the user's text.
 //
 // Request entry fields:
 //

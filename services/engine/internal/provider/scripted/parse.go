@@ -32,6 +32,7 @@ type script struct {
 	requests      []*entry
 	afterLast     string
 	finalText     string
+	title         string // the answer to a title request; "": none
 }
 
 // entry is one request of a script: what to check, what to stream, what to
@@ -378,13 +379,17 @@ func (p *parser) script(n node) (*script, error) {
 			default:
 				return nil, p.errorf(m.val, m.key, "unknown mode %q (want fail, repeat_last or final_text)", a)
 			}
+		case "title":
+			if s.title, err = p.str(m.val, m.key); err != nil {
+				return nil, err
+			}
 		case "final_text":
 			if s.finalText, err = p.str(m.val, m.key); err != nil {
 				return nil, err
 			}
 			finalText = &m
 		default:
-			return nil, p.errorf(m.val, "", "unknown field %q (want context_window, requests, after_last, final_text)", m.key)
+			return nil, p.errorf(m.val, "", "unknown field %q (want context_window, requests, after_last, final_text, title)", m.key)
 		}
 	}
 	if !haveRequests {

@@ -37,7 +37,7 @@ func TestParseRejectsMalformedScripts(t *testing.T) {
 		{
 			name: "unknown top-level field",
 			src:  "{\"requests\": [],\n \"afterlast\": \"fail\"}",
-			want: `test.json:2: unknown field "afterlast" (want context_window, requests, after_last, final_text)`,
+			want: `test.json:2: unknown field "afterlast" (want context_window, requests, after_last, final_text, title)`,
 		},
 		{
 			name: "duplicate field",

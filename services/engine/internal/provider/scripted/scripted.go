@@ -177,6 +177,9 @@ func (p *Provider) begin(sessionID string) (int, *model.IDAllocator) {
 // exhausted script or a failed expect_* matcher, ctx.Err() when ctx ends,
 // and emit's error when emit fails.
 func (p *Provider) Stream(ctx context.Context, req *model.Request, emit func(model.Delta) error) (model.Result, error) {
+	if req.Purpose == model.PurposeTitle {
+		return p.title(ctx, req, emit)
+	}
 	n, fallbackIDs := p.begin(req.SessionID)
 	ids := req.IDs
 	if ids == nil {
@@ -303,4 +306,27 @@ func quoteShort(s string) string {
 		return strconv.Quote(string(r[:limit])) + "…"
 	}
 	return strconv.Quote(s)
+}
+
+// title answers a title request (model.PurposeTitle) without counting it
+// or playing the script: a script's "title" field, the demo's first words
+// of the user's text. A script without a title fails the request, which
+// leaves the Session's title as it was.
+func (p *Provider) title(ctx context.Context, req *model.Request, emit func(model.Delta) error) (model.Result, error) {
+	var t string
+	switch {
+	case p.script != nil:
+		t = p.script.title
+	default:
+		t = demoTitle(model.TitleMaterial(req))
+	}
+	if t == "" {
+		err := &model.Error{Status: omni.StatusFailed, Message: p.name + ": the script has no title"}
+		return model.Result{StopReason: omni.StatusFailed}, err
+	}
+	pl := &player{emit: emit}
+	if err := pl.play(ctx, []step{{kind: stepText, content: t}}); err != nil {
+		return model.Result{StopReason: model.StatusOf(err)}, err
+	}
+	return model.Result{Usage: estimate(req, pl.outChars), StopReason: omni.StatusCompleted}, nil
 }
