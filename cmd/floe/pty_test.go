@@ -19,6 +19,8 @@ import (
 	"time"
 
 	"github.com/creack/pty"
+
+	"floe.dev/services/engine"
 )
 
 // ptyProc is floe running on a pseudo-terminal: what a user at a
@@ -174,10 +176,23 @@ func chatEnv(t *testing.T) (home, ws string, env []string) {
 
 // fakeOpenAI is an OpenAI-compatible Chat Completions server: request n
 // is answered with the text "answer <n>" (1-based); every body is kept.
+// The engine's title requests (engine.TitleInstruction) are answered
+// "Fake title <n>" and kept apart, outside that count.
 type fakeOpenAI struct {
 	*httptest.Server
 	mu     sync.Mutex
 	bodies []fakeRequest
+	titles []fakeRequest
+}
+
+// isTitle reports whether r is the engine's title request.
+func (r fakeRequest) isTitle() bool {
+	if len(r.Messages) != 1 {
+		return false
+	}
+	var s string
+	_ = json.Unmarshal(r.Messages[0].Content, &s)
+	return strings.HasPrefix(s, engine.TitleInstruction)
 }
 
 type fakeRequest struct {
@@ -206,14 +221,23 @@ func newFakeOpenAI(t *testing.T) *fakeOpenAI {
 		if err := json.Unmarshal(body, &req); err != nil {
 			t.Errorf("fake openai: body: %v", err)
 		}
+		answer := "answer %d"
 		f.mu.Lock()
-		f.bodies = append(f.bodies, req)
+		if req.isTitle() {
+			f.titles = append(f.titles, req)
+			answer = "Fake title %d"
+		} else {
+			f.bodies = append(f.bodies, req)
+		}
 		n := len(f.bodies)
+		if req.isTitle() {
+			n = len(f.titles)
+		}
 		f.mu.Unlock()
 		head := `{"id":"chatcmpl-fake","object":"chat.completion.chunk","created":1767225600,"model":"gpt-4o-mini","choices":[{"index":0,"delta":`
 		chunks := []string{
 			head + `{"role":"assistant","content":""},"finish_reason":null}]}`,
-			head + fmt.Sprintf(`{"content":"answer %d"},"finish_reason":null}]}`, n),
+			head + fmt.Sprintf(`{"content":"`+answer+`"},"finish_reason":null}]}`, n),
 			head + `{},"finish_reason":"stop"}]}`,
 			`{"id":"chatcmpl-fake","object":"chat.completion.chunk","created":1767225600,"model":"gpt-4o-mini","choices":[],"usage":{"prompt_tokens":10,"completion_tokens":2,"total_tokens":12}}`,
 			"[DONE]",

@@ -373,6 +373,7 @@ func (e *engine) handle(ctx context.Context, msg jetstream.Msg) {
 	default:
 		e.log.Info().Str("session_id", t.SessionID).Str("task_id", t.ID).Str("status", status).Msg("task finished")
 		_ = msg.Ack()
+		runner.NameSession(ctx, status)
 	}
 }
 

@@ -4,8 +4,14 @@ import (
 	"fmt"
 	"strings"
 
+	"floe.dev/services/engine/internal/model"
 	"floe.dev/services/engine/internal/provider"
 )
+
+// TitleInstruction starts the text of the one-off request that names a
+// Session after its first Task (protocol.md §3, session_title): a fake
+// model server tells it from the agent loop's requests by it.
+const TitleInstruction = model.TitleInstruction
 
 // CheckModel reports, before anything starts, whether ref can be used by an
 // engine with these provider settings: ref must be provider:model_id with a

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -38,7 +39,9 @@ type rcReply func(w http.ResponseWriter, r *http.Request)
 
 // rcFake serves POST /v1/chat/completions on 127.0.0.1: the n-th
 // request (0-based) is answered by replies[n]; a request beyond the script
-// fails the test and gets a 400. Every request body is kept.
+// fails the test and gets a 400. Every request body is kept. The engine's
+// title requests (engine.TitleInstruction, after a Session's first
+// completed Task) are answered rcTitle and counted apart.
 type rcFake struct {
 	*httptest.Server
 	t       testing.TB
@@ -46,6 +49,10 @@ type rcFake struct {
 
 	mu     sync.Mutex
 	bodies [][]byte
+	titles [][]byte
+	// titleReply, when set, answers the title requests instead of
+	// rcAnswer(rcTitle).
+	titleReply rcReply
 	// arrived gets the index of each request as it arrives.
 	arrived chan int
 }
@@ -75,6 +82,17 @@ func (f *rcFake) serve(w http.ResponseWriter, r *http.Request) {
 		f.t.Errorf("fake: reading body: %v", err)
 		return
 	}
+	if rcIsTitle(body) {
+		f.mu.Lock()
+		f.titles = append(f.titles, body)
+		reply := f.titleReply
+		f.mu.Unlock()
+		if reply == nil {
+			reply = rcAnswer(rcTitle)
+		}
+		reply(w, r)
+		return
+	}
 	f.mu.Lock()
 	n := len(f.bodies)
 	f.bodies = append(f.bodies, body)
@@ -93,7 +111,26 @@ func (f *rcFake) serve(w http.ResponseWriter, r *http.Request) {
 	f.replies[n](w, r)
 }
 
-// requests returns how many requests arrived so far.
+// rcTitle is the fake's answer to a title request.
+const rcTitle = "Fake model title"
+
+// rcIsTitle reports whether body is the engine's title request.
+func rcIsTitle(body []byte) bool {
+	var req rcSentRequest
+	if json.Unmarshal(body, &req) != nil || len(req.Messages) != 1 {
+		return false
+	}
+	return strings.HasPrefix(req.Messages[0].text(), engine.TitleInstruction)
+}
+
+// titleRequests returns the bodies of the title requests so far.
+func (f *rcFake) titleRequests() [][]byte {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return slices.Clone(f.titles)
+}
+
+// requests returns how many requests (title requests aside) arrived so far.
 func (f *rcFake) requests() int {
 	f.mu.Lock()
 	defer f.mu.Unlock()

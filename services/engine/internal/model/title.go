@@ -9,6 +9,10 @@ import (
 // quotes, in bytes (cut at a rune boundary): the request stays cheap.
 const TitleExcerptMax = 2000
 
+// TitleInstruction starts every title request's text: a fake model server
+// in a test tells the request from the agent loop's by it.
+const TitleInstruction = "Write a short title for the conversation below."
+
 // Markers of the title prompt's parts; TitleMaterial finds them again.
 const (
 	titleUserMark      = "[User]\n"
@@ -24,7 +28,7 @@ const (
 // Session's model, no tools, no system prompt, thinking off).
 func TitlePrompt(user, assistant string) string {
 	var b strings.Builder
-	b.WriteString("Write a short title for the conversation below.\n" +
+	b.WriteString(TitleInstruction + "\n" +
 		"Rules:\n" +
 		"- Use the same language as the user.\n" +
 		"- At most 6 words (about 16 characters for Chinese, Japanese or Korean).\n" +

@@ -36,7 +36,9 @@
 // output. At the end: a boundary compaction, abort (calls stopped,
 // children aborted), leftover steering carried over, intake stopped,
 // producers settled, the Session released, task_state idle; the tracer
-// service writes the Trace from the stream.
+// service writes the Trace from the stream. Once the engine acknowledged
+// the Task, NameSession (title.go) may ask the model for the Session's
+// title.
 package task
 
 import (
@@ -334,9 +336,6 @@ func (r *Runner) Run(ctx context.Context) (status string, err error) {
 	if lastPartial > 0 {
 		r.d.PartialsEnded(r.sid, lastPartial+1)
 	}
-	// After the Session is released: the title request never delays the
-	// person, and the next Task may already be running.
-	r.nameSession(ctx, status)
 	return status, nil
 }
 

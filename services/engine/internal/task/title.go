@@ -24,7 +24,7 @@ const titleMaxRunes = 60
 // prompt's (a person renamed the Session meanwhile).
 var errTitleKept = errors.New("title no longer from the prompt")
 
-// nameSession asks the model for a short title after a completed Task of a
+// NameSession asks the model for a short title after a completed Task of a
 // Session still titled by its first prompt (TitleSource prompt; the
 // gateway sets it), and stores it as TitleSource model; the gateway
 // announces the change as session_title (protocol.md §3). It is the
@@ -33,8 +33,10 @@ var errTitleKept = errors.New("title no longer from the prompt")
 // Trace, so a replay or resume sees the same requests as before. A person's
 // title (TitleSource "") is never replaced, also when the rename lands
 // while the request runs. A failure changes nothing: the prompt's title
-// stays, and the next completed Task asks again.
-func (r *Runner) nameSession(ctx context.Context, status string) {
+// stays, and the next completed Task asks again. The engine calls it once
+// Run returned status and the Task is acknowledged: the request never
+// delays the person, and the next Task may already be running.
+func (r *Runner) NameSession(ctx context.Context, status string) {
 	if status != Completed || r.task.Kind == omni.TaskCompact || r.task.ParentSessionID != "" || r.llm.prov == nil {
 		return
 	}

@@ -43,6 +43,18 @@ func (h *harness) recordRequests() *recordingProvider {
 	return rp
 }
 
+// completeNamed runs a Task to the end as complete does, then what the
+// engine runs after it: NameSession.
+func (h *harness) completeNamed(sid, taskID, text string) {
+	h.t.Helper()
+	r, done := h.start(sid, taskID, text)
+	st := h.wait(done)
+	if st != Completed {
+		h.t.Fatalf("%s status %q%s", taskID, st, dump(h.messages(sid)))
+	}
+	r.NameSession(h.t.Context(), st)
+}
+
 const titledScript = `{"title": "\"Greeting the user.\"", "requests": [
   {"steps": [{"text": "Hello! How can I help?"}]},
   {"steps": [{"text": "Second answer."}]}
@@ -61,7 +73,7 @@ func TestModelTitleReplacesThePromptTitle(t *testing.T) {
 	rp := h.recordRequests()
 	sid := "titled"
 	h.sessionWith(sid, omni.ApproveAllowAll, promptTitled)
-	h.complete(sid, "t1", "hello there, model")
+	h.completeNamed(sid, "t1", "hello there, model")
 	rec := h.record(sid)
 	if rec.Title != "Greeting the user" || rec.TitleSource != omni.TitleFromModel {
 		t.Fatalf("title %q source %q", rec.Title, rec.TitleSource)
@@ -91,7 +103,7 @@ func TestModelTitleReplacesThePromptTitle(t *testing.T) {
 	}
 	// Titled by the model: the next Task asks no more, and plays the
 	// script's second entry.
-	h.complete(sid, "t2", "again")
+	h.completeNamed(sid, "t2", "again")
 	if n := len(rp.requests()); n != 3 {
 		t.Fatalf("%d requests after the second Task, want 3", n)
 	}
@@ -106,7 +118,7 @@ func TestModelTitleLeavesAPersonsTitle(t *testing.T) {
 	rp := h.recordRequests()
 	sid := "renamed"
 	h.sessionWith(sid, omni.ApproveAllowAll, func(r *omni.SessionRecord) { r.Title = "My own name" })
-	h.complete(sid, "t1", "hello")
+	h.completeNamed(sid, "t1", "hello")
 	if rec := h.record(sid); rec.Title != "My own name" || rec.TitleSource != "" {
 		t.Fatalf("title %q source %q", rec.Title, rec.TitleSource)
 	}
@@ -124,7 +136,7 @@ func TestRenameDuringTitleRequestWins(t *testing.T) {
 	rp.onTitle = func() {
 		h.update(sid, func(r *omni.SessionRecord) { r.Title, r.TitleSource = "Renamed by a person", "" })
 	}
-	h.complete(sid, "t1", "hello there, model")
+	h.completeNamed(sid, "t1", "hello there, model")
 	if rec := h.record(sid); rec.Title != "Renamed by a person" || rec.TitleSource != "" {
 		t.Fatalf("title %q source %q", rec.Title, rec.TitleSource)
 	}
@@ -142,7 +154,7 @@ func TestFailingTitleRequestChangesNothing(t *testing.T) {
 	rp := h.recordRequests()
 	sid := "untitled"
 	h.sessionWith(sid, omni.ApproveAllowAll, promptTitled)
-	h.complete(sid, "t1", "hello there, model")
+	h.completeNamed(sid, "t1", "hello there, model")
 	before := h.record(sid)
 	if before.Title != "hello there, model" || before.TitleSource != omni.TitleFromPrompt || before.LastStatus != Completed {
 		t.Fatalf("record %+v", before)
@@ -157,7 +169,7 @@ func TestFailingTitleRequestChangesNothing(t *testing.T) {
 	if !slices.Equal(texts, []string{"user:hello there, model", "assistant:one"}) {
 		t.Fatalf("texts %q%s", texts, dump(msgs))
 	}
-	h.complete(sid, "t2", "again")
+	h.completeNamed(sid, "t2", "again")
 	reqs := rp.requests()
 	var purposes []string
 	for _, r := range reqs {
