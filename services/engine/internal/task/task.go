@@ -36,9 +36,7 @@
 // output. At the end: a boundary compaction, abort (calls stopped,
 // children aborted), leftover steering carried over, intake stopped,
 // producers settled, the Session released, task_state idle; the tracer
-// service writes the Trace from the stream. Once the engine acknowledged
-// the Task, NameSession (title.go) may ask the model for the Session's
-// title.
+// writes the Trace. Then the engine may call NameSession (title.go).
 package task
 
 import (
