@@ -26,6 +26,8 @@ func TestChatTwoPromptsOneSession(t *testing.T) {
 	p.send("first question\r")
 	p.expect("answer 1")
 	p.expect("> ")
+	// The first Task done, the engine asks the model for a title.
+	fake.waitTitles(t, 1)
 	p.send("second question\r")
 	p.expect("answer 2")
 	p.expect("> ")
@@ -42,6 +44,16 @@ func TestChatTwoPromptsOneSession(t *testing.T) {
 	}
 	if n := strings.Count(p.screen(), "floe chat — session "); n != 1 {
 		t.Errorf("%d banners, want one Session", n)
+	}
+	// The model's title is the Session's: in floe sessions and on resume.
+	if t2 := strings.Join(fake.titleRequest(t, 0).texts(), "\n"); !strings.Contains(t2, "[User]\nfirst question") || !strings.Contains(t2, "[Assistant]\nanswer 1") {
+		t.Errorf("the title request reads\n%s", t2)
+	}
+	if out, errOut, code := runPiped(t, ws, append(env, fake.env()...), "", "sessions"); code != 0 || !strings.Contains(out, "Fake title 1") {
+		t.Errorf("floe sessions: %d\n%s\n%s", code, out, errOut)
+	}
+	if out, errOut, code := runPiped(t, ws, append(env, fake.env()...), "", "chat", "--resume"); code != 0 || !strings.Contains(out, "title Fake title 1") {
+		t.Errorf("floe chat --resume: %d\n%s\n%s", code, out, errOut)
 	}
 	// What the user saw: the prompts with what was typed, the answers on
 	// their own lines, nothing written over the input.

@@ -262,6 +262,33 @@ func (f *fakeOpenAI) request(t *testing.T, i int) fakeRequest {
 	return f.bodies[i]
 }
 
+// waitTitles waits until n title requests arrived.
+func (f *fakeOpenAI) waitTitles(t *testing.T, n int) {
+	t.Helper()
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		f.mu.Lock()
+		got := len(f.titles)
+		f.mu.Unlock()
+		if got >= n {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d title requests after 30 s, want %d", got, n)
+		}
+	}
+}
+
+// titleRequest returns title request i.
+func (f *fakeOpenAI) titleRequest(t *testing.T, i int) fakeRequest {
+	t.Helper()
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if i >= len(f.titles) {
+		t.Fatalf("title request %d never arrived (%d did)", i+1, len(f.titles))
+	}
+	return f.titles[i]
+}
+
 func (f *fakeOpenAI) env() []string {
 	return []string{"OPENAI_BASE_URL=" + f.URL + "/v1", "OPENAI_API_KEY=sk-fake", "FLOE_MODEL=openai:gpt-4o-mini"}
 }
