@@ -189,6 +189,26 @@ func TestSessionTitles(t *testing.T) {
 	other.until("the title in another tab", `document.querySelector('`+row+`')?.textContent === 'Tracer format'`)
 }
 
+// After the first Task the model's title replaces the prompt's, in the
+// list and the header, live through session_title.
+func TestModelTitleAfterTheFirstTask(t *testing.T) {
+	s := newServer(t, obj{"title": "Tracer JSONL format", "requests": []any{obj{"steps": []any{obj{"text": "Sure."}}}}, "after_last": "repeat_last"})
+	sid := s.session(t, "", client.CreateSession{})
+	tb := newTab(t)
+	tb.open(s.url(), sid)
+	row := fmt.Sprintf(`#sessions li[data-session-id=%q] .title`, sid)
+	tb.until("ready", `document.getElementById('transcript').dataset.ready === 'true'`)
+	tb.send("Explain the tracer's JSONL format\nwith examples")
+	tb.until("the model's title in the list", `document.querySelector('`+row+`').textContent === 'Tracer JSONL format'`)
+	tb.until("and in the header", `document.getElementById('s-title').textContent === 'Tracer JSONL format'`)
+	if got, _ := s.api("").GetSession(ctxT(t), sid); got.Title != "Tracer JSONL format" {
+		t.Fatalf("server title %q", got.Title)
+	}
+	other := newTab(t)
+	other.open(s.url(), "")
+	other.until("the title in another tab", `document.querySelector('`+row+`')?.textContent === 'Tracer JSONL format'`)
+}
+
 func jsString(s string) string {
 	b, _ := json.Marshal(s)
 	return string(b)
