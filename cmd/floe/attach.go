@@ -235,6 +235,7 @@ func (a *attachAsker) run() {
 		if !ok {
 			continue // decided before its turn came
 		}
+		auto := a.allowed.has(tc.Payload.Name)
 		d := askApproval(tc.Payload.Name, a.lines, nil, gone, &a.allowed)
 		a.mu.Lock()
 		delete(a.pending, id)
@@ -242,8 +243,15 @@ func (a *attachAsker) run() {
 		if d == "" {
 			continue
 		}
-		err := a.c.Approve(a.ctx, a.sid, id, d)
+		var err error
+		if d == answerAlways {
+			err = a.c.AllowForSession(a.ctx, a.sid, id)
+		} else {
+			err = a.c.Approve(a.ctx, a.sid, id, d)
+		}
 		switch {
+		case auto && client.IsCode(err, omni.CodeNotFound):
+			// allowed with its tool already
 		case client.IsCode(err, omni.CodeNotFound):
 			fmt.Fprintln(os.Stderr, "(already answered elsewhere)")
 		case err != nil:

@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -719,20 +720,17 @@ func (ch *chat) line(ctx context.Context, text string) bool {
 			return false
 		}
 		if d == answerAlways {
-			tool := ch.approvals[0].tool
-			ch.allowed.add(tool)
-			ch.answer(ctx, omni.DecisionAllow)
-			ch.say("%s", ch.dim("allowing "+tool+" for the rest of this session"))
-			// Its other calls waiting for an answer are allowed too.
-			for i := 0; i < len(ch.approvals); {
-				if ch.approvals[i].tool != tool {
-					i++
-					continue
-				}
-				a := ch.approvals[i]
-				ch.approvals = append(ch.approvals[:i], ch.approvals[i+1:]...)
-				ch.approve(ctx, a.toolCallID, omni.DecisionAllow)
+			a := ch.approvals[0]
+			ch.approvals = ch.approvals[1:]
+			ch.allowed.add(a.tool)
+			// Stored with the Session: the engine allows the tool's later
+			// calls, whichever client runs the next Task.
+			if err := ch.cl.AllowForSession(ctx, ch.sess.ID, a.toolCallID); err != nil && !client.IsCode(err, omni.CodeNotFound) {
+				ch.say("could not answer the approval: %s", apiMessage(err))
 			}
+			ch.say("%s", ch.dim("allowing "+a.tool+" for the rest of this session"))
+			// Its other calls waiting for an answer were allowed with it.
+			ch.approvals = slices.DeleteFunc(ch.approvals, func(p pendingApproval) bool { return p.tool == a.tool })
 			return false
 		}
 		ch.answer(ctx, d)
@@ -842,6 +840,9 @@ func (ch *chat) command(ctx context.Context, text string) bool {
 			ch.say("sandbox unknown (no tool runner answered)")
 		}
 		ch.say("trace %s", ch.tracePath(ctx))
+		if s, err := ch.cl.GetSession(ctx, ch.sess.ID); err == nil && len(s.AllowedTools) > 0 {
+			ch.say("allowed for this session: %s", strings.Join(s.AllowedTools, ", "))
+		}
 		ch.say("resume: %s", ch.resumeCommand())
 	case "/approve":
 		if arg == "" {

@@ -289,7 +289,11 @@ func answerApproval(st *stack.Stack, sid string, ev *omni.ServerEvent, lines <-c
 		return
 	}
 	decision := askApproval(tc.Payload.Name, lines, deny, nil, allowed)
-	body, _ := omni.Pack(&omni.Control{ToolCallID: tc.Payload.ToolCallID, Decision: decision})
+	ctl := omni.Control{ToolCallID: tc.Payload.ToolCallID, Decision: decision}
+	if decision == answerAlways {
+		ctl.Decision, ctl.Scope = omni.DecisionAllow, omni.ScopeSession
+	}
+	body, _ := omni.Pack(&ctl)
 	_, _ = st.Conn.Request(omni.ControlSubject(sid, omni.CtlApprove), body, 5*time.Second)
 }
 
@@ -298,8 +302,10 @@ func answerApproval(st *stack.Stack, sid string, ev *omni.ServerEvent, lines <-c
 // a allows the tool for the rest of the Session.
 func approvePrompt(tool string) string { return "allow " + tool + "? [Y/n/a] " }
 
-// answerAlways is parseAnswer's decision for "a": allow this call and
-// every later call of the same tool in the Session without asking.
+// answerAlways is parseAnswer's (and askApproval's) decision for "a":
+// allow this call and every later call of the same tool in the Session
+// without asking; sent as an allow with omni.ScopeSession, which the
+// engine stores with the Session.
 const answerAlways = "always"
 
 // toolSet holds the tools allowed for the rest of a Session ("a" at an
@@ -340,8 +346,9 @@ const noTerminal = "no terminal to ask: denied"
 // Ctrl-C sent on deny, denies. Without a terminal on stdin (lines nil) it
 // denies and says why.
 //
-// a allows the call and adds the tool to allowed: a tool in allowed is
-// allowed without asking. A decision arriving on gone (the call answered
+// a returns answerAlways and adds the tool to allowed: a tool in allowed
+// is allowed without asking (the engine, told, stores it with the Session
+// and asks no more). A decision arriving on gone (the call answered
 // elsewhere) ends the question with "" and says so.
 func askApproval(tool string, lines <-chan string, deny <-chan struct{}, gone <-chan string, allowed *toolSet) string {
 	if allowed.has(tool) {
@@ -361,11 +368,8 @@ func askApproval(tool string, lines <-chan string, deny <-chan struct{}, gone <-
 				return omni.DecisionDeny
 			}
 			if d, ok := parseAnswer(line); ok {
-				if d == answerAlways {
-					if allowed != nil {
-						allowed.add(tool)
-					}
-					return omni.DecisionAllow
+				if d == answerAlways && allowed != nil {
+					allowed.add(tool)
 				}
 				return d
 			}

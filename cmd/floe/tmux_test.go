@@ -300,3 +300,46 @@ func TestChatShowsAHookDeniedCallInTmux(t *testing.T) {
 	}
 	p.keys("\x04", false)
 }
+
+// "a" at an approval prompt allows the tool for the rest of the Session,
+// also in another process: the engine stores it with the Session, /session
+// shows it, and a resumed chat's next call of the tool is allowed without
+// a question.
+func TestAllowForSessionOutlivesTheProcessInTmux(t *testing.T) {
+	_, ws, env := chatEnv(t)
+	// Each process plays the script from its start: one call, then an
+	// answer, in both.
+	model := writeScript(t, ws, `{"requests": [
+	  {"steps": [{"tool_call": {"name": "exec_command", "arguments": {"description": "say", "cmd": "echo ran-it"}}}]},
+	  {"steps": [{"text": "the command ran"}]}
+	]}`)
+	live := startTmux(t, ws, env, 100, 40, "chat", "--model", model, "--approve", "always-ask")
+	live.contains("> ")
+	live.keys("first", true)
+	live.contains("allow exec_command? [Y/n/a] ")
+	live.keys("a", true)
+	live.contains("allowing exec_command for the rest of this session")
+	live.contains("── completed")
+	live.keys("/session", true)
+	live.contains("allowed for this session: exec_command")
+	live.keys("\x04", false)
+	screen := live.contains("resume with: floe chat --resume ")
+	live.exited()
+	m := sessionRe.FindStringSubmatch(screen)
+	if m == nil {
+		t.Fatalf("no session id:\n%s", screen)
+	}
+
+	resumed := startTmux(t, ws, env, 100, 40, "chat", "--resume", m[1])
+	resumed.contains("> ")
+	resumed.keys("second", true)
+	screen = resumed.until("the second Task's end", func(s string) bool {
+		return strings.Contains(s, "> second") && strings.Count(s, "── completed") == 2
+	})
+	got := strings.Join(transcriptOf(t, screen, "second"), "\n")
+	if strings.Contains(got, "[Y/n/a]") || !strings.Contains(got, "ran-it") || !strings.Contains(got, "✓ allowed") {
+		t.Fatalf("the resumed chat's call was not allowed without asking:\n%s", got)
+	}
+	resumed.keys("\x04", false)
+	resumed.exited()
+}

@@ -162,7 +162,14 @@ type Control struct {
 	ToolCallID string `msgpack:"tool_call_id,omitempty"`
 	Decision   string `msgpack:"decision,omitempty"`
 	Text       string `msgpack:"text,omitempty"`
+	// Scope of an approve: "" for the one call, ScopeSession to allow
+	// the call's tool for the rest of the Session.
+	Scope string `msgpack:"scope,omitempty"`
 }
+
+// ScopeSession is the Control.Scope of an allow that also allows the
+// call's tool for the rest of the Session (SessionRecord.AllowedTools).
+const ScopeSession = "session"
 
 // ControlReply answers a Control request.
 type ControlReply struct {
@@ -262,6 +269,12 @@ type SessionRecord struct {
 	// ForkedFrom is where a forked Session was cut from its parent (nil
 	// for any other Session).
 	ForkedFrom *ForkedFrom `msgpack:"forked_from,omitempty"`
+	// AllowedTools are the tools a person allowed for the rest of the
+	// Session at an approval prompt (an allow with ScopeSession): where
+	// the approval mode would ask, the engine allows their calls without
+	// asking, whichever client runs the next Task. The command policy
+	// still applies, and deny-all still denies.
+	AllowedTools []string `msgpack:"allowed_tools,omitempty"`
 }
 
 // Title sources of a SessionRecord.

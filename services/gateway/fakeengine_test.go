@@ -40,6 +40,8 @@ type fakeEngine struct {
 
 	mu      sync.Mutex
 	running map[string]*fakeTask // by session id
+	// scopes are the Scope of each approve received, in order.
+	scopes []string
 
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
@@ -256,6 +258,7 @@ func (e *fakeEngine) control(ft *fakeTask, m *nats.Msg) {
 		e.mu.Lock()
 		switch verb {
 		case omni.CtlApprove:
+			e.scopes = append(e.scopes, c.Scope)
 			pc, ok := ft.pending[c.ToolCallID]
 			if ok {
 				delete(ft.pending, c.ToolCallID)

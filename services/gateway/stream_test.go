@@ -2,6 +2,9 @@ package gateway_test
 
 import (
 	"fmt"
+	"net/http"
+	"slices"
+	"strings"
 	"testing"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -187,7 +190,7 @@ func TestStreamFreshConnectionStartsWithTaskState(t *testing.T) {
 func TestAlwaysAskApprovalFlow(t *testing.T) {
 	t.Parallel()
 	env := newBus(t)
-	startEngine(t, env, func(e *fakeEngine) { e.Tool = true })
+	fe := startEngine(t, env, func(e *fakeEngine) { e.Tool = true })
 	g := startGateway(t, env, "", nil)
 	sess := createSession(t, g.Alice, client.CreateSession{ApprovalMode: omni.ApproveAlwaysAsk})
 	s1 := openStream(t, g.Alice, sess.ID, "")
@@ -236,8 +239,28 @@ func TestAlwaysAskApprovalFlow(t *testing.T) {
 	if err := g.Bob.Approve(ctx, sess.ID, "call-1", "allow"); !client.IsCode(err, omni.CodeNotFound) {
 		t.Fatalf("approve another principal's session: %v, want 404", err)
 	}
-	if err := g.Alice.Approve(ctx, sess.ID, "call-1", "allow"); err != nil {
+	for _, body := range []string{`{"decision":"deny","scope":"session"}`, `{"decision":"allow","scope":"forever"}`} {
+		req, _ := http.NewRequestWithContext(ctx, http.MethodPost, g.URL+"/api/sessions/"+sess.ID+"/approvals/call-1", strings.NewReader(body))
+		req.Header.Set("Authorization", "Bearer "+aliceToken)
+		req.Header.Set("Content-Type", "application/json")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusBadRequest {
+			t.Fatalf("approve %s: %d, want 400", body, resp.StatusCode)
+		}
+	}
+	// Allowed for the rest of the Session: the engine gets the scope.
+	if err := g.Alice.AllowForSession(ctx, sess.ID, "call-1"); err != nil {
 		t.Fatalf("approve: %v", err)
+	}
+	fe.mu.Lock()
+	scopes := slices.Clone(fe.scopes)
+	fe.mu.Unlock()
+	if !slices.Contains(scopes, omni.ScopeSession) {
+		t.Fatalf("the engine got scopes %q, want session", scopes)
 	}
 	dec := s1.until("approval_decision", func(ev client.Event) bool { return payloadType(ev.Data) == omni.TypeApprovalDecision })
 	var m omni.Message

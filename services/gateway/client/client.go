@@ -222,6 +222,13 @@ func (c *Client) Approve(ctx context.Context, id, toolCallID, decision string) e
 	return c.do(ctx, http.MethodPost, sessionPath(id, "approvals", url.PathEscape(toolCallID)), Decision{Decision: decision}, nil)
 }
 
+// AllowForSession allows a pending call and its tool for the rest of the
+// Session: later calls of the tool are allowed without asking, by every
+// client (Session.AllowedTools).
+func (c *Client) AllowForSession(ctx context.Context, id, toolCallID string) error {
+	return c.do(ctx, http.MethodPost, sessionPath(id, "approvals", url.PathEscape(toolCallID)), Decision{Decision: "allow", Scope: "session"}, nil)
+}
+
 // Abort interrupts the running Task; interrupted is false when the Session
 // was idle (204).
 func (c *Client) Abort(ctx context.Context, id string) (interrupted bool, err error) {

@@ -38,6 +38,9 @@ type Session struct {
 	// Sandbox is the confinement its tools run under (protocol.md §7), as the
 	// tool runners report it; absent when none answers.
 	Sandbox *Sandbox `json:"sandbox,omitempty"`
+	// AllowedTools are the tools allowed for the rest of the Session at an
+	// approval prompt (an allow with scope "session").
+	AllowedTools []string `json:"allowedTools,omitempty"`
 }
 
 // Sandbox is the tool confinement in effect: Backend is landlock, bwrap
@@ -221,6 +224,9 @@ type Imported struct {
 // Decision is the body of POST /api/sessions/{id}/approvals/{toolCallId}.
 type Decision struct {
 	Decision string `json:"decision"` // allow or deny
+	// Scope "session" (with allow) also allows the call's tool for the
+	// rest of the Session (Session.AllowedTools); "" the call alone.
+	Scope string `json:"scope,omitempty"`
 }
 
 // Steer is the body of POST /api/sessions/{id}/steer.

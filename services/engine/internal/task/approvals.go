@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"slices"
 	"sync"
 	"sync/atomic"
 
@@ -41,6 +42,7 @@ func (a *abortScope) aborted() bool { return a.user.Load() }
 
 // approval is a call waiting for a human decision.
 type approval struct {
+	tool     string // the call's tool
 	event    []byte // approval_request server event JSON
 	decision chan string
 }
@@ -222,9 +224,9 @@ func (a *approvals) decide(actx context.Context, tc omni.Message) (string, error
 	if a.policyForbids(tc) {
 		return omni.DecisionForbidden, nil
 	}
-	mode := a.rec.ApprovalMode
+	mode, allowed := a.rec.ApprovalMode, a.rec.AllowedTools
 	if rec, _, err := a.d.Sessions.Get(actx, a.sid); err == nil {
-		mode = rec.ApprovalMode
+		mode, allowed = rec.ApprovalMode, rec.AllowedTools
 	}
 	switch mode {
 	case omni.ApproveDenyAll:
@@ -236,6 +238,9 @@ func (a *approvals) decide(actx context.Context, tc omni.Message) (string, error
 	case omni.ApproveAlwaysAsk:
 	default:
 		return omni.DecisionAllow, nil
+	}
+	if slices.Contains(allowed, tc.Payload.Name) {
+		return omni.DecisionAllow, nil // allowed for the rest of the Session
 	}
 	return a.ask(actx, tc)
 }
@@ -277,7 +282,7 @@ func (a *approvals) ask(actx context.Context, tc omni.Message) (string, error) {
 	}
 	ev := omni.ServerEvent{Type: omni.ServerApprovalRequest, ToolCall: raw}
 	b, _ := json.Marshal(ev)
-	ap := &approval{event: b, decision: make(chan string, 1)}
+	ap := &approval{tool: tc.Payload.Name, event: b, decision: make(chan string, 1)}
 	id := tc.Payload.ToolCallID
 	// Server events are another producer: the call's own message is
 	// stored first, so the request never precedes the call it asks about.
@@ -310,6 +315,43 @@ func (a *approvals) ask(actx context.Context, tc omni.Message) (string, error) {
 	case <-actx.Done():
 		return "", errAborted
 	}
+}
+
+// allowForSession serves an allow with omni.ScopeSession: the call's tool
+// is added to the Session's AllowedTools (stored before the call is
+// allowed, so every later call of the tool, in this Task or any other,
+// finds it), then the call and every other call of the tool waiting in
+// this Task are allowed. False when no call of this Task waits on id.
+func (a *approvals) allowForSession(ctx context.Context, id string) (bool, error) {
+	a.mu.Lock()
+	ap := a.pending[id]
+	a.mu.Unlock()
+	if ap == nil {
+		return false, nil
+	}
+	_, err := a.d.Sessions.Update(ctx, a.sid, func(rec *omni.SessionRecord) error {
+		if !slices.Contains(rec.AllowedTools, ap.tool) {
+			rec.AllowedTools = append(rec.AllowedTools, ap.tool)
+		}
+		return nil
+	})
+	if err != nil {
+		return false, err
+	}
+	a.log.Info().Str("tool", ap.tool).Msg("tool allowed for the rest of the Session")
+	a.mu.Lock()
+	var same []string
+	for pid, p := range a.pending {
+		if p.tool == ap.tool && pid != id {
+			same = append(same, pid)
+		}
+	}
+	a.mu.Unlock()
+	ok := a.resolve(id, omni.DecisionAllow)
+	for _, pid := range same {
+		a.resolve(pid, omni.DecisionAllow)
+	}
+	return ok, nil
 }
 
 // resolve hands a human's decision to the call waiting for it; false when

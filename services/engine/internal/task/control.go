@@ -1,7 +1,9 @@
 package task
 
 import (
+	"context"
 	"sync"
+	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/rs/zerolog"
@@ -36,6 +38,9 @@ type control struct {
 	// is refused, never accepted and dropped).
 	closed bool
 }
+
+// allowStoreTimeout bounds storing a tool allowed for the Session.
+const allowStoreTimeout = 5 * time.Second
 
 // open starts serving control requests.
 func (c *control) open() error {
@@ -75,7 +80,23 @@ func (c *control) serve(m *nats.Msg) {
 			c.reply(m, omni.ControlReply{Code: omni.CodeBadRequest, Message: "decision must be allow or deny"})
 			return
 		}
-		if c.appr.resolve(ctl.ToolCallID, ctl.Decision) {
+		if ctl.Scope != "" && (ctl.Scope != omni.ScopeSession || ctl.Decision != omni.DecisionAllow) {
+			c.reply(m, omni.ControlReply{Code: omni.CodeBadRequest, Message: "scope must be session, with decision allow"})
+			return
+		}
+		if ctl.Scope == omni.ScopeSession {
+			ctx, cancel := context.WithTimeout(context.Background(), allowStoreTimeout)
+			ok, err := c.appr.allowForSession(ctx, ctl.ToolCallID)
+			cancel()
+			if err != nil {
+				c.reply(m, omni.ControlReply{Code: omni.CodeInternal, Message: "could not store the allowed tool: " + err.Error()})
+				return
+			}
+			if ok {
+				c.reply(m, omni.ControlReply{OK: true})
+				return
+			}
+		} else if c.appr.resolve(ctl.ToolCallID, ctl.Decision) {
 			c.reply(m, omni.ControlReply{OK: true})
 			return
 		}

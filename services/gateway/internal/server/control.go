@@ -99,8 +99,11 @@ func (s *Server) handleApprove(w http.ResponseWriter, r *http.Request) *apiError
 	if req.Decision != omni.DecisionAllow && req.Decision != omni.DecisionDeny {
 		return badRequest("decision %q is not allow or deny", req.Decision)
 	}
+	if req.Scope != "" && (req.Scope != omni.ScopeSession || req.Decision != omni.DecisionAllow) {
+		return badRequest("scope %q: only \"session\", with decision allow", req.Scope)
+	}
 	tc := r.PathValue("toolCallId")
-	rep, err := s.control(r.Context(), rec.ID, omni.CtlApprove, omni.Control{ToolCallID: tc, Decision: req.Decision}, s.opts.ControlTimeout)
+	rep, err := s.control(r.Context(), rec.ID, omni.CtlApprove, omni.Control{ToolCallID: tc, Decision: req.Decision, Scope: req.Scope}, s.opts.ControlTimeout)
 	if bus.IsNoResponders(err) {
 		return errorf(http.StatusNotFound, omni.CodeNotFound, "no approval is pending for tool call %q", tc)
 	}

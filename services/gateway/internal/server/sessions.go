@@ -71,6 +71,7 @@ func view(r *omni.SessionRecord) client.Session {
 		State: stateOf(r), TaskID: r.TaskID, LastStatus: r.LastStatus, Parent: r.Parent,
 		CreatedAt:     time.UnixMilli(r.CreatedUnixMs).UTC().Format(omni.TimeLayout),
 		CreatedUnixMs: r.CreatedUnixMs,
+		AllowedTools:  r.AllowedTools,
 	}
 	if c := r.Compaction; c != (omni.CompactionConfig{}) {
 		v.Compaction = &client.Compaction{MaxContextLength: c.MaxContextLength, MaxSessionTurns: c.MaxSessionTurns, Mode: c.Mode}
