@@ -19,6 +19,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -292,15 +293,45 @@ func (c *common) fileLogger(name string) (zerolog.Logger, func(), error) {
 	if err != nil {
 		return zerolog.Nop(), func() {}, fmt.Errorf("log file: %w", err)
 	}
-	var w io.Writer = f
+	lf := &logFile{f: f}
+	var w io.Writer = lf
 	if c.verbose {
-		w = zerolog.MultiLevelWriter(f, os.Stderr)
+		w = zerolog.MultiLevelWriter(lf, os.Stderr)
 	}
 	lvl, err := zerolog.ParseLevel(c.logLevel)
 	if err != nil {
 		lvl = zerolog.InfoLevel
 	}
-	return zerolog.New(w).Level(lvl).With().Timestamp().Logger(), func() { f.Close() }, nil
+	return zerolog.New(w).Level(lvl).With().Timestamp().Logger(), lf.close, nil
+}
+
+// logFile is a terminal command's log file. A service that StopIdle did
+// not wait for may still log as it stops after the file was closed; that
+// line is dropped. A failed write would make zerolog print "could not
+// write event" on the terminal, a second stderr line after the command's
+// own (TestChatBadInput failed once so under load).
+type logFile struct {
+	mu     sync.Mutex
+	f      *os.File
+	closed bool
+}
+
+func (l *logFile) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.closed {
+		return len(p), nil
+	}
+	return l.f.Write(p)
+}
+
+func (l *logFile) close() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if !l.closed {
+		l.closed = true
+		l.f.Close()
+	}
 }
 
 // checkFree fails at once when addr cannot be listened on (another
