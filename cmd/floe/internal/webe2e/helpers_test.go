@@ -148,6 +148,29 @@ func (s *server) api(token string) *client.Client {
 	return client.New(s.url())
 }
 
+// runnerUp waits until a tool runner answers for Session sid (GET shows
+// its sandbox). The engine publishes a Task's prompt only once it has the
+// runner's tool list, and a fresh server's runner may take a while to
+// start under load (it probes its sandbox first): a test timing what
+// follows a key press waits for it first. Bounded by two minutes.
+func (s *server) runnerUp(t *testing.T, sid string) {
+	t.Helper()
+	start := time.Now()
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		got, err := s.api("").GetSession(ctx, sid)
+		cancel()
+		if err == nil && got.Sandbox != nil {
+			t.Logf("a tool runner answered after %v", time.Since(start).Round(time.Millisecond))
+			return
+		}
+		if time.Since(start) > 2*time.Minute {
+			t.Fatalf("no tool runner answered within 2 min (last: %v)", err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
 func (s *server) session(t *testing.T, token string, req client.CreateSession) string {
 	t.Helper()
 	if req.Workspace == "" {

@@ -313,6 +313,9 @@ func TestComposerKeys(t *testing.T) {
 		obj{"steps": []any{obj{"text": "Stopped, as asked."}}},
 	}, "after_last": "repeat_last"})
 	sid := s.session(t, "", client.CreateSession{})
+	// The prompt shows once the engine has the runner's tools: a slow
+	// runner start under load made "sent" wait out its 45 s once.
+	s.runnerUp(t, sid)
 	tb := newTab(t)
 	tb.open(s.url(), sid)
 	tb.until("ready", `document.getElementById('transcript').dataset.ready === 'true'`)
