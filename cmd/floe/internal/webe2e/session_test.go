@@ -38,7 +38,7 @@ func TestApprovalAllowAndDeny(t *testing.T) {
 	hello := cardSel("call_hello")
 	tb.has("the approval buttons on the card", hello+`[data-status=waiting] .approval button`)
 	tb.until("the list to say waiting for approval", fmt.Sprintf(`document.querySelector('#sessions li[data-session-id=%q]').dataset.state === 'waiting_for_approval'`, sid))
-	if got := eval[string](tb, `[...document.querySelectorAll('`+hello+` .approval button')].map((b) => b.textContent).join(',')`); got != "Allow,Deny" {
+	if got := eval[string](tb, `[...document.querySelectorAll('`+hello+` .approval button')].map((b) => b.textContent).join(',')`); got != "Allow,Allow for this Session,Deny" {
 		t.Fatalf("approval buttons %q", got)
 	}
 	if got := eval[string](tb, `document.getElementById('s-state').textContent`); got != "waiting for approval" {
@@ -246,5 +246,36 @@ func TestSubagentInNestedCard(t *testing.T) {
 	// Collapsible.
 	if !eval[bool](tb, `document.querySelector('`+cardSel("sub")+` li[data-kind=subagent] > details > summary') !== null`) {
 		t.Fatal("the subagent card is not collapsible")
+	}
+}
+
+// "Allow for this Session" allows the call and stores its tool with the
+// Session: the tool's next call (in a later Task too) runs without
+// asking, and GET shows it in allowedTools.
+func TestAllowForThisSession(t *testing.T) {
+	s := newServer(t, obj{"requests": []any{
+		obj{"steps": []any{execCall("call_one", "First", "echo one-ran")}},
+		obj{"steps": []any{execCall("call_two", "Second", "echo two-ran")}},
+		obj{"steps": []any{obj{"text": "Both ran."}}},
+	}})
+	sid := s.session(t, "", client.CreateSession{ApprovalMode: omni.ApproveAlwaysAsk, Title: "Allow for session"})
+	tb := newTab(t)
+	tb.open(s.url(), sid)
+	tb.until("the transcript ready", `document.getElementById('transcript').dataset.ready === 'true'`)
+	tb.send("Run two commands.")
+	one, two := cardSel("call_one"), cardSel("call_two")
+	tb.has("the approval buttons", one+`[data-status=waiting] .approval button`)
+	tb.click(one, "Allow for this Session")
+	tb.until("the second call's output", `document.querySelector('`+two+` pre.output')?.textContent.includes('two-ran')`)
+	tb.until("the answer", `[...document.querySelectorAll('#transcript li[data-kind=text]')].some((li) => li.innerText.includes('Both ran.'))`)
+	if eval[bool](tb, `!!document.querySelector('`+two+` .approval')`) {
+		t.Fatal("the second call was asked about")
+	}
+	if got := eval[string](tb, `document.querySelector('`+two+`').dataset.decision || ''`); got != "allow" {
+		t.Fatalf("second call decision %q", got)
+	}
+	got, err := s.api("").GetSession(ctxT(t), sid)
+	if err != nil || !slices.Equal(got.AllowedTools, []string{"exec_command"}) {
+		t.Fatalf("allowedTools %v (%v)", got.AllowedTools, err)
 	}
 }

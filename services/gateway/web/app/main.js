@@ -989,10 +989,13 @@ function drawTool(t, c, old) {
     ap.className = 'approval';
     ap.setAttribute('role', 'group');
     ap.setAttribute('aria-label', 'Approve ' + (t.name || 'tool call'));
-    const decide = (decision) => async () => {
+    // scope 'session': the tool is allowed for the rest of the Session,
+    // stored with it (the engine asks no more, whichever client runs).
+    const decide = (decision, scope) => async () => {
       ap.querySelectorAll('button').forEach((b) => (b.disabled = true));
       try {
-        await api('POST', '/api/sessions/' + enc(c.id) + '/approvals/' + enc(t.toolCallId), { decision });
+        const body = scope ? { decision, scope } : { decision };
+        await api('POST', '/api/sessions/' + enc(c.id) + '/approvals/' + enc(t.toolCallId), body);
         c.feed.model.markDecided(t.path, t.toolCallId);
         schedule(c);
       } catch (err) {
@@ -1000,7 +1003,9 @@ function drawTool(t, c, old) {
         ap.querySelectorAll('button').forEach((b) => (b.disabled = false));
       }
     };
-    ap.append(button('Allow', 'button', decide('allow')), button('Deny', 'button', decide('deny')));
+    const always = button('Allow for this Session', 'button', decide('allow', 'session'));
+    always.title = 'Allow ' + (t.name || 'this tool') + ' now and for the rest of this Session';
+    ap.append(button('Allow', 'button', decide('allow')), always, button('Deny', 'button', decide('deny')));
     d.append(ap);
   }
   if (t.output || t.outputDone) {
