@@ -64,7 +64,10 @@ func nothingCreated(t *testing.T, g *testGateway) {
 
 func TestImportRejectsBadInputAndCreatesNothing(t *testing.T) {
 	t.Parallel()
-	g, ws := importEnv(t, func(c *gateway.Config) { c.MaxImport = 12 << 20 })
+	g, ws := importEnv(t, func(c *gateway.Config) {
+		c.MaxImport = 12 << 20
+		c.ReadBodyTimeout = 3 * time.Minute // 13 MB bodies under -race on a loaded machine
+	})
 	meta := metaLine(importSID, "deepseek", ws)
 	garbage := make([]byte, 4096)
 	rand.New(rand.NewSource(1)).Read(garbage)
@@ -233,7 +236,9 @@ func TestImportIntoAnotherDateDirectoryIsFound(t *testing.T) {
 // A Trace file of 32 MiB (the default cap) imports; one byte more is 413.
 func TestImportTakes32MiB(t *testing.T) {
 	t.Parallel()
-	g, ws := importEnv(t, nil)
+	// The cap is what is tested, not the slow-body guard: a 43 MB body
+	// under -race on a loaded 2-core machine once took over the default 30 s.
+	g, ws := importEnv(t, func(c *gateway.Config) { c.ReadBodyTimeout = 3 * time.Minute })
 	head := metaLine(importSID, "openai", ws) + "\n"
 	var b strings.Builder
 	b.WriteString(head)
