@@ -30,8 +30,8 @@ type callState struct {
 	taken      bool      // the job was seen gone from the queue with no heartbeat yet
 	// token is the job's BeatToken: a heartbeat counts only with it. ""
 	// for a call resumed from an earlier engine: its first token is taken.
-	token string
-	output     *omni.Message
+	token  string
+	output *omni.Message
 	// gen is the Task stream's generation (publish.Publisher.Token)
 	// before the call's message was queued, from the first sequence of its
 	// attempt: its decision must not outlive a loss of the call.

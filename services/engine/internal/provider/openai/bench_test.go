@@ -3,8 +3,8 @@ package openai
 import (
 	"testing"
 
-	"floe.dev/services/engine/internal/model"
 	"floe.dev/pkg/sse"
+	"floe.dev/services/engine/internal/model"
 )
 
 // textChunk is a typical OpenAI text delta event as it arrives on the wire.
