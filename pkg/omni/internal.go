@@ -2,6 +2,8 @@ package omni
 
 import (
 	"fmt"
+	"strings"
+	"unicode/utf8"
 
 	"github.com/vmihailenco/msgpack/v5"
 )
@@ -306,4 +308,19 @@ type CommandRule struct {
 type CarryItem struct {
 	At   int    `msgpack:"at"`
 	Text string `msgpack:"text"`
+}
+
+// ClipTitle cuts a Session title longer than max runes at a word boundary
+// in its second half, drops the punctuation left at the cut and ends it
+// with an ellipsis; a title of at most max runes is returned as it is.
+// The gateway's prompt titles and the engine's model titles both end here.
+func ClipTitle(t string, max int) string {
+	if utf8.RuneCountInString(t) <= max {
+		return t
+	}
+	cut := string([]rune(t)[:max])
+	if i := strings.LastIndexByte(cut, ' '); i > max/2 {
+		cut = cut[:i]
+	}
+	return strings.TrimRight(cut, " .,;:") + "…"
 }

@@ -7,7 +7,6 @@ import (
 	"slices"
 	"strings"
 	"time"
-	"unicode/utf8"
 
 	"floe.dev/pkg/omni"
 	"floe.dev/services/engine/internal/model"
@@ -142,12 +141,5 @@ func sanitizeTitle(raw string) string {
 		t = titleStop.ReplaceAllString(titleEdge.ReplaceAllString(t, ""), "")
 		t = strings.TrimSpace(t)
 	}
-	if utf8.RuneCountInString(t) <= titleMaxRunes {
-		return t
-	}
-	cut := string([]rune(t)[:titleMaxRunes])
-	if i := strings.LastIndexByte(cut, ' '); i > titleMaxRunes/2 {
-		cut = cut[:i]
-	}
-	return strings.TrimRight(cut, " .,;:") + "…"
+	return omni.ClipTitle(t, titleMaxRunes)
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"strings"
 	"unicode"
-	"unicode/utf8"
 
 	"floe.dev/pkg/omni"
 )
@@ -32,15 +31,7 @@ func PromptTitle(text string) string {
 		}
 		return r
 	}, line)
-	if utf8.RuneCountInString(line) <= promptTitleLen {
-		return line
-	}
-	r := []rune(line)[:promptTitleLen]
-	cut := string(r)
-	if i := strings.LastIndexByte(cut, ' '); i > promptTitleLen/2 {
-		cut = cut[:i]
-	}
-	return strings.TrimRight(cut, " .,;:") + "…"
+	return omni.ClipTitle(line, promptTitleLen)
 }
 
 // titleFromPrompt gives an untitled Session the title of its first Task's
