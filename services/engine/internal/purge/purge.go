@@ -174,12 +174,13 @@ func (p *Purger) Run(ctx context.Context) {
 	defer timer.Stop()
 	for {
 		p.mu.Lock()
-		var next *item
-		if len(p.due) > 0 {
-			next = &p.due[0]
+		var next item // a copy: Recover may sort p.due in place meanwhile
+		pending := len(p.due) > 0
+		if pending {
+			next = p.due[0]
 		}
 		p.mu.Unlock()
-		if next != nil {
+		if pending {
 			if wait := next.at.Sub(p.now()); wait > 0 {
 				timer.Reset(wait)
 			} else {
