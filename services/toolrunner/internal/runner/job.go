@@ -85,7 +85,7 @@ func (r *runner) process(jobsCtx context.Context, m jetstream.Msg) {
 	// At most once: the job leaves the queue before anything runs; an ack
 	// that may have been applied is confirmed, never read as "not
 	// delivered" (ackJob).
-	if !r.ackJob(m, &tj, decodeErr == nil, log) {
+	if !r.ackJob(jobsCtx, m, &tj, decodeErr == nil, log) {
 		return
 	}
 	if decodeErr != nil {
@@ -183,8 +183,9 @@ var ackBudget = ackWait / 3
 // fail it as not started while the runner decides. When the budget runs
 // out the job is not run here, and that is logged: the engine then fails
 // the call once the heartbeats stop, withdrawing the job if it is still
-// queued, so it is run by nobody rather than twice.
-func (r *runner) ackJob(m jetstream.Msg, tj *omni.ToolJob, valid bool, log zerolog.Logger) bool {
+// queued, so it is run by nobody rather than twice. The same holds when
+// ctx (the runner's jobs) ends while it waits to send the ack again.
+func (r *runner) ackJob(ctx context.Context, m jetstream.Msg, tj *omni.ToolJob, valid bool, log zerolog.Logger) bool {
 	deadline := time.Now().Add(ackBudget)
 	sid := tj.SessionID
 	if sid == "" {
@@ -204,8 +205,8 @@ func (r *runner) ackJob(m jetstream.Msg, tj *omni.ToolJob, valid bool, log zerol
 	backoff := retry.Exponential(100*time.Millisecond, time.Second)
 	for attempt := 1; ; attempt++ {
 		left := time.Until(deadline)
-		ctx, cancel := context.WithTimeout(context.Background(), min(ackTimeout, max(left, 0)))
-		err := doubleAck(ctx, m)
+		actx, cancel := context.WithTimeout(context.Background(), min(ackTimeout, max(left, 0)))
+		err := doubleAck(actx, m)
 		cancel()
 		if err == nil || errors.Is(err, jetstream.ErrMsgAlreadyAckd) {
 			if attempt > 1 {
@@ -220,7 +221,11 @@ func (r *runner) ackJob(m jetstream.Msg, tj *omni.ToolJob, valid bool, log zerol
 			return false
 		}
 		log.Warn().Err(err).Int("attempt", attempt).Msg("ack of tool job not confirmed; sending it again")
-		time.Sleep(wait)
+		if retry.Sleep(ctx, wait) != nil {
+			log.Error().Err(err).Int("attempts", attempt).
+				Msg("ack of tool job not confirmed when the runner stopped; job not run here: the engine fails the call once its heartbeats stop")
+			return false
+		}
 	}
 }
 
