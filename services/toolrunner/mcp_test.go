@@ -120,7 +120,7 @@ func TestMCPCallsRunUnderTheToolRules(t *testing.T) {
 		{"missing required argument", "mcp__go__echo", `{}`, true, []string{"invalid arguments for mcp__go__echo", "text"}, 0},
 		{"wrong argument type", "mcp__go__echo", `{"text":5}`, true, []string{"invalid arguments"}, 0},
 		{"extra argument", "mcp__go__echo", `{"text":"a","x":1}`, true, []string{"invalid arguments"}, 0},
-		{"not JSON", "mcp__go__echo", `{"text":`, true, []string{"invalid arguments", "not JSON"}, 0},
+		{"not JSON", "mcp__go__echo", `{"text":`, true, []string{"invalid arguments", "not valid JSON"}, 0},
 		{"isError", "mcp__go__fail", ``, true, []string{"it broke"}, 0},
 		{"image", "mcp__go__image", `{}`, false, []string{"a picture"}, 1},
 		{"never answers", "mcp__short__hang", `{}`, true, []string{"[timed out after 400ms]"}, 0},

@@ -347,7 +347,7 @@ func (s *server) dial(ctx context.Context) (*sdk.ClientSession, func(), []*Tool,
 		}
 		listed = append(listed, t)
 	}
-	tools, err := s.makeTools(listed)
+	tools, err := s.makeTools(listed, nil)
 	if err != nil {
 		return sess, stop, nil, fmt.Errorf("invalid tool list: %w", err)
 	}
@@ -499,7 +499,7 @@ func (s *server) relist(ctx context.Context, sess *sdk.ClientSession, old []*Too
 		}
 		listed = append(listed, t)
 	}
-	tools, err := s.makeTools(listed)
+	tools, err := s.makeTools(listed, old)
 	if err != nil {
 		s.m.log.Warn().Err(err).Str("mcp_server", s.name).Msg("changed MCP tool list is invalid; keeping the old list")
 		return old

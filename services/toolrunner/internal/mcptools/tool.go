@@ -12,12 +12,12 @@ import (
 	"strings"
 	"time"
 
-	"github.com/google/jsonschema-go/jsonschema"
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"floe.dev/pkg/omni"
 	"floe.dev/pkg/telemetry"
+	"floe.dev/services/toolrunner/internal/argschema"
 	"floe.dev/services/toolrunner/internal/tools"
 )
 
@@ -39,7 +39,7 @@ type Tool struct {
 	srv    *server
 	remote string // the server's name for it
 	spec   tools.Spec
-	schema *jsonschema.Resolved
+	schema *argschema.Schema
 }
 
 // Spec describes the tool to the model and the approval policy.
@@ -53,24 +53,11 @@ func (t *Tool) Timeout() time.Duration {
 	return time.Duration(t.srv.cfg.TimeoutMs) * time.Millisecond
 }
 
-// Check validates the arguments against the server's input schema.
+// Check validates the arguments against the server's input schema,
+// compiled when the server listed the tool.
 func (t *Tool) Check(arguments string) (json.RawMessage, error) {
-	raw := strings.TrimSpace(arguments)
-	if raw == "" {
-		raw = "{}"
-	}
-	var v any
-	if err := json.Unmarshal([]byte(raw), &v); err != nil {
-		return nil, fmt.Errorf("not JSON: %v", err)
-	}
-	obj, ok := v.(map[string]any)
-	if !ok {
-		return nil, errors.New("arguments must be a JSON object")
-	}
-	if err := t.schema.Validate(obj); err != nil {
-		return nil, err
-	}
-	return json.RawMessage(raw), nil
+	args, _, err := t.schema.Check(arguments)
+	return args, err
 }
 
 // Run calls the tool on its server: progress notifications stream as
@@ -170,8 +157,13 @@ func render(res *sdk.CallToolResult) (string, []string) {
 
 // makeTools checks a server's tool list: every name must make a usable
 // model tool name, and every input schema must be a JSON Schema of an
-// object. Any problem makes the whole list invalid.
-func (s *server) makeTools(listed []*sdk.Tool) ([]*Tool, error) {
+// object. Any problem makes the whole list invalid. A schema unchanged
+// since the tool list old is not compiled again.
+func (s *server) makeTools(listed []*sdk.Tool, old []*Tool) ([]*Tool, error) {
+	compiled := make(map[string]*Tool, len(old))
+	for _, t := range old {
+		compiled[t.remote] = t
+	}
 	out := make([]*Tool, 0, len(listed))
 	seen := map[string]bool{}
 	for _, lt := range listed {
@@ -186,8 +178,14 @@ func (s *server) makeTools(listed []*sdk.Tool) ([]*Tool, error) {
 			return nil, fmt.Errorf("tool %q listed twice", lt.Name)
 		}
 		seen[lt.Name] = true
-		params, resolved, err := compile(lt.InputSchema)
+		params, err := compact(lt.InputSchema)
 		if err != nil {
+			return nil, fmt.Errorf("tool %q: input schema: %w", lt.Name, err)
+		}
+		var schema *argschema.Schema
+		if prev := compiled[lt.Name]; prev != nil && bytes.Equal(prev.spec.Parameters, params) {
+			schema = prev.schema
+		} else if schema, err = argschema.Compile(params, argschema.Options{}); err != nil {
 			return nil, fmt.Errorf("tool %q: input schema: %w", lt.Name, err)
 		}
 		perm := s.cfg.Permission
@@ -204,46 +202,27 @@ func (s *server) makeTools(listed []*sdk.Tool) ([]*Tool, error) {
 		if desc == "" {
 			desc = fmt.Sprintf("Tool %q of the MCP server %q.", lt.Name, s.name)
 		}
-		out = append(out, &Tool{srv: s, remote: lt.Name, schema: resolved,
+		out = append(out, &Tool{srv: s, remote: lt.Name, schema: schema,
 			spec: tools.Spec{Name: name, Description: desc, Parameters: params, Permission: perm}})
 	}
 	return out, nil
 }
 
-// compile returns the schema as compact JSON for the model and resolved
-// for validation.
-func compile(schema any) (json.RawMessage, *jsonschema.Resolved, error) {
+// compact returns an input schema as compact JSON, the form the model is
+// shown and argschema compiles.
+func compact(schema any) (json.RawMessage, error) {
 	if schema == nil {
-		return nil, nil, errors.New("missing")
+		return nil, errors.New("missing")
 	}
 	raw, err := json.Marshal(schema)
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
-	var obj map[string]any
-	if err := json.Unmarshal(raw, &obj); err != nil {
-		return nil, nil, errors.New("not a JSON object")
+	var b bytes.Buffer
+	if err := json.Compact(&b, raw); err != nil {
+		return nil, err
 	}
-	if typ, _ := obj["type"].(string); typ != "object" {
-		return nil, nil, fmt.Errorf("type is %v, want \"object\"", obj["type"])
-	}
-	// The validator knows draft 2020-12; the common drafts (07 from zod,
-	// pydantic) mean the same for argument checking.
-	delete(obj, "$schema")
-	clean, _ := json.Marshal(obj)
-	var js jsonschema.Schema
-	if err := json.Unmarshal(clean, &js); err != nil {
-		return nil, nil, err
-	}
-	resolved, err := js.Resolve(nil)
-	if err != nil {
-		return nil, nil, err
-	}
-	var compact bytes.Buffer
-	if err := json.Compact(&compact, raw); err != nil {
-		return nil, nil, err
-	}
-	return compact.Bytes(), resolved, nil
+	return b.Bytes(), nil
 }
 
 // specOf converts a tool's spec to the wire form with its source.

@@ -6,10 +6,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
 	"floe.dev/pkg/sandbox"
+	"floe.dev/services/toolrunner/internal/argschema"
 	"floe.dev/services/toolrunner/internal/pathlock"
 )
 
@@ -69,18 +71,20 @@ type Registry struct {
 }
 
 type entry struct {
-	tool   Tool
-	spec   Spec
-	schema *schema
+	tool       Tool
+	spec       Spec
+	args       *argschema.Schema
+	timeoutArg bool // the tool takes an integer timeout_ms
 }
 
 // NewRegistry returns a registry of tools, in that order. Each tool's
-// Parameters must be a JSON Schema of type object whose properties have type
-// string, integer, number or boolean, optionally with a minimum, plus
-// required and additionalProperties; Execute validates arguments against
-// it. A tool declaring an integer timeout_ms property gets that many
-// milliseconds as its timeout. NewRegistry panics on a nameless tool, a name
-// used twice or a schema it cannot use: these are programming errors.
+// Parameters must be a JSON Schema of type object (compiled once, here, by
+// package argschema); Execute validates arguments against it, a null
+// top-level argument counting as absent. A tool declaring an integer
+// timeout_ms property gets that many milliseconds as its timeout.
+// NewRegistry panics on a nameless tool, a name used twice, a schema that
+// does not compile or one requiring a field it does not declare: these are
+// programming errors.
 func NewRegistry(opts Options, tools ...Tool) *Registry {
 	r := &Registry{opts: opts.withDefaults(), byName: map[string]int{}}
 	for _, t := range tools {
@@ -96,12 +100,17 @@ func NewRegistry(opts Options, tools ...Tool) *Registry {
 			panic(fmt.Sprintf("tools: tool %q: parameters: %v", spec.Name, err))
 		}
 		spec.Parameters = compact.Bytes()
-		s, err := compileSchema(spec.Parameters)
+		s, err := argschema.Compile(spec.Parameters, argschema.Options{NullIsAbsent: true})
 		if err != nil {
-			panic(fmt.Sprintf("tools: tool %q: %v", spec.Name, err))
+			panic(fmt.Sprintf("tools: tool %q: parameters: %v", spec.Name, err))
+		}
+		for _, name := range s.Required() {
+			if !slices.Contains(s.Properties(), name) {
+				panic(fmt.Sprintf("tools: tool %q: parameters require %q, which is not a property", spec.Name, name))
+			}
 		}
 		r.byName[spec.Name] = len(r.tools)
-		r.tools = append(r.tools, entry{tool: t, spec: spec, schema: s})
+		r.tools = append(r.tools, entry{tool: t, spec: spec, args: s, timeoutArg: s.Integer("timeout_ms")})
 	}
 	return r
 }
@@ -154,15 +163,15 @@ func (r *Registry) Execute(ctx context.Context, call Call, emit Emit) Result {
 		return Result{Output: out.finish(msg), Failed: true}
 	}
 	e := r.tools[i]
-	args, fields, err := e.schema.check(call.Arguments)
+	args, fields, err := e.args.Check(call.Arguments)
 	if err != nil {
 		msg := fmt.Sprintf("invalid arguments for %s: %v", call.Name, err)
 		return Result{Output: out.finish(msg), Failed: true}
 	}
 
 	timeout := r.opts.DefaultTimeout
-	if p, ok := e.schema.props["timeout_ms"]; ok && p.Type == "integer" {
-		if ms, ok := intField(fields, "timeout_ms"); ok && ms > 0 {
+	if n, ok := fields["timeout_ms"].(json.Number); ok && e.timeoutArg {
+		if ms, err := n.Int64(); err == nil && ms > 0 {
 			timeout = r.opts.MaxTimeout
 			if ms < r.opts.MaxTimeout.Milliseconds() {
 				timeout = time.Duration(ms) * time.Millisecond
@@ -173,7 +182,7 @@ func (r *Registry) Execute(ctx context.Context, call Call, emit Emit) Result {
 }
 
 // Checked is a tool that validates its own arguments, such as an MCP tool
-// whose JSON Schema is richer than the subset NewRegistry compiles.
+// (not registered: its server may change its list at any time).
 type Checked interface {
 	Tool
 	// Check validates the raw arguments (empty means {}) and returns the

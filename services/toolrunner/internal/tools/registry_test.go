@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"floe.dev/services/toolrunner/internal/argschema"
 )
 
 // fakeTool is a Tool whose Run is a function.
@@ -317,9 +319,9 @@ func TestBuiltinSpecs(t *testing.T) {
 		if !slices.Equal(schema.Required, w.required) {
 			t.Errorf("%s required = %v, want %v", s.Name, schema.Required, w.required)
 		}
-		compiled, err := compileSchema(s.Parameters)
-		if err != nil || !slices.Equal(compiled.order, w.properties) {
-			t.Errorf("%s properties = %v (%v), want %v", s.Name, compiled.order, err, w.properties)
+		compiled, err := argschema.Compile(s.Parameters, argschema.Options{})
+		if err != nil || !slices.Equal(compiled.Properties(), w.properties) {
+			t.Errorf("%s properties = %v (%v), want %v", s.Name, compiled.Properties(), err, w.properties)
 		}
 		if strings.ContainsAny(string(s.Parameters), "\n\t") {
 			t.Errorf("%s parameters are not compact: %s", s.Name, s.Parameters)
@@ -345,7 +347,7 @@ func TestNewRegistryPanicsOnProgrammingErrors(t *testing.T) {
 		{"duplicate name", []Tool{fakeTool{}, fakeTool{}}},
 		{"invalid JSON schema", []Tool{fakeTool{params: `{`}}},
 		{"schema not an object", []Tool{fakeTool{params: `{"type":"string"}`}}},
-		{"unsupported property type", []Tool{fakeTool{params: `{"type":"object","properties":{"x":{"type":"array"}}}`}}},
+		{"property type not a JSON type", []Tool{fakeTool{params: `{"type":"object","properties":{"x":{"type":"arry"}}}`}}},
 		{"required field not a property", []Tool{fakeTool{params: `{"type":"object","properties":{},"required":["x"]}`}}},
 	}
 	for _, tt := range tests {

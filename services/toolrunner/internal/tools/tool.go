@@ -15,9 +15,9 @@ const (
 type Spec struct {
 	Name        string
 	Description string
-	// Parameters is a JSON Schema object: type object, properties,
-	// required, additionalProperties false. Execute validates arguments
-	// against it (see NewRegistry for the subset understood).
+	// Parameters is a JSON Schema of type object (the built-ins declare
+	// properties, required, additionalProperties false). Execute validates
+	// arguments against it (see NewRegistry).
 	Parameters json.RawMessage
 	Permission string // PermRead or PermReadWrite
 }
