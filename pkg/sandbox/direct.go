@@ -64,14 +64,6 @@ import (
 // raw socket undoes the confinement; the inits are not dumpable, so their
 // /proc entries (root, fds) are closed to the call.
 
-// Securebits (linux/securebits.h).
-const (
-	secbitNoroot               = 1 << 0
-	secbitNorootLocked         = 1 << 1
-	secbitNoCapAmbientRaise    = 1 << 6
-	secbitNoCapAmbientRaiseLck = 1 << 7
-)
-
 // directThread prepares the spawner thread for direct starts (called on
 // it, locked): its own filesystem context, handles on the host's mount
 // namespace and /proc, a staging directory for the calls' roots, and no
@@ -96,23 +88,7 @@ func (sp *spawner) directThread() error {
 	if sp.stage, err = os.MkdirTemp("", "floe-sandbox-root-"); err != nil {
 		return fmt.Errorf("staging directory: %w", err)
 	}
-	if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
-		return fmt.Errorf("no_new_privs: %w", err)
-	}
-	last := 63
-	if b, err := os.ReadFile("/proc/sys/kernel/cap_last_cap"); err == nil {
-		fmt.Sscan(strings.TrimSpace(string(b)), &last)
-	}
-	for c := 0; c <= last; c++ {
-		if err := unix.Prctl(unix.PR_CAPBSET_DROP, uintptr(c), 0, 0, 0); err != nil && !errors.Is(err, unix.EINVAL) {
-			return fmt.Errorf("drop capability %d from the bounding set: %w", c, err)
-		}
-	}
-	bits := secbitNoroot | secbitNorootLocked | secbitNoCapAmbientRaise | secbitNoCapAmbientRaiseLck
-	if err := unix.Prctl(unix.PR_SET_SECUREBITS, uintptr(bits), 0, 0, 0); err != nil {
-		return fmt.Errorf("securebits: %w", err)
-	}
-	return nil
+	return dropPrivileges()
 }
 
 func (sp *spawner) closeDirect() {
@@ -638,7 +614,9 @@ func (p *Proc) mountProc(ns *pidNS, dir string) error {
 	if err := unix.FsconfigCreate(fs); err != nil {
 		return fmt.Errorf("create proc: %w", err)
 	}
-	m, err := unix.Fsmount(fs, unix.FSMOUNT_CLOEXEC, unix.MOUNT_ATTR_NOSUID|unix.MOUNT_ATTR_NODEV|unix.MOUNT_ATTR_NOEXEC)
+	// Read-only: uid 0 may write most of /proc/sys and /proc/sysrq-trigger
+	// by file mode alone, without a capability.
+	m, err := unix.Fsmount(fs, unix.FSMOUNT_CLOEXEC, unix.MOUNT_ATTR_RDONLY|unix.MOUNT_ATTR_NOSUID|unix.MOUNT_ATTR_NODEV|unix.MOUNT_ATTR_NOEXEC)
 	if err != nil {
 		return fmt.Errorf("fsmount proc: %w", err)
 	}

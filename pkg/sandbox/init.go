@@ -190,6 +190,9 @@ func startConfined(spec initSpec, env []string) (int, error) {
 					}
 				}
 			}
+			if err := dropPrivileges(); err != nil {
+				return 0, err
+			}
 			path, err := exec.LookPath(spec.Argv[0])
 			if err != nil {
 				return 0, err
@@ -251,7 +254,8 @@ func mountView(spec initSpec) error {
 			}
 		}
 	}
-	if err := unix.Mount("proc", "/proc", "proc", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, ""); err != nil {
+	// Read-only: uid 0 may write most of /proc/sys by file mode alone.
+	if err := unix.Mount("proc", "/proc", "proc", unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, ""); err != nil {
 		return fmt.Errorf("mount /proc: %w", err)
 	}
 	for _, f := range spec.Hide {

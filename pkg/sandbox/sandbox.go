@@ -502,7 +502,10 @@ func (s *Sandbox) bwrapArgs(ws, dir, tmp string, read []string, netns bool) []st
 			ro = append(ro, d)
 		}
 	}
-	a = append(a, "--proc", "/proc", "--dev", "/dev", "--bind", tmp, "/tmp")
+	// /proc read-only: uid 0 (bubblewrap run by root) may write most of
+	// /proc/sys by file mode alone, and bubblewrap covers /proc/sys only
+	// when it finds the directory itself writable.
+	a = append(a, "--proc", "/proc", "--remount-ro", "/proc", "--dev", "/dev", "--bind", tmp, "/tmp")
 	for _, r := range read {
 		a = append(a, "--ro-bind-try", r, r)
 	}
