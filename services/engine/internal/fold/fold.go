@@ -24,9 +24,9 @@ type Context struct {
 	// Tools is the payload of the latest tool_list_ready.
 	Tools []omni.ToolSpec
 
-	entries []entry
-	// byCall maps a committed tool_call id to its turn.
-	byCall map[string]*turn
+	// log is the user messages and committed turns (entries.go: shared
+	// with clones, copy-on-write).
+	log entries
 
 	open *turn // the request in progress (request_begin seen, no request_end)
 
@@ -68,6 +68,7 @@ type entry struct {
 // folded: they are never changed afterwards, so Messages can hand them out
 // without copying them again.
 type turn struct {
+	gen       uint64 // the Context that may change it (entries.go)
 	assistant []*omni.Message
 	calls     []string
 	// outputs[i] is the output of calls[i], nil while none has arrived
@@ -82,12 +83,12 @@ type turn struct {
 
 // New returns an empty Context.
 func New() *Context {
-	return &Context{byCall: make(map[string]*turn)}
+	return &Context{log: newEntries()}
 }
 
 // Reset empties c, as New would return it: for a reader that starts the
 // history over (trace.Replay).
-func (c *Context) Reset() { *c = Context{byCall: make(map[string]*turn)} }
+func (c *Context) Reset() { *c = Context{log: newEntries()} }
 
 // Load folds msgs into a new Context.
 func Load(msgs []omni.Message) *Context {
@@ -130,21 +131,22 @@ func (c *Context) Apply(m *omni.Message) {
 			c.attachOutput(m)
 		case c.open != nil && p.Role == omni.RoleAssistant:
 			mm := *m
-			c.open.assistant = append(c.open.assistant, &mm)
+			o := c.openTurn()
+			o.assistant = append(o.assistant, &mm)
 			if p.Type == omni.TypeToolCall && p.Stop() == omni.StatusCompleted {
-				c.open.calls = append(c.open.calls, p.ToolCallID)
-				c.open.outputs = append(c.open.outputs, nil)
+				o.calls = append(o.calls, p.ToolCallID)
+				o.outputs = append(o.outputs, nil)
 			}
 		case p.Role == omni.RoleUser:
 			// The [context_summary] text that opens the context after a
 			// compaction (the next Trace file's first user record) is the
 			// summary itself, kept once however the Trace is read.
-			if body, ok := omni.ParseBlock(p.Text, omni.TagContextSummary); ok && p.Type == omni.TypeText && len(c.entries) == 0 {
+			if body, ok := omni.ParseBlock(p.Text, omni.TagContextSummary); ok && p.Type == omni.TypeText && c.log.length() == 0 {
 				c.Summary = body
 				return
 			}
 			mm := *m
-			c.entries = append(c.entries, entry{msg: &mm})
+			c.log.add(entry{msg: &mm})
 		}
 		// An assistant message outside a request (the max-turns notice) is
 		// shown to people, not fed back to the model.
@@ -164,7 +166,7 @@ func (c *Context) applyEvent(m *omni.Message) {
 			c.attemptOpen = true
 			return
 		}
-		c.open = &turn{}
+		c.open = &turn{gen: c.log.gen}
 	case omni.TypeRequestEnd:
 		if c.Compacting {
 			if c.attemptOpen && p.Status == omni.StatusCompleted {
@@ -186,10 +188,7 @@ func (c *Context) applyEvent(m *omni.Message) {
 		if len(t.assistant) == 0 {
 			return
 		}
-		for _, id := range t.calls {
-			c.byCall[id] = t
-		}
-		c.entries = append(c.entries, entry{turn: t})
+		c.log.add(entry{turn: t})
 	case omni.TypeTokenUsage:
 		if p.Session != nil {
 			c.Usage = *p.Session
@@ -199,16 +198,20 @@ func (c *Context) applyEvent(m *omni.Message) {
 		}
 	case omni.TypeAbort:
 		c.open = nil
-		for _, e := range c.entries {
-			if e.turn == nil {
-				continue
+		var running []int
+		c.log.each(func(i int, e entry) {
+			if e.turn != nil && e.turn.running() {
+				running = append(running, i)
 			}
-			for i, id := range e.turn.calls {
-				if e.turn.outputs[i] == nil {
-					if e.turn.interrupted == nil {
-						e.turn.interrupted = make(map[string]bool)
+		})
+		for _, i := range running {
+			t := c.log.mutable(i)
+			for j, id := range t.calls {
+				if t.outputs[j] == nil {
+					if t.interrupted == nil {
+						t.interrupted = make(map[string]bool)
 					}
-					e.turn.interrupted[id] = true
+					t.interrupted[id] = true
 				}
 			}
 		}
@@ -228,8 +231,7 @@ func (c *Context) applyEvent(m *omni.Message) {
 		}
 		c.Compactions++
 		c.Closed = true
-		c.entries = nil
-		clear(c.byCall)
+		c.log = newEntries()
 		c.open = nil
 		c.Turns = 0
 		c.LastRequestTotal = 0
@@ -242,15 +244,45 @@ func (c *Context) applyEvent(m *omni.Message) {
 
 func (c *Context) attachOutput(m *omni.Message) {
 	id := m.Payload.ToolCallID
-	t := c.byCall[id]
-	if t == nil {
-		t = c.open
-	}
 	// An output of a call that was never committed (its request failed) is
 	// not part of the context.
-	if t != nil {
-		t.attach(id, m)
+	if i := c.log.find(id); i >= 0 {
+		if c.log.at(i).turn.awaits(id) {
+			c.log.mutable(i).attach(id, m)
+		}
+	} else if c.open != nil && c.open.awaits(id) {
+		c.openTurn().attach(id, m)
 	}
+}
+
+// openTurn returns the open request's turn, c's own to change.
+func (c *Context) openTurn() *turn {
+	if c.open.gen != c.log.gen {
+		c.open = c.open.dup(c.log.gen)
+	}
+	return c.open
+}
+
+// awaits reports whether attach(id, …) would change t: the first call of
+// t with id has no output yet.
+func (t *turn) awaits(id string) bool {
+	for i, cid := range t.calls {
+		if cid == id {
+			return t.outputs[i] == nil
+		}
+	}
+	return false
+}
+
+// running reports whether a call of t has neither an output nor the
+// interrupted mark (what an abort marks).
+func (t *turn) running() bool {
+	for i, id := range t.calls {
+		if t.outputs[i] == nil && !t.interrupted[id] {
+			return true
+		}
+	}
+	return false
 }
 
 // attach makes (a copy of) m the output of the calls of t with id, unless
@@ -277,26 +309,27 @@ func (t *turn) attach(id string, m *omni.Message) {
 // order.
 func (c *Context) Unpaired() []string {
 	var ids []string
-	for _, e := range c.entries {
+	c.log.each(func(_ int, e entry) {
 		if e.turn == nil {
-			continue
+			return
 		}
 		for i, id := range e.turn.calls {
 			if e.turn.outputs[i] == nil && !e.turn.interrupted[id] {
 				ids = append(ids, id)
 			}
 		}
-	}
+	})
 	return ids
 }
 
 // LastCalls returns the tool calls of the last committed turn, in call order.
 func (c *Context) LastCalls() []string {
-	for i := len(c.entries) - 1; i >= 0; i-- {
-		if t := c.entries[i].turn; t != nil {
-			return t.calls
+	for i := c.log.length() - 1; i >= 0; i-- {
+		e := c.log.at(i)
+		if e.turn != nil {
+			return e.turn.calls
 		}
-		if c.entries[i].msg != nil {
+		if e.msg != nil {
 			return nil
 		}
 	}
@@ -317,7 +350,7 @@ func (c *Context) PendingCompaction() (reason, mode string, ok bool) {
 func (c *Context) OpenRequest() bool { return c.open != nil }
 
 // Empty reports whether the context holds no messages.
-func (c *Context) Empty() bool { return len(c.entries) == 0 && c.Summary == "" }
+func (c *Context) Empty() bool { return c.log.length() == 0 && c.Summary == "" }
 
 // Messages returns the model context: the summary (if any), then user
 // messages and committed turns in order, each turn's outputs in call order.
@@ -326,26 +359,15 @@ func (c *Context) Empty() bool { return len(c.entries) == 0 && c.Summary == "" }
 // The slice is new on every call, the messages are shared: c never changes
 // a message once folded, and callers must not change them either.
 func (c *Context) Messages() []*omni.Message {
-	n := 0
-	if c.Summary != "" {
-		n++
-	}
-	for _, e := range c.entries {
-		if e.msg != nil {
-			n++
-		} else {
-			n += len(e.turn.assistant) + len(e.turn.calls)
-		}
-	}
-	out := make([]*omni.Message, 0, n)
+	out := make([]*omni.Message, 0, c.log.length()*2+1)
 	if c.Summary != "" {
 		m := omni.UserText(omni.Block(omni.TagContextSummary, c.Summary))
 		out = append(out, &m)
 	}
-	for _, e := range c.entries {
+	c.log.each(func(_ int, e entry) {
 		if e.msg != nil {
 			out = append(out, e.msg)
-			continue
+			return
 		}
 		out = append(out, e.turn.assistant...)
 		for i, id := range e.turn.calls {
@@ -356,7 +378,7 @@ func (c *Context) Messages() []*omni.Message {
 				out = append(out, &m)
 			}
 		}
-	}
+	})
 	return out
 }
 

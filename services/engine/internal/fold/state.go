@@ -81,17 +81,22 @@ func (c *Context) State() (*State, error) {
 			return nil, fmt.Errorf("fold: encode session_meta: %w", err)
 		}
 	}
-	s.Entries = make([]StateEntry, len(c.entries))
-	for i, e := range c.entries {
-		if e.msg != nil {
+	s.Entries = make([]StateEntry, c.log.length())
+	c.log.each(func(i int, e entry) {
+		switch {
+		case err != nil:
+		case e.msg != nil:
 			if s.Entries[i].Msg, err = omni.Marshal(e.msg); err != nil {
-				return nil, fmt.Errorf("fold: encode entry %d: %w", i, err)
+				err = fmt.Errorf("fold: encode entry %d: %w", i, err)
 			}
-			continue
+		default:
+			if s.Entries[i].Turn, err = e.turn.state(); err != nil {
+				err = fmt.Errorf("fold: encode entry %d: %w", i, err)
+			}
 		}
-		if s.Entries[i].Turn, err = e.turn.state(); err != nil {
-			return nil, fmt.Errorf("fold: encode entry %d: %w", i, err)
-		}
+	})
+	if err != nil {
+		return nil, err
 	}
 	if c.open != nil {
 		if s.Open, err = c.open.state(); err != nil {
@@ -152,40 +157,38 @@ func Restore(s *State) (*Context, error) {
 			return nil, fmt.Errorf("fold: session_meta: %w", err)
 		}
 	}
-	c.entries = make([]entry, len(s.Entries))
 	for i, e := range s.Entries {
 		switch {
 		case e.Msg != nil && e.Turn == nil:
-			if c.entries[i].msg, err = decodeMsg(e.Msg); err != nil {
-				return nil, fmt.Errorf("fold: entry %d: %w", i, err)
-			}
-		case e.Turn != nil && e.Msg == nil:
-			t, err := restoreTurn(e.Turn)
+			m, err := decodeMsg(e.Msg)
 			if err != nil {
 				return nil, fmt.Errorf("fold: entry %d: %w", i, err)
 			}
-			c.entries[i].turn = t
-			// As RequestEnd does: a later turn's call id wins.
-			for _, id := range t.calls {
-				c.byCall[id] = t
+			c.log.add(entry{msg: m})
+		case e.Turn != nil && e.Msg == nil:
+			t, err := restoreTurn(e.Turn, c.log.gen)
+			if err != nil {
+				return nil, fmt.Errorf("fold: entry %d: %w", i, err)
 			}
+			// As RequestEnd does (a later turn's call id wins).
+			c.log.add(entry{turn: t})
 		default:
 			return nil, fmt.Errorf("fold: entry %d is neither a message nor a turn", i)
 		}
 	}
 	if s.Open != nil {
-		if c.open, err = restoreTurn(s.Open); err != nil {
+		if c.open, err = restoreTurn(s.Open, c.log.gen); err != nil {
 			return nil, fmt.Errorf("fold: the open request: %w", err)
 		}
 	}
 	return c, nil
 }
 
-func restoreTurn(st *StateTurn) (*turn, error) {
+func restoreTurn(st *StateTurn, gen uint64) (*turn, error) {
 	if len(st.Outputs) != 0 && len(st.Outputs) != len(st.Calls) {
 		return nil, fmt.Errorf("%d outputs for %d calls", len(st.Outputs), len(st.Calls))
 	}
-	t := &turn{assistant: make([]*omni.Message, len(st.Assistant)), calls: st.Calls, outputs: make([]*omni.Message, len(st.Calls))}
+	t := &turn{gen: gen, assistant: make([]*omni.Message, len(st.Assistant)), calls: st.Calls, outputs: make([]*omni.Message, len(st.Calls))}
 	var err error
 	for i, b := range st.Assistant {
 		if t.assistant[i], err = decodeMsg(b); err != nil {
@@ -224,13 +227,17 @@ func decodeMsg(b []byte) (*omni.Message, error) {
 	return m, nil
 }
 
-// Clone returns a copy of c that folds on independently: the messages are
-// shared (the fold never changes one), everything Apply changes is copied.
+// Clone returns a Context that folds on independently of c: O(1) when c
+// owns its entries (a Context from New, Load or Restore, as the snapshot
+// cache is). The two share every entry and message; whichever changes a
+// shared turn copies it first, and neither ever sees the other's changes
+// (entries.go).
 func (c *Context) Clone() *Context {
 	n := &Context{
 		Meta:             c.Meta,
 		Tools:            c.Tools,
-		byCall:           make(map[string]*turn, len(c.byCall)),
+		log:              c.log.clone(),
+		open:             c.open, // shared: each copies it before a change (openTurn)
 		Usage:            c.Usage,
 		LastRequestTotal: c.LastRequestTotal,
 		Turns:            c.Turns,
@@ -245,35 +252,5 @@ func (c *Context) Clone() *Context {
 		Records:          c.Records,
 	}
 	n.attemptText.WriteString(c.attemptText.String())
-	copies := make(map[*turn]*turn, len(c.entries)+1)
-	dup := func(t *turn) *turn {
-		if t == nil {
-			return nil
-		}
-		if d, ok := copies[t]; ok {
-			return d
-		}
-		d := &turn{
-			assistant: append([]*omni.Message(nil), t.assistant...),
-			calls:     append([]string(nil), t.calls...),
-			outputs:   append([]*omni.Message(nil), t.outputs...),
-		}
-		if t.interrupted != nil {
-			d.interrupted = make(map[string]bool, len(t.interrupted))
-			for id, v := range t.interrupted {
-				d.interrupted[id] = v
-			}
-		}
-		copies[t] = d
-		return d
-	}
-	n.entries = make([]entry, len(c.entries))
-	for i, e := range c.entries {
-		n.entries[i] = entry{msg: e.msg, turn: dup(e.turn)}
-	}
-	for id, t := range c.byCall {
-		n.byCall[id] = dup(t)
-	}
-	n.open = dup(c.open)
 	return n
 }

@@ -47,6 +47,20 @@ func stateCorpus(t *testing.T) map[string][]omni.Message {
 	comp = append(comp, omni.CompactionBegin(omni.CompactManual, omni.ModeDiscard, 10, 1), omni.UserText("Summarize."))
 	corpus["compactions"] = comp
 
+	// Outputs and an abort reaching turns of earlier Tasks, and a call id
+	// committed twice (an imported history): the copy-on-write paths.
+	var late []omni.Message
+	late = append(late, omni.UserText("one"))
+	late = append(late, request(omni.StatusCompleted, omni.ToolCall("exec_command", "{}", "x"), omni.ToolCall("exec_command", "{}", "y"))...)
+	late = append(late, omni.UserText("two"))
+	late = append(late, request(omni.StatusCompleted, omni.Text(omni.RoleAssistant, "meanwhile"))...)
+	late = append(late, omni.ToolCallOutput("y", "Y", ""), omni.UserText("three"))
+	late = append(late, request(omni.StatusCompleted, omni.ToolCall("exec_command", "{}", "x"))...)
+	late = append(late, omni.ToolCallOutput("x", "X2", ""), omni.ToolCallOutput("x", "X3", ""), omni.Abort(""))
+	late = append(late, omni.UserText("four"), omni.RequestBegin(), omni.ToolCall("exec_command", "{}", "z"))
+	late = append(late, omni.ToolCallOutput("z", "Z", ""))
+	corpus["late outputs"] = late
+
 	data, err := os.ReadFile("../task/testdata/replay_trace.jsonl")
 	if err != nil {
 		t.Fatal(err)

@@ -1,0 +1,126 @@
+package fold
+
+import (
+	"fmt"
+	"sync"
+	"testing"
+
+	"floe.dev/pkg/omni"
+)
+
+// A Clone and its original both fold on, in any order, and each ends
+// where the fold of the whole history ends; neither ever sees the other's
+// records (the snapshot cache folds the next Task's records while the
+// Task's clone folds its own; protocol.md §5 replay equivalence).
+func TestCloneAndOriginalFoldOnApart(t *testing.T) {
+	for name, recs := range stateCorpus(t) {
+		whole := Load(recs)
+		want := observe(t, whole)
+		for k := 0; k <= len(recs); k++ {
+			for _, j := range []int{k, k + 1, (k + len(recs) + 1) / 2, len(recs)} {
+				j = min(j, len(recs))
+				head := Load(recs[:k])
+				first := head.Clone()
+				for i := k; i < j; i++ {
+					head.Apply(&recs[i])
+				}
+				second := head.Clone()
+				third := second.Clone() // a clone's clone
+				// The clone folds a record the original never gets: a
+				// request of its own that failed, leaving the context as
+				// it was.
+				stray := append([]omni.Message{omni.UserText("only in the clone")}, request(omni.StatusFailed, omni.ToolCall("x", "{}", "stray"))...)
+				if k == len(recs) {
+					probe := Load(recs[:k]).Clone()
+					for i := range stray {
+						probe.Apply(&stray[i])
+					}
+					if observe(t, probe) == want {
+						t.Fatalf("%s: the stray records change nothing: the check below cannot fail", name)
+					}
+				}
+				for i := k; i < len(recs); i++ {
+					first.Apply(&recs[i])
+				}
+				for i := j; i < len(recs); i++ {
+					head.Apply(&recs[i])
+					third.Apply(&recs[i])
+				}
+				for i := range stray {
+					second.Apply(&stray[i])
+				}
+				for who, c := range map[string]*Context{"original": head, "first clone": first, "clone's clone": third} {
+					if got := observe(t, c); got != want {
+						t.Errorf("%s: split at %d/%d, %s =\n%s\nwant\n%s", name, k, j, who, got, want)
+					}
+				}
+				wantSecond := Load(append(append([]omni.Message(nil), recs[:j]...), stray...))
+				if got, w := observe(t, second), observe(t, wantSecond); got != w {
+					t.Errorf("%s: split at %d/%d, second clone =\n%s\nwant\n%s", name, k, j, got, w)
+				}
+			}
+		}
+	}
+}
+
+// Clone costs the same whatever the history's length: it shares the
+// entries instead of copying each turn (a Task clones the cached context
+// at its start; issue 27's CPU ratio).
+func TestCloneDoesNotCopyTheHistory(t *testing.T) {
+	allocs := func(tasks int) float64 {
+		c := New()
+		for i := range tasks {
+			m := omni.UserText(fmt.Sprintf("step %d", i))
+			c.Apply(&m)
+			for _, r := range request(omni.StatusCompleted, omni.ToolCall("x", "{}", fmt.Sprint("c", i))) {
+				c.Apply(&r)
+			}
+			out := omni.ToolCallOutput(fmt.Sprint("c", i), "ok", "")
+			c.Apply(&out)
+		}
+		return testing.AllocsPerRun(20, func() {
+			n := c.Clone()
+			m := omni.UserText("next")
+			n.Apply(&m)
+			c.Apply(&m) // the original folds on, as the cache does
+		})
+	}
+	small, large := allocs(10), allocs(2000)
+	if large > small+2 {
+		t.Fatalf("Clone + one record: %.0f allocations at 2,000 Tasks, %.0f at 10: it copies the history", large, small)
+	}
+}
+
+// The original folds in one goroutine while its clones fold and read in
+// others (the snapshot cache and the Tasks that started from it): -race
+// finds any write either makes to what the other reads.
+func TestCloneAndOriginalInDifferentGoroutines(t *testing.T) {
+	recs := stateCorpus(t)["late outputs"]
+	half := len(recs) / 2
+	head := Load(recs[:half])
+	want := observe(t, Load(recs))
+	var wg sync.WaitGroup
+	clones := make([]*Context, 4)
+	for i := range clones {
+		clones[i] = head.Clone()
+		wg.Add(1)
+		go func(c *Context) {
+			defer wg.Done()
+			for j := half; j < len(recs); j++ {
+				c.Apply(&recs[j])
+				_ = c.Messages()
+				_ = c.Unpaired()
+			}
+		}(clones[i])
+	}
+	for j := half; j < len(recs); j++ {
+		head.Apply(&recs[j])
+		_ = head.Clone().Messages()
+	}
+	wg.Wait()
+	for i, c := range append(clones, head) {
+		if got := observe(t, c); got != want {
+			t.Errorf("context %d =\n%s\nwant\n%s", i, got, want)
+		}
+	}
+}

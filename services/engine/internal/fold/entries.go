@@ -1,0 +1,228 @@
+package fold
+
+import (
+	"sync"
+	"sync/atomic"
+
+	"floe.dev/pkg/omni"
+)
+
+// entries is a Context's user messages and committed turns, kept so that
+// Clone costs O(1) whatever the Session's length (docs/history-window.md):
+//
+//   - a spine is an append-only array of entries with an index of their
+//     tool calls. One Context owns it and appends to it; its clones read a
+//     prefix of it (the first n entries) and never write it;
+//   - a clone appends to its own tail, indexed by its own map;
+//   - a turn is changed in place only by the Context that made it (its
+//     gen): another Context's turn is copied first (copy-on-write), and an
+//     element of the spine that clones read is never overwritten: the
+//     owner copies the array first (rare: an output or an abort reaching a
+//     turn of an earlier Task).
+//
+// So a Task's clone of the cached context shares its whole prefix, and the
+// cache folds the next Task's records on without copying either.
+type entries struct {
+	sp    *spine
+	n     int  // the first n entries of sp are this Context's
+	owner bool // appends go to sp (else to tail)
+	tail  []entry
+	calls map[string]int // a tail turn's call id → its entry index (n + i)
+	gen   uint64         // turns with this gen are this Context's own
+}
+
+// spine is an array of entries shared by the Context that owns it and its
+// clones. mu guards entries, calls and frozen: the owner writes under it,
+// clones read under it (a clone and its original may live in different
+// goroutines: a Task's history and the snapshot cache).
+type spine struct {
+	mu      sync.RWMutex
+	entries []entry
+	// calls maps a committed call id to the last entry index with it.
+	calls map[string]int
+	// frozen: entries below it are read by clones and never overwritten.
+	frozen int
+}
+
+var gens atomic.Uint64
+
+func newGen() uint64 { return gens.Add(1) }
+
+func newEntries() entries {
+	return entries{sp: &spine{calls: map[string]int{}}, owner: true, gen: newGen()}
+}
+
+// length is how many entries the Context has.
+func (l *entries) length() int { return l.n + len(l.tail) }
+
+// at returns entry i (the turn is shared: read it only).
+func (l *entries) at(i int) entry {
+	if i >= l.n {
+		return l.tail[i-l.n]
+	}
+	l.sp.mu.RLock()
+	defer l.sp.mu.RUnlock()
+	return l.sp.entries[i]
+}
+
+// each calls f with every entry in order (the turns are shared: f reads
+// them only, and must not call back into l's writers).
+func (l *entries) each(f func(i int, e entry)) {
+	l.sp.mu.RLock()
+	for i, e := range l.sp.entries[:l.n] {
+		f(i, e)
+	}
+	l.sp.mu.RUnlock()
+	for i, e := range l.tail {
+		f(l.n+i, e)
+	}
+}
+
+// add appends e. A turn added is indexed by its calls (a later turn's call
+// id wins).
+func (l *entries) add(e entry) {
+	if e.turn != nil && e.turn.gen != l.gen {
+		// A turn another Context may hold (an open request begun before a
+		// Clone): this Context's copy from now on.
+		e.turn = e.turn.dup(l.gen)
+	}
+	if !l.owner {
+		i := l.length()
+		l.tail = append(l.tail, e)
+		if e.turn != nil {
+			if l.calls == nil {
+				l.calls = map[string]int{}
+			}
+			for _, id := range e.turn.calls {
+				l.calls[id] = i
+			}
+		}
+		return
+	}
+	sp := l.sp
+	sp.mu.Lock()
+	defer sp.mu.Unlock()
+	sp.entries = append(sp.entries, e)
+	if e.turn != nil {
+		for _, id := range e.turn.calls {
+			sp.calls[id] = l.n
+		}
+	}
+	l.n++
+}
+
+// find returns the index of the last committed turn with call id, or -1.
+func (l *entries) find(id string) int {
+	if i, ok := l.calls[id]; ok {
+		return i
+	}
+	sp := l.sp
+	sp.mu.RLock()
+	defer sp.mu.RUnlock()
+	i, ok := sp.calls[id]
+	if !ok {
+		return -1
+	}
+	if i < l.n {
+		return i
+	}
+	// The owner has since committed a turn with the same id (ids are
+	// Session-unique, so only an imported history has such): look in
+	// this Context's part.
+	for j := l.n - 1; j >= 0; j-- {
+		if t := sp.entries[j].turn; t != nil && t.has(id) {
+			return j
+		}
+	}
+	return -1
+}
+
+// mutable returns entry i's turn, this Context's own to change: a turn
+// another Context may hold is copied and the copy put in its place.
+func (l *entries) mutable(i int) *turn {
+	if i >= l.n {
+		e := &l.tail[i-l.n]
+		if e.turn.gen != l.gen {
+			e.turn = e.turn.dup(l.gen)
+		}
+		return e.turn
+	}
+	if !l.owner || i < l.frozenAt() {
+		// The element is read by another Context: take a private array.
+		l.detach()
+	}
+	sp := l.sp
+	sp.mu.Lock()
+	defer sp.mu.Unlock()
+	e := &sp.entries[i]
+	if e.turn.gen != l.gen {
+		e.turn = e.turn.dup(l.gen)
+	}
+	return e.turn
+}
+
+func (l *entries) frozenAt() int {
+	l.sp.mu.RLock()
+	defer l.sp.mu.RUnlock()
+	return l.sp.frozen
+}
+
+// detach makes l the owner of a new spine holding its entries (their
+// turns still shared: mutable copies them).
+func (l *entries) detach() {
+	sp := &spine{calls: make(map[string]int, len(l.sp.calls)+len(l.calls))}
+	sp.entries = make([]entry, 0, l.length()+1)
+	l.each(func(i int, e entry) {
+		sp.entries = append(sp.entries, e)
+		if e.turn != nil {
+			for _, id := range e.turn.calls {
+				sp.calls[id] = i
+			}
+		}
+	})
+	*l = entries{sp: sp, n: len(sp.entries), owner: true, gen: l.gen}
+}
+
+// clone returns entries that share l's: the returned and l fold on
+// independently. O(1) when l owns its spine (the snapshot cache does).
+func (l *entries) clone() entries {
+	if !l.owner {
+		// A clone's clone: give it a spine of its own first (never on the
+		// engine's path, where only the cache is cloned).
+		l.detach()
+	}
+	sp := l.sp
+	sp.mu.Lock()
+	sp.frozen = l.n
+	sp.mu.Unlock()
+	// Both get a new gen: the turns made so far are shared now.
+	l.gen = newGen()
+	return entries{sp: sp, n: l.n, gen: newGen()}
+}
+
+// has reports whether t has a call id.
+func (t *turn) has(id string) bool {
+	for _, c := range t.calls {
+		if c == id {
+			return true
+		}
+	}
+	return false
+}
+
+// dup returns a copy of t that gen's Context may change.
+func (t *turn) dup(gen uint64) *turn {
+	d := &turn{
+		gen:       gen,
+		assistant: append([]*omni.Message(nil), t.assistant...),
+		calls:     append([]string(nil), t.calls...),
+		outputs:   append([]*omni.Message(nil), t.outputs...),
+	}
+	if t.interrupted != nil {
+		d.interrupted = make(map[string]bool, len(t.interrupted))
+		for id, v := range t.interrupted {
+			d.interrupted[id] = v
+		}
+	}
+	return d
+}
