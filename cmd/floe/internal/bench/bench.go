@@ -57,6 +57,11 @@ type Config struct {
 	TracerRecords  int
 	// LongTasks is how many Tasks the long scenario runs in one Session.
 	LongTasks int
+	// LongProfiles, when set, is a directory where the long scenario
+	// writes a CPU profile of its early Tasks (long-early.prof) and one of
+	// its late Tasks (long-late.prof), to compare with pprof -diff_base.
+	// Not with a whole-run CPU profile (one profile at a time).
+	LongProfiles string
 	// LowRateDeltas is how many deltas each Task of the lowrate scenario
 	// streams (at about 500 a second), LowRateRuns how many Tasks it runs
 	// with the tracer and as many without.

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"runtime/pprof"
 	"slices"
 	"time"
 
@@ -82,7 +83,14 @@ func runLong(ctx context.Context, c *Config, p *progress) (*LongResult, error) {
 	}
 	p.logf("long: %d Tasks in one Session", n)
 	var times, cpus []time.Duration
+	// The profiles cover more Tasks than the medians, for enough samples.
+	span := min(4*longBucket, (n-10)/2)
+	prof := bucketProfiler{dir: c.LongProfiles, spans: map[int]string{10: "long-early.prof", n - span: "long-late.prof"}, length: span}
+	defer prof.stop()
 	for i := range n {
+		if err := prof.at(i); err != nil {
+			return nil, err
+		}
 		t0, c0 := time.Now(), processCPU()
 		id, err := e.api.SubmitTask(ctx, s.ID, client.TaskRequest{Input: []client.InputPart{{Type: client.InputText, Text: fmt.Sprintf("step %d: what is in this folder?", i)}}})
 		if err != nil {
@@ -97,6 +105,7 @@ func runLong(ctx context.Context, c *Config, p *progress) (*LongResult, error) {
 			p.logf("long: %d Tasks, the last took %v", i+1, times[i].Round(time.Microsecond))
 		}
 	}
+	prof.stop()
 	median := func(d []time.Duration) time.Duration {
 		d = slices.Clone(d)
 		slices.Sort(d)
@@ -210,4 +219,46 @@ func dirBytes(dir string) int64 {
 		return nil
 	})
 	return n
+}
+
+// bucketProfiler writes a CPU profile of each span of Tasks: spans maps
+// the first Task of a span to its file in dir (no dir: none).
+type bucketProfiler struct {
+	dir    string
+	spans  map[int]string
+	length int
+	f      *os.File
+	end    int
+}
+
+// at is called before Task i.
+func (b *bucketProfiler) at(i int) error {
+	if b.dir == "" {
+		return nil
+	}
+	if b.f != nil && i == b.end {
+		b.stop()
+	}
+	name, ok := b.spans[i]
+	if !ok || b.f != nil {
+		return nil
+	}
+	f, err := os.Create(filepath.Join(b.dir, name))
+	if err != nil {
+		return fmt.Errorf("bench: %w", err)
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return fmt.Errorf("bench: profile %s: %w", name, err)
+	}
+	b.f, b.end = f, i+b.length
+	return nil
+}
+
+func (b *bucketProfiler) stop() {
+	if b.f != nil {
+		pprof.StopCPUProfile()
+		b.f.Close()
+		b.f = nil
+	}
 }

@@ -349,6 +349,9 @@ func (c *Context) PendingCompaction() (reason, mode string, ok bool) {
 // died mid-request).
 func (c *Context) OpenRequest() bool { return c.open != nil }
 
+// Len is how many user messages and committed turns the context holds.
+func (c *Context) Len() int { return c.log.length() }
+
 // Empty reports whether the context holds no messages.
 func (c *Context) Empty() bool { return c.log.length() == 0 && c.Summary == "" }
 

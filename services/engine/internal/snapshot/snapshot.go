@@ -10,7 +10,10 @@
 //
 //   - the omni.SnapshotsBucket KV bucket, so any engine replica (or this one
 //     after a restart) starts from it: msgpack, versioned, written when
-//     Every records were folded since the stored one;
+//     Every records, and Grow times as many as the context has entries,
+//     were folded since the stored one (so writing it costs O(1) per
+//     record however long the Session: the whole context is encoded at
+//     most once per as many records as it holds entries);
 //   - this engine's memory, for the Sessions it ran last (Keep of them), so
 //     the next Task here folds one Task's records and decodes nothing else.
 //
@@ -44,6 +47,7 @@ const Version = 1
 // Defaults of Store.
 const (
 	DefaultEvery = 256
+	DefaultGrow  = 1
 	DefaultKeep  = 64
 )
 
@@ -117,9 +121,9 @@ type Store struct {
 	home string
 	log  zerolog.Logger
 	// Every is how many records are folded after the stored snapshot
-	// before a new one is stored; Keep how many Sessions' contexts stay in
-	// memory.
-	Every, Keep int
+	// before a new one is stored, and at least Grow times the context's
+	// entries; Keep how many Sessions' contexts stay in memory.
+	Every, Grow, Keep int
 
 	mu    sync.Mutex
 	mem   map[string]*list.Element // of *held; mu
@@ -143,7 +147,7 @@ type held struct {
 // exist (a layout set up before snapshots), the Store keeps snapshots in
 // memory only and says so in the log. home is FLOE_HOME (the Traces).
 func Open(ctx context.Context, js jetstream.JetStream, home string, log zerolog.Logger) *Store {
-	s := &Store{js: js, home: home, log: log, Every: DefaultEvery, Keep: DefaultKeep,
+	s := &Store{js: js, home: home, log: log, Every: DefaultEvery, Grow: DefaultGrow, Keep: DefaultKeep,
 		mem: map[string]*list.Element{}, order: list.New()}
 	kv, err := js.KeyValue(ctx, omni.SnapshotsBucket)
 	if err != nil {
@@ -297,7 +301,7 @@ func (s *Store) full(ctx context.Context, sid string, created, epoch int64, befo
 // the stored one. A snapshot that cannot be stored is logged: the next
 // Task on another engine folds more, nothing else changes.
 func (s *Store) keep(ctx context.Context, h *held) {
-	if s.kv != nil && (h.stored < 0 || h.fc.Records-h.stored >= s.Every) {
+	if s.kv != nil && (h.stored < 0 || h.fc.Records-h.stored >= max(s.Every, s.Grow*h.fc.Len())) {
 		if err := s.put(ctx, h); err != nil {
 			s.log.Warn().Err(err).Str("session_id", h.sid).Uint64("seq", h.seq).Msg("cannot store the context snapshot")
 		} else {

@@ -43,7 +43,7 @@ func newFixture(t *testing.T) *fixture {
 
 func (f *fixture) store() *Store {
 	s := Open(f.ctx, f.env.JS, "", zerolog.New(f.log))
-	s.Every = 1
+	s.Every, s.Grow = 1, 0
 	return s
 }
 
@@ -174,6 +174,42 @@ func TestLoadFromSnapshotEqualsTheFullFold(t *testing.T) {
 	}
 	if !strings.Contains(f.log.String(), `"reason":"none stored"`) {
 		t.Fatalf("the first full fold does not say why:\n%s", f.log)
+	}
+}
+
+// A Session's stored snapshot is rewritten at most once per as many
+// records as its context has entries (Grow): the whole context is encoded
+// O(1) times per record however long the Session, and another engine
+// still starts from the stored one and ends with the full fold.
+func TestStoredSnapshotsThinOutAsTheContextGrows(t *testing.T) {
+	f := newFixture(t)
+	created := time.Now().UnixMilli()
+	a := f.store()
+	a.Grow = 1
+	stream, err := f.env.JS.Stream(f.ctx, "KV_"+omni.SnapshotsBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	puts := func() uint64 {
+		info, err := stream.Info(f.ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return info.State.LastSeq
+	}
+	const tasks = 40
+	for i := range tasks {
+		f.task(fmt.Sprintf("prompt %d", i), i%3 == 0)
+		f.load(a, created)
+	}
+	// 2 entries and 6–8 records a Task: a put when the records since the
+	// last reach the entries, about every third of the Tasks so far.
+	if n := puts(); n < 3 || n > 15 {
+		t.Fatalf("%d snapshots stored over %d Tasks, want 3–15 (one every Task would be %d)", n, tasks, tasks)
+	}
+	want, wantLast := f.whole()
+	if got, last := f.load(f.store(), created); got != want || !f.covers(last, wantLast) {
+		t.Fatalf("another engine: Load =\n%s(last %d)\nwant\n%s(last %d)", got, last, want, wantLast)
 	}
 }
 

@@ -105,7 +105,7 @@ func TestSnapshotsNeverChangeTheModelRequests(t *testing.T) {
 	}
 	bucket := func(h *harness, log zerolog.Logger) *snapshot.Store { // a new engine each Task
 		s := snapshot.Open(context.Background(), h.env.JS, "", log)
-		s.Every = 1
+		s.Every, s.Grow = 1, 0
 		return s
 	}
 	for name, store := range map[string]func(*harness, zerolog.Logger) *snapshot.Store{"memory": memory, "bucket": bucket} {
