@@ -2,6 +2,7 @@ package fold
 
 import (
 	"fmt"
+	"slices"
 	"sync"
 	"testing"
 
@@ -121,6 +122,40 @@ func TestCloneAndOriginalInDifferentGoroutines(t *testing.T) {
 	for i, c := range append(clones, head) {
 		if got := observe(t, c); got != want {
 			t.Errorf("context %d =\n%s\nwant\n%s", i, got, want)
+		}
+	}
+}
+
+// Backward is Messages newest first, and CallIDs the ids of Messages's
+// tool calls, at every point of every history.
+func TestBackwardAndCallIDsAgreeWithMessages(t *testing.T) {
+	for name, recs := range stateCorpus(t) {
+		c := New()
+		for k := 0; k <= len(recs); k++ {
+			if k > 0 {
+				c.Apply(&recs[k-1])
+			}
+			msgs := c.Messages()
+			var ids []string
+			for _, m := range msgs {
+				if m.Payload.Type == omni.TypeToolCall {
+					ids = append(ids, m.Payload.ToolCallID)
+				}
+			}
+			var back []*omni.Message
+			for m := range c.Backward() {
+				back = append(back, m)
+			}
+			slices.Reverse(back)
+			if got, want := summary(back), summary(msgs); !slices.Equal(got, want) {
+				t.Fatalf("%s at %d: Backward reversed =\n%v\nwant\n%v", name, k, got, want)
+			}
+			if got := slices.Collect(c.CallIDs()); !slices.Equal(got, ids) {
+				t.Fatalf("%s at %d: CallIDs = %v, want %v", name, k, got, ids)
+			}
+			for range c.Backward() {
+				break // stopping early is fine
+			}
 		}
 	}
 }

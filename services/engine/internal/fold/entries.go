@@ -78,6 +78,15 @@ func (l *entries) each(f func(i int, e entry)) {
 	}
 }
 
+// read calls f with the entries in order, in one or two runs (the turns
+// are shared: f reads them only, and must not call back into l).
+func (l *entries) read(f func([]entry)) {
+	l.sp.mu.RLock()
+	f(l.sp.entries[:l.n])
+	l.sp.mu.RUnlock()
+	f(l.tail)
+}
+
 // add appends e. A turn added is indexed by its calls (a later turn's call
 // id wins).
 func (l *entries) add(e entry) {

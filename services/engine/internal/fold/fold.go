@@ -12,6 +12,7 @@
 package fold
 
 import (
+	"iter"
 	"strings"
 
 	"floe.dev/pkg/omni"
@@ -367,22 +368,87 @@ func (c *Context) Messages() []*omni.Message {
 		m := omni.UserText(omni.Block(omni.TagContextSummary, c.Summary))
 		out = append(out, &m)
 	}
-	c.log.each(func(_ int, e entry) {
-		if e.msg != nil {
-			out = append(out, e.msg)
-			return
-		}
-		out = append(out, e.turn.assistant...)
-		for i, id := range e.turn.calls {
-			if o := e.turn.outputs[i]; o != nil {
-				out = append(out, o)
-			} else {
-				m := omni.ToolCallOutput(id, omni.InterruptedOutput, omni.StatusAborted)
-				out = append(out, &m)
+	add := func(es []entry) {
+		for _, e := range es {
+			if e.msg != nil {
+				out = append(out, e.msg)
+				continue
+			}
+			for _, m := range e.turn.assistant {
+				out = append(out, m)
+			}
+			for i, id := range e.turn.calls {
+				if o := e.turn.outputs[i]; o != nil {
+					out = append(out, o)
+				} else {
+					m := omni.ToolCallOutput(id, omni.InterruptedOutput, omni.StatusAborted)
+					out = append(out, &m)
+				}
 			}
 		}
-	})
+	}
+	c.log.read(add)
 	return out
+}
+
+// Backward yields the messages Messages returns, newest first, without
+// building the list: for readers that look at the last few (a Task's
+// answer, its title material), at O(1) per message they read.
+func (c *Context) Backward() iter.Seq[*omni.Message] {
+	return func(yield func(*omni.Message) bool) {
+		for i := c.log.length() - 1; i >= 0; i-- {
+			e := c.log.at(i)
+			if e.msg != nil {
+				if !yield(e.msg) {
+					return
+				}
+				continue
+			}
+			for j := len(e.turn.calls) - 1; j >= 0; j-- {
+				o := e.turn.outputs[j]
+				if o == nil {
+					m := omni.ToolCallOutput(e.turn.calls[j], omni.InterruptedOutput, omni.StatusAborted)
+					o = &m
+				}
+				if !yield(o) {
+					return
+				}
+			}
+			for j := len(e.turn.assistant) - 1; j >= 0; j-- {
+				if !yield(e.turn.assistant[j]) {
+					return
+				}
+			}
+		}
+		if c.Summary != "" {
+			m := omni.UserText(omni.Block(omni.TagContextSummary, c.Summary))
+			yield(&m)
+		}
+	}
+}
+
+// CallIDs yields the ids of the committed tool calls in the context (those
+// of the tool_call messages Messages returns), oldest first.
+func (c *Context) CallIDs() iter.Seq[string] {
+	return func(yield func(string) bool) {
+		var ids []string
+		c.log.read(func(es []entry) {
+			for _, e := range es {
+				if e.turn != nil {
+					for _, m := range e.turn.assistant {
+						if m.Payload.Type == omni.TypeToolCall {
+							ids = append(ids, m.Payload.ToolCallID)
+						}
+					}
+				}
+			}
+		})
+		for _, id := range ids {
+			if !yield(id) {
+				return
+			}
+		}
+	}
 }
 
 // ExtractSummary applies the tolerance ladder to a compaction output: the

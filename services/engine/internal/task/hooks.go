@@ -88,9 +88,8 @@ func (r *Runner) stopHooks(ctx, actx context.Context, canContinue bool) (input s
 func (r *Runner) lastText() string {
 	var text string
 	r.hist.read(func(fc *fold.Context) {
-		msgs := fc.Messages()
-		for i := len(msgs) - 1; i >= 0; i-- {
-			p := &msgs[i].Payload
+		for m := range fc.Backward() {
+			p := &m.Payload
 			if p.Role == omni.RoleUser && p.Type == omni.TypeText {
 				return // the last answer is older than the last input
 			}

@@ -278,10 +278,8 @@ func (r *Runner) Run(ctx context.Context) (status string, err error) {
 	r.prod.replayed = lastSeq
 	r.hist.read(func(fc *fold.Context) {
 		r.llm.usage = fc.Usage
-		for _, m := range fc.Messages() {
-			if m.Payload.Type == omni.TypeToolCall {
-				r.llm.ids.Observe(m.Payload.ToolCallID)
-			}
+		for id := range fc.CallIDs() {
+			r.llm.ids.Observe(id)
 		}
 	})
 

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"floe.dev/pkg/omni"
+	"floe.dev/services/engine/internal/fold"
 	"floe.dev/services/engine/internal/model"
 )
 
@@ -101,18 +102,19 @@ func (r *Runner) titleMaterial() (user, assistant string) {
 	}
 	// The answer: the assistant texts after the last user text (the
 	// Task's input, or steering that came in it).
-	msgs := r.hist.messages()
 	var a []string
-	for i := len(msgs) - 1; i >= 0; i-- {
-		pl := &msgs[i].Payload
-		if pl.Type != omni.TypeText {
-			continue
+	r.hist.read(func(fc *fold.Context) {
+		for m := range fc.Backward() {
+			pl := &m.Payload
+			if pl.Type != omni.TypeText {
+				continue
+			}
+			if pl.Role == omni.RoleUser {
+				break
+			}
+			a = append(a, pl.Text)
 		}
-		if pl.Role == omni.RoleUser {
-			break
-		}
-		a = append(a, pl.Text)
-	}
+	})
 	slices.Reverse(a)
 	return strings.Join(u, "\n"), strings.Join(a, "\n")
 }
