@@ -374,9 +374,7 @@ func (c *Context) Messages() []*omni.Message {
 				out = append(out, e.msg)
 				continue
 			}
-			for _, m := range e.turn.assistant {
-				out = append(out, m)
-			}
+			out = append(out, e.turn.assistant...)
 			for i, id := range e.turn.calls {
 				if o := e.turn.outputs[i]; o != nil {
 					out = append(out, o)
