@@ -421,6 +421,9 @@ func lookPath(name string, env []string) (string, error) {
 // devices are the /dev nodes a call gets (read-write).
 var devices = []string{"null", "zero", "full", "random", "urandom", "tty"}
 
+// devLinks are the usual links of a minimal /dev into /proc.
+var devLinks = map[string]string{"fd": "/proc/self/fd", "stdin": "/proc/self/fd/0", "stdout": "/proc/self/fd/1", "stderr": "/proc/self/fd/2"}
+
 // enterView builds the call's file tree on a tmpfs mounted on the staging
 // directory and pivots the thread into it.
 func (p *Proc) enterView(ns *pidNS) error {
@@ -537,7 +540,7 @@ func (p *Proc) enterView(ns *pidNS) error {
 			return fmt.Errorf("bind /dev/%s: %w", d, err)
 		}
 	}
-	for name, target := range map[string]string{"fd": "/proc/self/fd", "stdin": "/proc/self/fd/0", "stdout": "/proc/self/fd/1", "stderr": "/proc/self/fd/2"} {
+	for name, target := range devLinks {
 		if err := os.Symlink(target, at("/dev/"+name)); err != nil && !errors.Is(err, os.ErrExist) {
 			return err
 		}

@@ -254,6 +254,9 @@ func mountView(spec initSpec) error {
 			}
 		}
 	}
+	if err := minimalDev(); err != nil {
+		return err
+	}
 	// Read-only: uid 0 may write most of /proc/sys by file mode alone.
 	if err := unix.Mount("proc", "/proc", "proc", unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, ""); err != nil {
 		return fmt.Errorf("mount /proc: %w", err)
@@ -264,6 +267,41 @@ func mountView(spec initSpec) error {
 		}
 	}
 	return nil
+}
+
+// minimalDev replaces the host's /dev in the helper's mount namespace by
+// the direct start's: a tmpfs holding only the harmless device nodes and
+// the usual links into /proc. Landlock alone let a call read every device
+// node the host's /dev holds, and uid 0 (a root service) opens a raw disk
+// by file mode: the whole $FLOE_HOME, read around the rules.
+func minimalDev() error {
+	var keep []string
+	var fds []int
+	for _, d := range devices {
+		fd, err := unix.Open("/dev/"+d, unix.O_PATH|unix.O_CLOEXEC, 0)
+		if err != nil {
+			continue
+		}
+		defer unix.Close(fd)
+		keep, fds = append(keep, d), append(fds, fd)
+	}
+	if err := unix.Mount("tmpfs", "/dev", "tmpfs", unix.MS_NOSUID|unix.MS_NOEXEC, "mode=755,size=64k"); err != nil {
+		return fmt.Errorf("mount /dev: %w", err)
+	}
+	for i, d := range keep {
+		if err := touch("/dev/" + d); err != nil {
+			return fmt.Errorf("/dev/%s: %w", d, err)
+		}
+		if err := unix.Mount(fmt.Sprintf("/proc/self/fd/%d", fds[i]), "/dev/"+d, "", unix.MS_BIND, ""); err != nil {
+			return fmt.Errorf("/dev/%s: %w", d, err)
+		}
+	}
+	for name, target := range devLinks {
+		if err := os.Symlink(target, "/dev/"+name); err != nil {
+			return fmt.Errorf("/dev/%s: %w", name, err)
+		}
+	}
+	return unix.Mount("", "/dev", "", unix.MS_REMOUNT|unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NOEXEC, "")
 }
 
 // touch creates an empty file at p (and its directories) if none is there.

@@ -14,7 +14,8 @@ import (
 // the kernel lets uid 0 write most of /proc/sys by file mode alone,
 // whatever its capabilities (the host's hostname, core_pattern — a program
 // run as full root at the next crash — or /proc/sysrq-trigger): its /proc
-// must not be writable. The check opens each file for writing and writes
+// must not be writable, and its /dev must hold no device but the harmless
+// ones (uid 0 reads a raw disk by file mode). The check opens each file for writing and writes
 // nothing, so it changes nothing on a host that fails it. Both the calls
 // the sandbox starts itself and the processes a caller starts (External:
 // MCP servers) are checked.
@@ -29,10 +30,17 @@ func TestConfinedCallHasNoPrivilege(t *testing.T) {
 	cmd := "for f in " + strings.Join(files, " ") + `; do
 	  if [ -e "$f" ] && (: >> "$f") 2>/dev/null; then echo "WRITABLE $f"; fi
 	done
+	for d in /dev/* /dev/*/*; do
+	  case "${d#/dev/}" in null|zero|full|random|urandom|tty|pts/ptmx) continue ;; esac
+	  if [ ! -L "$d" ] && { [ -b "$d" ] || [ -c "$d" ]; }; then echo "DEVICE $d"; fi
+	done
 	[ -r /proc/self/status ] && echo READS-PROC
 	grep -E '^Cap(Prm|Eff|Bnd|Amb):' /proc/self/status`
 	check := func(t *testing.T, out string) {
 		t.Helper()
+		if strings.Contains(out, "DEVICE") {
+			t.Errorf("a confined call sees device nodes beyond the harmless ones:\n%s", out)
+		}
 		if strings.Contains(out, "WRITABLE") {
 			t.Errorf("a confined call can write kernel settings:\n%s", out)
 		}
