@@ -25,9 +25,6 @@ package main
 
 import (
 	"context"
-	"errors"
-	"flag"
-	"fmt"
 	"os"
 
 	"github.com/nats-io/nats.go"
@@ -39,37 +36,23 @@ import (
 )
 
 func main() {
-	if err := run(); err != nil {
-		fmt.Fprintln(os.Stderr, "engine:", err)
-		os.Exit(1)
-	}
-}
-
-func run() error {
-	fs := flag.NewFlagSet("engine", flag.ContinueOnError)
-	m := svc.NewMain("engine", fs)
-	cfg, err := engine.FromEnv(os.Getenv)
-	if err != nil {
-		return err
-	}
-	cfg.Flags(fs)
-	if err := fs.Parse(os.Args[1:]); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return nil
-		}
-		return err
-	}
-	// Hook commands run confined like tools: Floe's listeners this engine
-	// knows of besides its NATS servers (which Run adds) are closed to them.
-	cfg.Hooks.Sandbox.DenyAddrs(os.Getenv("FLOE_HTTP_ADDR"), os.Getenv("FLOE_METRICS_ADDR"))
-	cfg.Metrics = m.Metrics()
-	if err := cfg.Validate(); err != nil {
-		return err
-	}
-	return m.Run(func(ctx context.Context, nc *nats.Conn, log zerolog.Logger) error {
-		return telemetry.Run(ctx, "floe-engine", os.Getenv, func(tel *telemetry.Provider) error {
-			cfg.Telemetry = tel
-			return engine.Run(ctx, nc, cfg, log)
-		})
-	})
+	svc.Service[engine.Config]{
+		Name:     "engine",
+		FromEnv:  engine.FromEnv,
+		Flags:    (*engine.Config).Flags,
+		Validate: (*engine.Config).Validate,
+		Prepare: func(cfg *engine.Config, m *svc.Main) {
+			// Hook commands run confined like tools: Floe's listeners this
+			// engine knows of besides its NATS servers (which Run adds) are
+			// closed to them.
+			cfg.Hooks.Sandbox.DenyAddrs(os.Getenv("FLOE_HTTP_ADDR"), os.Getenv("FLOE_METRICS_ADDR"))
+			cfg.Metrics = m.Metrics()
+		},
+		Run: func(ctx context.Context, nc *nats.Conn, cfg engine.Config, log zerolog.Logger) error {
+			return telemetry.Run(ctx, "floe-engine", os.Getenv, func(tel *telemetry.Provider) error {
+				cfg.Telemetry = tel
+				return engine.Run(ctx, nc, cfg, log)
+			})
+		},
+	}.Exit()
 }

@@ -23,9 +23,6 @@ package main
 
 import (
 	"context"
-	"errors"
-	"flag"
-	"fmt"
 	"os"
 
 	"github.com/nats-io/nats.go"
@@ -37,34 +34,19 @@ import (
 )
 
 func main() {
-	if err := run(); err != nil {
-		fmt.Fprintln(os.Stderr, "gateway:", err)
-		os.Exit(1)
-	}
-}
-
-func run() error {
-	fs := flag.NewFlagSet("gateway", flag.ContinueOnError)
-	m := svc.NewMain("gateway", fs)
-	cfg, err := gateway.FromEnv(os.Getenv)
-	if err != nil {
-		return err
-	}
-	cfg.Flags(fs)
-	if err := fs.Parse(os.Args[1:]); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return nil
-		}
-		return err
-	}
-	cfg.DetachSSE, cfg.Metrics, cfg.Gatherer = true, m.Metrics(), m.Metrics()
-	if err := cfg.Validate(); err != nil {
-		return err
-	}
-	return m.Run(func(ctx context.Context, nc *nats.Conn, log zerolog.Logger) error {
-		return telemetry.Run(ctx, "floe-gateway", os.Getenv, func(tel *telemetry.Provider) error {
-			cfg.Telemetry = tel
-			return gateway.Run(ctx, nc, cfg, log)
-		})
-	})
+	svc.Service[gateway.Config]{
+		Name:     "gateway",
+		FromEnv:  gateway.FromEnv,
+		Flags:    (*gateway.Config).Flags,
+		Validate: (*gateway.Config).Validate,
+		Prepare: func(cfg *gateway.Config, m *svc.Main) {
+			cfg.DetachSSE, cfg.Metrics, cfg.Gatherer = true, m.Metrics(), m.Metrics()
+		},
+		Run: func(ctx context.Context, nc *nats.Conn, cfg gateway.Config, log zerolog.Logger) error {
+			return telemetry.Run(ctx, "floe-gateway", os.Getenv, func(tel *telemetry.Provider) error {
+				cfg.Telemetry = tel
+				return gateway.Run(ctx, nc, cfg, log)
+			})
+		},
+	}.Exit()
 }

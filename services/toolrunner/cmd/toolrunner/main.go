@@ -23,9 +23,6 @@ package main
 
 import (
 	"context"
-	"errors"
-	"flag"
-	"fmt"
 	"os"
 
 	"github.com/nats-io/nats.go"
@@ -37,37 +34,22 @@ import (
 )
 
 func main() {
-	if err := run(); err != nil {
-		fmt.Fprintln(os.Stderr, "toolrunner:", err)
-		os.Exit(1)
-	}
-}
-
-func run() error {
-	fs := flag.NewFlagSet("toolrunner", flag.ContinueOnError)
-	m := svc.NewMain("toolrunner", fs)
-	cfg, err := toolrunner.FromEnv(os.Getenv)
-	if err != nil {
-		return err
-	}
-	cfg.Flags(fs)
-	if err := fs.Parse(os.Args[1:]); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return nil
-		}
-		return err
-	}
-	// Floe's listeners this runner knows of besides its NATS servers,
-	// which Run adds.
-	cfg.Sandbox.DenyAddrs(os.Getenv("FLOE_HTTP_ADDR"), os.Getenv("FLOE_METRICS_ADDR"))
-	cfg.Metrics = m.Metrics()
-	if err := cfg.Validate(); err != nil {
-		return err
-	}
-	return m.Run(func(ctx context.Context, nc *nats.Conn, log zerolog.Logger) error {
-		return telemetry.Run(ctx, "floe-toolrunner", os.Getenv, func(tel *telemetry.Provider) error {
-			cfg.Telemetry = tel
-			return toolrunner.Run(ctx, nc, cfg, log)
-		})
-	})
+	svc.Service[toolrunner.Config]{
+		Name:     "toolrunner",
+		FromEnv:  toolrunner.FromEnv,
+		Flags:    (*toolrunner.Config).Flags,
+		Validate: (*toolrunner.Config).Validate,
+		Prepare: func(cfg *toolrunner.Config, m *svc.Main) {
+			// Floe's listeners this runner knows of besides its NATS
+			// servers, which Run adds.
+			cfg.Sandbox.DenyAddrs(os.Getenv("FLOE_HTTP_ADDR"), os.Getenv("FLOE_METRICS_ADDR"))
+			cfg.Metrics = m.Metrics()
+		},
+		Run: func(ctx context.Context, nc *nats.Conn, cfg toolrunner.Config, log zerolog.Logger) error {
+			return telemetry.Run(ctx, "floe-toolrunner", os.Getenv, func(tel *telemetry.Provider) error {
+				cfg.Telemetry = tel
+				return toolrunner.Run(ctx, nc, cfg, log)
+			})
+		},
+	}.Exit()
 }

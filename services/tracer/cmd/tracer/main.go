@@ -19,45 +19,17 @@
 package main
 
 import (
-	"context"
-	"errors"
-	"flag"
-	"fmt"
-	"os"
-
-	"github.com/nats-io/nats.go"
-	"github.com/rs/zerolog"
-
 	"floe.dev/pkg/bus/svc"
 	"floe.dev/services/tracer"
 )
 
 func main() {
-	if err := run(); err != nil {
-		fmt.Fprintln(os.Stderr, "tracer:", err)
-		os.Exit(1)
-	}
-}
-
-func run() error {
-	fs := flag.NewFlagSet("tracer", flag.ContinueOnError)
-	m := svc.NewMain("tracer", fs)
-	cfg, err := tracer.FromEnv(os.Getenv)
-	if err != nil {
-		return err
-	}
-	cfg.Flags(fs)
-	if err := fs.Parse(os.Args[1:]); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return nil
-		}
-		return err
-	}
-	cfg.Metrics = m.Metrics()
-	if err := cfg.Validate(); err != nil {
-		return err
-	}
-	return m.Run(func(ctx context.Context, nc *nats.Conn, log zerolog.Logger) error {
-		return tracer.Run(ctx, nc, cfg, log)
-	})
+	svc.Service[tracer.Config]{
+		Name:     "tracer",
+		FromEnv:  tracer.FromEnv,
+		Flags:    (*tracer.Config).Flags,
+		Validate: (*tracer.Config).Validate,
+		Prepare:  func(cfg *tracer.Config, m *svc.Main) { cfg.Metrics = m.Metrics() },
+		Run:      tracer.Run,
+	}.Exit()
 }
