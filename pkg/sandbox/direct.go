@@ -351,7 +351,9 @@ func readAt(dir int, name string) ([]byte, error) {
 func (p *Proc) endCall(ns *pidNS, pidfd, nsPid, mnt int) {
 	p.watchLimits()
 	p.ended = make(chan struct{})
+	p.sb.sp.wg.Add(1)
 	go func() {
+		defer p.sb.sp.wg.Done()
 		fds := []unix.PollFd{{Fd: int32(pidfd), Events: unix.POLLIN}}
 		for {
 			if _, err := unix.Poll(fds, -1); !errors.Is(err, unix.EINTR) {
@@ -685,7 +687,9 @@ func (p *Proc) watchLimits() {
 	w := watcher{self: -1, proc: fmt.Sprintf("/proc/self/fd/%d", fd),
 		memory: int64(p.sb.cfg.MemoryMB) << 20, pids: p.sb.cfg.Pids}
 	l.fd, l.w = fd, &w
+	p.sb.sp.wg.Add(1)
 	go func() {
+		defer p.sb.sp.wg.Done()
 		defer close(l.stopped)
 		tick := time.NewTicker(watchEvery)
 		defer tick.Stop()

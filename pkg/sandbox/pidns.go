@@ -29,56 +29,102 @@ type pidNS struct {
 	ack  *os.File // from the init: one byte per reset done
 	fd   int      // the PID namespace
 	dead chan struct{}
+	pool *nsPool // once listed in it
+	once sync.Once
 }
 
 // nsPool holds the free namespaces of one spawner.
 type nsPool struct {
 	mu     sync.Mutex
 	free   []*pidNS
+	all    map[*pidNS]bool // every namespace not yet closed, free or in use
 	closed bool
 }
 
 // get returns a free namespace, starting one if none is; it runs on the
 // spawner thread (the init's parent, whose death kills it).
 func (p *nsPool) get(sp *spawner) (*pidNS, error) {
-	p.mu.Lock()
-	for len(p.free) > 0 {
+	for {
+		p.mu.Lock()
+		if len(p.free) == 0 {
+			p.mu.Unlock()
+			break
+		}
 		ns := p.free[len(p.free)-1]
 		p.free = p.free[:len(p.free)-1]
+		p.mu.Unlock()
 		select {
 		case <-ns.dead:
 			ns.close()
 			continue
 		default:
 		}
-		p.mu.Unlock()
 		return ns, nil
 	}
+	ns, err := startNS(sp)
+	if err != nil {
+		return nil, err
+	}
+	p.mu.Lock()
+	closed := p.closed
+	if !closed {
+		if p.all == nil {
+			p.all = map[*pidNS]bool{}
+		}
+		p.all[ns] = true
+		ns.pool = p
+	}
 	p.mu.Unlock()
-	return startNS(sp)
+	if closed {
+		ns.close()
+		return nil, errClosed
+	}
+	return ns, nil
+}
+
+// forget drops a closed namespace from the pool's list.
+func (p *nsPool) forget(ns *pidNS) {
+	p.mu.Lock()
+	delete(p.all, ns)
+	p.mu.Unlock()
+}
+
+// killAll kills the init of every namespace still alive, those of running
+// calls included: their calls end (the kernel kills a PID namespace's
+// processes with its init), and their watchers with them.
+func (p *nsPool) killAll() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.closed = true
+	for ns := range p.all {
+		ns.init.Kill()
+	}
 }
 
 // put returns a reset namespace to the pool (or closes it when the pool
 // is closed).
 func (p *nsPool) put(ns *pidNS) {
 	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.closed {
-		ns.close()
-		return
+	closed := p.closed
+	if !closed {
+		p.free = append(p.free, ns)
 	}
-	p.free = append(p.free, ns)
+	p.mu.Unlock()
+	if closed {
+		ns.close()
+	}
 }
 
 // close ends every free namespace; those in use end when their call does.
 func (p *nsPool) close() {
 	p.mu.Lock()
-	defer p.mu.Unlock()
 	p.closed = true
-	for _, ns := range p.free {
+	free := p.free
+	p.free = nil
+	p.mu.Unlock()
+	for _, ns := range free {
 		ns.close()
 	}
-	p.free = nil
 }
 
 func startNS(sp *spawner) (*pidNS, error) {
@@ -109,7 +155,9 @@ func startNS(sp *spawner) (*pidNS, error) {
 		return nil, fmt.Errorf("start the namespace's init: %w", err)
 	}
 	ns := &pidNS{init: cmd.Process, ctl: ctlW, ack: ackR, fd: -1, dead: make(chan struct{})}
+	sp.wg.Add(1)
 	go func() {
+		defer sp.wg.Done()
 		cmd.Wait()
 		close(ns.dead)
 	}()
@@ -142,15 +190,21 @@ func (ns *pidNS) reset() bool {
 	return false
 }
 
-// close kills the init, and so every process of the namespace.
+// close kills the init, and so every process of the namespace. Called
+// by whoever holds the namespace (the pool, or the call using it), once.
 func (ns *pidNS) close() {
-	ns.init.Kill()
-	ns.ctl.Close()
-	ns.ack.Close()
-	if ns.fd >= 0 {
-		unix.Close(ns.fd)
-		ns.fd = -1
-	}
+	ns.once.Do(func() {
+		ns.init.Kill()
+		ns.ctl.Close()
+		ns.ack.Close()
+		if ns.fd >= 0 {
+			unix.Close(ns.fd)
+			ns.fd = -1
+		}
+		if ns.pool != nil {
+			ns.pool.forget(ns)
+		}
+	})
 }
 
 // runNSInit is PID 1 of a pooled PID namespace. It closes its /proc

@@ -120,6 +120,7 @@ type Sandbox struct {
 	bwrap   string   // bwrap's path
 	net     *os.File // the Landlock network ruleset, nil with network off or backend off
 	sp      *spawner
+	closed  sync.Once
 }
 
 // New returns the Sandbox cfg asks for, after checking (by running a
@@ -286,15 +287,21 @@ func (s *Sandbox) Warning() string { return s.warning }
 // Limits returns the per-call memory (MB) and process limits.
 func (s *Sandbox) Limits() (memoryMB, pids int) { return s.cfg.MemoryMB, s.cfg.Pids }
 
-// Close releases the network ruleset and the spawner thread (killing
-// the processes still running that it started). Call it last.
+// Close releases the network ruleset and the spawner thread, kills the
+// processes still running that it started (every process of every call),
+// and returns once every goroutine of the Sandbox has ended. A start after
+// Close fails. Call it last: a call still running is killed, but its
+// namespace ends (and Close returns) only once the call's Cmd.Wait reaped
+// it. Calling it again does nothing.
 func (s *Sandbox) Close() {
-	if s.sp != nil {
-		s.sp.close()
-	}
-	if s.net != nil {
-		s.net.Close()
-	}
+	s.closed.Do(func() {
+		if s.sp != nil {
+			s.sp.close()
+		}
+		if s.net != nil {
+			s.net.Close()
+		}
+	})
 }
 
 // Spec is one process to start confined.
@@ -458,11 +465,15 @@ func (p *Proc) Start() error {
 	}
 	var err error
 	if p.direct {
-		p.sb.sp.run(func() { err = p.startDirect() })
+		if e := p.sb.sp.run(func() { err = p.startDirect() }); e != nil {
+			return e
+		}
 		return err
 	}
 	p.build(true)
-	p.sb.sp.run(func() { err = p.Cmd.Start() })
+	if e := p.sb.sp.run(func() { err = p.Cmd.Start() }); e != nil {
+		return e
+	}
 	return err
 }
 

@@ -1,8 +1,10 @@
 package sandbox
 
 import (
+	"errors"
 	"os"
 	"runtime"
+	"sync"
 
 	"golang.org/x/sys/unix"
 )
@@ -18,6 +20,12 @@ import (
 // serialized on the thread; a fork takes well under a millisecond.
 type spawner struct {
 	req   chan func()
+	quit  chan struct{} // closed by close: the thread ends
+	ended chan struct{} // closed when the thread has ended
+	once  sync.Once
+	// wg counts the goroutines that watch what the thread started (a
+	// namespace init's waiter, a call's watchers); close waits for them.
+	wg    sync.WaitGroup
 	netns bool // the thread is in its own empty network namespace
 	// direct: the thread starts calls itself (direct.go): hostMnt and
 	// hostProc are handles on the host's mount namespace and /proc, stage
@@ -34,12 +42,13 @@ type spawner struct {
 }
 
 func newSpawner(net *os.File, netns, direct bool) (*spawner, error) {
-	sp := &spawner{req: make(chan func()), netns: netns, direct: direct, hostMnt: -1, hostIpc: -1, hostPid: -1, hostProc: -1, ready: map[string]*prepared{}, queued: map[string]bool{}}
+	sp := &spawner{req: make(chan func()), quit: make(chan struct{}), ended: make(chan struct{}), netns: netns, direct: direct, hostMnt: -1, hostIpc: -1, hostPid: -1, hostProc: -1, ready: map[string]*prepared{}, queued: map[string]bool{}}
 	errc := make(chan error, 1)
 	go func() {
 		// Never unlocked: when the goroutine returns, the thread (and its
 		// restrictions) is destroyed, not reused.
 		runtime.LockOSThread()
+		defer close(sp.ended)
 		defer sp.closeDirect()
 		if direct {
 			// Before the network namespace: the host's mount namespace is
@@ -64,10 +73,11 @@ func newSpawner(net *os.File, netns, direct bool) (*spawner, error) {
 		errc <- nil
 		for {
 			var f func()
-			var ok bool
 			if len(sp.idle) > 0 {
 				select {
-				case f, ok = <-sp.req:
+				case f = <-sp.req:
+				case <-sp.quit:
+					return
 				default:
 					// No call waits: do the oldest idle work.
 					w := sp.idle[0]
@@ -76,10 +86,11 @@ func newSpawner(net *os.File, netns, direct bool) (*spawner, error) {
 					continue
 				}
 			} else {
-				f, ok = <-sp.req
-			}
-			if !ok {
-				return
+				select {
+				case f = <-sp.req:
+				case <-sp.quit:
+					return
+				}
 			}
 			f()
 		}
@@ -90,11 +101,31 @@ func newSpawner(net *os.File, netns, direct bool) (*spawner, error) {
 	return sp, nil
 }
 
-// run calls f on the spawner thread and waits for it.
-func (sp *spawner) run(f func()) {
+// errClosed is a start asked of a closed Sandbox.
+var errClosed = errors.New("sandbox: closed")
+
+// run calls f on the spawner thread and waits for it; errClosed (and f
+// not called) once the spawner is closed.
+func (sp *spawner) run(f func()) error {
 	done := make(chan struct{})
-	sp.req <- func() { f(); close(done) }
+	select {
+	case sp.req <- func() { f(); close(done) }:
+	case <-sp.quit:
+		return errClosed
+	}
 	<-done
+	return nil
 }
 
-func (sp *spawner) close() { close(sp.req) }
+// close ends the thread (its namespaces built ahead and free PID
+// namespaces released), kills the PID namespaces of calls still running
+// (and so every process of those calls), and returns once every
+// goroutine the spawner started has ended. Idempotent.
+func (sp *spawner) close() {
+	sp.once.Do(func() {
+		close(sp.quit)
+		<-sp.ended
+		sp.pool.killAll()
+		sp.wg.Wait()
+	})
+}

@@ -134,14 +134,36 @@ func (t execCommand) Run(ctx context.Context, call Call, args json.RawMessage, e
 
 // defaultSandbox confines commands when Options has no Sandbox: the
 // strongest backend the host has (sandbox.Auto), as the toolrunner's
-// default, made once.
-var defaultSandbox = sync.OnceValue(func() *sandbox.Sandbox {
-	sb, err := sandbox.New(sandbox.Config{Backend: sandbox.Auto})
-	if err != nil { // Auto does not fail; should it, stay closed
-		panic(fmt.Sprintf("tools: default sandbox: %v", err))
+// default, made once (until closeDefaultSandbox).
+func defaultSandbox() *sandbox.Sandbox {
+	defaultSB.Lock()
+	defer defaultSB.Unlock()
+	if defaultSB.sb == nil {
+		sb, err := sandbox.New(sandbox.Config{Backend: sandbox.Auto})
+		if err != nil { // Auto does not fail; should it, stay closed
+			panic(fmt.Sprintf("tools: default sandbox: %v", err))
+		}
+		defaultSB.sb = sb
 	}
-	return sb
-})
+	return defaultSB.sb
+}
+
+var defaultSB struct {
+	sync.Mutex
+	sb *sandbox.Sandbox
+}
+
+// closeDefaultSandbox closes the default sandbox, if one was made, and
+// stops its goroutines (the tests' end; the toolrunner always passes its
+// own Sandbox).
+func closeDefaultSandbox() {
+	defaultSB.Lock()
+	defer defaultSB.Unlock()
+	if defaultSB.sb != nil {
+		defaultSB.sb.Close()
+		defaultSB.sb = nil
+	}
+}
 
 // limitNote is the output of a call killed for exceeding a limit.
 func limitNote(limit string, sb *sandbox.Sandbox) string {

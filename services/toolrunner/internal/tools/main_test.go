@@ -3,6 +3,8 @@ package tools
 import (
 	"os"
 	"testing"
+
+	"go.uber.org/goleak"
 )
 
 // TestMain gives exec_command's login shells an empty HOME: the machine's
@@ -17,10 +19,20 @@ func TestMain(m *testing.M) {
 		panic(err)
 	}
 	os.Setenv("HOME", home)
-	// No goleak here yet: the sandboxes these tests open leave
-	// pkg/sandbox's spawner thread and PID-namespace waiters running
-	// (found by goleak.VerifyTestMain; for the sandbox's owner).
-	code := m.Run()
-	os.RemoveAll(home)
-	os.Exit(code)
+	// goleak fails the package's tests when a goroutine outlives them:
+	// every Sandbox a test opens is closed, the default one here.
+	goleak.VerifyTestMain(closingDefault{m}, goleak.Cleanup(func(code int) {
+		os.RemoveAll(home)
+		os.Exit(code)
+	}))
+}
+
+// closingDefault closes the default sandbox after the tests, before
+// goleak looks for goroutines left running.
+type closingDefault struct{ m *testing.M }
+
+func (c closingDefault) Run() int {
+	code := c.m.Run()
+	closeDefaultSandbox()
+	return code
 }

@@ -1,0 +1,131 @@
+package sandbox
+
+import (
+	"bufio"
+	"fmt"
+	"os"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+)
+
+// Close ends everything a Sandbox started: the calls still running (and
+// what they daemonized), the spawner thread, the PID namespaces' inits and
+// the goroutines watching them, and it releases the files it opened. A
+// start after Close fails.
+func TestCloseEndsEveryCallGoroutineAndFile(t *testing.T) {
+	for _, b := range []Backend{Landlock, Bwrap} {
+		t.Run(string(b), func(t *testing.T) {
+			defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
+			before := openFiles(t)
+			s, err := New(Config{Backend: b})
+			if err != nil {
+				if os.Getenv("FLOE_TEST_SANDBOX_OPTIONAL") != "" {
+					t.Skip(err)
+				}
+				t.Fatal(err)
+			}
+			ws := t.TempDir()
+			// A finished call (its namespace back in the pool, the next
+			// built ahead) and a running one with a daemon.
+			if _, ex := run(t, t.Context(), s, ws, "true"); ex.Code != 0 || ex.Error != "" {
+				t.Fatalf("exit %+v", ex)
+			}
+			mark := fmt.Sprintf("1000.%d77", os.Getpid())
+			p, err := s.Command(t.Context(), Spec{Argv: []string{"bash", "-c", fmt.Sprintf("(setsid sleep %s >/dev/null 2>&1 </dev/null &); echo started; sleep 1000", mark)},
+				Workspace: ws, Env: []string{"PATH=/usr/bin:/bin"}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			out, err := p.Cmd.StdoutPipe()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := p.Start(); err != nil {
+				t.Fatal(err)
+			}
+			if line, _ := bufio.NewReader(out).ReadString('\n'); line != "started\n" {
+				t.Fatalf("running call: %q", line)
+			}
+			if len(daemonized(mark)) == 0 {
+				t.Fatal("the call's daemon is not running")
+			}
+			// The caller waits for its call as Close kills it (a PID
+			// namespace ends once its last process is reaped).
+			waited := make(chan error, 1)
+			go func() { waited <- p.Cmd.Wait() }()
+			closed := make(chan struct{})
+			go func() { s.Close(); close(closed) }()
+			select {
+			case <-closed:
+			case <-time.After(30 * time.Second):
+				t.Fatal("Close did not return within 30 s")
+			}
+			// At once, not eventually (as goleak's retries would).
+			if g := sandboxGoroutines(); len(g) > 0 {
+				t.Errorf("goroutines of the sandbox still running after Close:\n%s", strings.Join(g, "\n\n"))
+			}
+			select {
+			case <-waited:
+			case <-time.After(30 * time.Second):
+				t.Fatal("the running call outlived Close")
+			}
+			p.Exit(nil)
+			p.Close()
+			waitGone(t, mark, 2*time.Second)
+			s.Close() // again: nothing
+			q, err := s.Command(t.Context(), Spec{Argv: []string{"true"}, Workspace: ws, Env: []string{"PATH=/usr/bin:/bin"}})
+			if err == nil {
+				err = q.Start()
+				if err == nil {
+					q.Cmd.Wait()
+				}
+				q.Close()
+			}
+			if err == nil {
+				t.Error("a start after Close succeeded")
+			}
+			if after := openFiles(t); after != before {
+				t.Errorf("open files: %d before New, %d after Close", before, after)
+			}
+		})
+	}
+}
+
+// sandboxGoroutines returns the stacks of the goroutines this package
+// started, the tests' own aside.
+func sandboxGoroutines() []string {
+	buf := make([]byte, 1<<20)
+	buf = buf[:runtime.Stack(buf, true)]
+	var out []string
+	for _, g := range strings.Split(string(buf), "\n\n") {
+		i := strings.LastIndex(g, "created by ")
+		if i < 0 {
+			continue
+		}
+		by := g[i:]
+		if strings.Contains(by, "floe.dev/pkg/sandbox.") && !strings.Contains(by, "sandbox.Test") {
+			out = append(out, g)
+		}
+	}
+	return out
+}
+
+// openFiles counts this process's open file descriptors.
+func openFiles(t *testing.T) int {
+	t.Helper()
+	d, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, e := range d {
+		if l, err := os.Readlink("/proc/self/fd/" + e.Name()); err == nil && !strings.HasPrefix(l, "/proc/") {
+			n++
+		}
+	}
+	return n
+}
