@@ -343,6 +343,8 @@ type Proc struct {
 	limits *limits
 	ended  chan struct{}
 	limit  string
+	// tracked: a helper forked by the spawner, which kills it on Close.
+	tracked bool
 }
 
 // Exit is a confined process's outcome.
@@ -474,6 +476,9 @@ func (p *Proc) Start() error {
 	if e := p.sb.sp.run(func() { err = p.Cmd.Start() }); e != nil {
 		return e
 	}
+	if err == nil {
+		p.tracked = p.sb.sp.track(p.Cmd.Process)
+	}
 	return err
 }
 
@@ -586,6 +591,10 @@ func (p *Proc) closeWrite() {
 // Close releases what the Proc holds and deletes its private /tmp. Call
 // it after Wait.
 func (p *Proc) Close() {
+	if p.tracked {
+		p.sb.sp.untrack(p.Cmd.Process)
+		p.tracked = false
+	}
 	if p.ended != nil {
 		<-p.ended
 	}

@@ -25,8 +25,13 @@ type spawner struct {
 	once  sync.Once
 	// wg counts the goroutines that watch what the thread started (a
 	// namespace init's waiter, a call's watchers); close waits for them.
-	wg    sync.WaitGroup
-	netns bool // the thread is in its own empty network namespace
+	wg sync.WaitGroup
+	// started are the helpers forked from the thread and not yet closed
+	// (Proc.Close): close kills them (their calls' namespaces end with
+	// them) rather than count on their parent-death signal.
+	mu      sync.Mutex
+	started map[*os.Process]bool
+	netns   bool // the thread is in its own empty network namespace
 	// direct: the thread starts calls itself (direct.go): hostMnt and
 	// hostProc are handles on the host's mount namespace and /proc, stage
 	// the directory each call's root is built on.
@@ -101,6 +106,30 @@ func newSpawner(net *os.File, netns, direct bool) (*spawner, error) {
 	return sp, nil
 }
 
+// track notes a helper started from the thread (untrack when done with
+// it); false when the spawner is closed, and the helper then killed.
+func (sp *spawner) track(p *os.Process) bool {
+	sp.mu.Lock()
+	defer sp.mu.Unlock()
+	select {
+	case <-sp.quit:
+		p.Kill()
+		return false
+	default:
+	}
+	if sp.started == nil {
+		sp.started = map[*os.Process]bool{}
+	}
+	sp.started[p] = true
+	return true
+}
+
+func (sp *spawner) untrack(p *os.Process) {
+	sp.mu.Lock()
+	delete(sp.started, p)
+	sp.mu.Unlock()
+}
+
 // errClosed is a start asked of a closed Sandbox.
 var errClosed = errors.New("sandbox: closed")
 
@@ -126,6 +155,11 @@ func (sp *spawner) close() {
 		close(sp.quit)
 		<-sp.ended
 		sp.pool.killAll()
+		sp.mu.Lock()
+		for p := range sp.started {
+			p.Kill() // by pidfd: never another process, even once reaped
+		}
+		sp.mu.Unlock()
 		sp.wg.Wait()
 	})
 }
