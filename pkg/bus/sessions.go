@@ -199,13 +199,15 @@ func (s *Sessions) Begin(ctx context.Context, id, state, taskID string) (*omni.S
 	})
 }
 
-// End moves a Session back to idle if taskID still holds it.
+// End moves a Session back to idle if taskID still holds it. The caller
+// publishes the Task's end itself: Released is cleared, so no redelivery
+// of the Task publishes another.
 func (s *Sessions) End(ctx context.Context, id, taskID, status string) error {
 	_, err := s.Update(ctx, id, func(r *omni.SessionRecord) error {
 		if r.TaskID != taskID {
 			return nil
 		}
-		r.State, r.TaskID, r.LastStatus = omni.StateIdle, "", status
+		r.State, r.TaskID, r.LastStatus, r.Released = omni.StateIdle, "", status, ""
 		return nil
 	})
 	return err

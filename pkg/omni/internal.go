@@ -255,6 +255,13 @@ type SessionRecord struct {
 	Lease string `msgpack:"lease,omitempty"`
 	// LastStatus is the outcome of the last Task (completed, failed, aborted).
 	LastStatus string `msgpack:"last_status,omitempty"`
+	// Released is "<task id>/<lease>" of the engine delivery that last
+	// moved the Session from its Task back to idle ("" when something
+	// else ended it: Sessions.End). A release whose answer was lost
+	// recognises its own write when retried, and a redelivery of a Task
+	// whose engine died between the release and the Task's task_state idle
+	// finds it released by one of its deliveries and publishes that end.
+	Released string `msgpack:"released,omitempty"`
 	// Parent is the parent Session of a subagent; Depth its nesting depth.
 	Parent string `msgpack:"parent,omitempty"`
 	Depth  int    `msgpack:"depth,omitempty"`

@@ -216,6 +216,16 @@ func (r *Runner) Run(ctx context.Context) (status string, err error) {
 	}
 	*r.rec = *rec
 	if rec.TaskID != r.task.ID {
+		if strings.HasPrefix(rec.Released, r.task.ID+"/") {
+			// A delivery of this Task released the Session and may have
+			// died before its end reached the stream (killed between the
+			// two): publish the end now, once (its Msg-Id).
+			r.log.Warn().Str("status", rec.LastStatus).Msg("task released by an earlier delivery; publishing its end")
+			if err := r.publishEnd(ctx, rec.LastStatus); err != nil {
+				return "", err
+			}
+			return rec.LastStatus, nil
+		}
 		r.log.Warn().Str("owner_task", rec.TaskID).Msg("task no longer owns the session; dropped")
 		return "", nil
 	}
@@ -322,12 +332,24 @@ func (r *Runner) Run(ctx context.Context) (status string, err error) {
 	if r.d.PartialsEnded != nil {
 		lastPartial, _ = bus.LastStored(ctx, r.d.JS, omni.SessionSubject(r.sid, omni.ClassPartial))
 	}
-	released, err := r.release(ctx, status)
+	// The release and the end are the Task's last words, whatever ends
+	// the lease scope meanwhile (the engine shutting down; a producer
+	// asking the lease after the release, which reads "lost").
+	ectx := context.WithoutCancel(ctx)
+	released, err := r.release(ectx, status)
+	if errors.Is(err, ErrLeaseLost) {
+		r.log.Warn().Msg("lost the Task to another engine before releasing it; stopped")
+		return "", ErrLeaseLost
+	}
 	if err != nil {
 		r.log.Error().Err(err).Msg("could not release the session")
 	}
 	if released {
-		r.publishEnd(ctx, status)
+		if err := r.publishEnd(ectx, status); err != nil {
+			// Not acked: the redelivery finds the Session released by
+			// this Task and publishes the end.
+			return "", err
+		}
 	}
 	if lastPartial > 0 {
 		r.d.PartialsEnded(r.sid, lastPartial+1)
@@ -336,26 +358,48 @@ func (r *Runner) Run(ctx context.Context) (status string, err error) {
 }
 
 // release moves the Session back to idle with status if it still names
-// this Task, and reports whether it did (Sessions.End, knowing). The
-// write is retried with backoff for up to two minutes (the engine keeps
-// the Task meanwhile): a release given up on leaves the Session running
-// for ever, refusing new Tasks (5 Sessions in 200 Tasks on the cut-links
-// cluster, their release timing out while the bucket's leader was cut
-// off).
+// this Task and lease, and reports whether this Runner released it
+// (Sessions.End, knowing). The record keeps which delivery released it
+// (Released): a try whose write was applied but whose answer was lost (a
+// leader change of the bucket) finds its own mark on the next try and
+// still reports the release; reading only "the record names no Task"
+// there left a Task without its end (3 of 9 runs of 200 Tasks on the
+// cut-links cluster). The write is retried with backoff for up to two
+// minutes (the engine keeps the Task meanwhile): a release given up on
+// leaves the Session running for ever, refusing new Tasks (5 Sessions in
+// 200 Tasks, their release timing out while the bucket's leader was cut
+// off). ErrLeaseLost: another delivery of the Task holds the record.
 func (r *Runner) release(ctx context.Context, status string) (bool, error) {
+	mark := r.task.ID + "/" + r.lease.tokenOf()
 	released := false
 	_, err := retry.Do(ctx, retry.Exponential(200*time.Millisecond, 5*time.Second), 2*time.Minute, func() (struct{}, error) {
 		uctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 		defer cancel()
 		_, err := r.d.Sessions.Update(uctx, r.sid, func(rec *omni.SessionRecord) error {
-			released = rec.TaskID == r.task.ID
-			if released {
-				rec.State, rec.TaskID, rec.LastStatus = omni.StateIdle, "", status
+			released = false
+			switch {
+			case rec.TaskID == r.task.ID && rec.Lease != r.lease.tokenOf():
+				return ErrLeaseLost
+			case rec.TaskID == r.task.ID:
+				rec.State, rec.TaskID, rec.LastStatus, rec.Released = omni.StateIdle, "", status, mark
+				released = true
+			default:
+				// Released by an earlier try of this Runner (its answer
+				// lost), or ended by someone else (a gateway abort of an
+				// orphan), who published the end.
+				released = rec.Released == mark
+				return errAlreadyReleased
 			}
 			return nil
 		})
-		if errors.Is(err, bus.ErrSessionNotFound) {
+		switch {
+		case errors.Is(err, errAlreadyReleased):
+			return struct{}{}, nil
+		case errors.Is(err, bus.ErrSessionNotFound), errors.Is(err, ErrLeaseLost):
+			released = false
 			return struct{}{}, retry.Permanent(err)
+		case err != nil:
+			released = false
 		}
 		return struct{}{}, err
 	}, func(err error, wait time.Duration) {
@@ -364,17 +408,22 @@ func (r *Runner) release(ctx context.Context, status string) (bool, error) {
 	return released && err == nil, err
 }
 
-// publishEnd publishes the Task's task_state idle once it has released
-// the Session. Not through the lease-fenced producer: the release ended
-// the lease (the record names no Task now), and a fence asked after a
-// stale confirmation refused the end, leaving a Task without one (1 in
-// 200 on the cut-links cluster). Everything the Task queued is stored
-// already (settle), so the end comes after it. Its Msg-Id stores a
-// retried publish once (a lost ack left a Task with two ends).
-func (r *Runner) publishEnd(ctx context.Context, status string) {
+// errAlreadyReleased aborts a release's write: the record names no longer
+// this Task, there is nothing to write.
+var errAlreadyReleased = errors.New("task: session no longer names the task")
+
+// publishEnd publishes the Task's task_state idle once the Session is
+// released. Not through the lease-fenced producer: the release ended the
+// lease (the record names no Task now), and a fence asked after a stale
+// confirmation refused the end, leaving a Task without one (1 in 200 on
+// the cut-links cluster). Everything the Task queued is stored already
+// (settle), so the end comes after it. Its Msg-Id stores a retried
+// publish, or a redelivery's (Run), once (a lost ack left a Task with two
+// ends).
+func (r *Runner) publishEnd(ctx context.Context, status string) error {
 	b, err := json.Marshal(omni.ServerEvent{Type: omni.ServerTaskState, State: omni.StateIdle, Status: status, TaskID: r.task.ID})
 	if err != nil {
-		return
+		return err
 	}
 	nm := nats.NewMsg(omni.SessionSubject(r.sid, omni.ClassServer))
 	nm.Data = b
@@ -386,7 +435,9 @@ func (r *Runner) publishEnd(ctx context.Context, status string) {
 	}, nil)
 	if err != nil {
 		r.log.Error().Err(err).Msg("could not publish task_state idle")
+		return fmt.Errorf("task: publish task_state idle: %w", err)
 	}
+	return nil
 }
 
 // finishAbort stops the Task's outstanding tool jobs and publishes abort as
