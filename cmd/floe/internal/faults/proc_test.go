@@ -174,6 +174,20 @@ func (ps *procs) dump(t testing.TB) {
 	}
 }
 
+// count is how many times s occurs in the logs of the processes whose
+// name starts with prefix.
+func (ps *procs) count(prefix, s string) int {
+	ps.mu.Lock()
+	defer ps.mu.Unlock()
+	n := 0
+	for _, p := range ps.list {
+		if strings.HasPrefix(p.name, prefix) {
+			n += strings.Count(p.log(), s)
+		}
+	}
+	return n
+}
+
 // keepLogs copies every process's log into dir (FAULTS_DUMP, a debugging
 // aid: the test's own directory is removed at cleanup).
 func (ps *procs) keepLogs(t testing.TB, dir string) {
