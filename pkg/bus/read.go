@@ -193,9 +193,26 @@ func msgGet(ctx context.Context, js jetstream.JetStream, req any) (seq uint64, f
 
 // msgGetAt is msgGet that also returns the message's stored time.
 func msgGetAt(ctx context.Context, js jetstream.JetStream, req any) (seq uint64, at time.Time, found bool, err error) {
+	seq, at, _, found, err = msgGetData(ctx, js, req)
+	return seq, at, found, err
+}
+
+// LastMessage returns the sequence and data of the last message
+// FLOE_SESSIONS holds on subject as the stream's leader knows it (0 and
+// nil: none).
+func LastMessage(ctx context.Context, js jetstream.JetStream, subject string) (uint64, []byte, error) {
+	seq, _, data, _, err := msgGetData(ctx, js, map[string]string{"last_by_subj": subject})
+	if err != nil {
+		return 0, nil, fmt.Errorf("bus: last message on %s: %w", subject, err)
+	}
+	return seq, data, nil
+}
+
+// msgGetData is msgGetAt that also returns the message's data.
+func msgGetData(ctx context.Context, js jetstream.JetStream, req any) (seq uint64, at time.Time, data []byte, found bool, err error) {
 	body, err := json.Marshal(req)
 	if err != nil {
-		return 0, at, false, err
+		return 0, at, nil, false, err
 	}
 	if _, ok := ctx.Deadline(); !ok {
 		var cancel context.CancelFunc
@@ -204,27 +221,28 @@ func msgGetAt(ctx context.Context, js jetstream.JetStream, req any) (seq uint64,
 	}
 	msg, err := js.Conn().RequestWithContext(ctx, apiPrefix(js)+"STREAM.MSG.GET."+omni.SessionsStream, body)
 	if err != nil {
-		return 0, at, false, err
+		return 0, at, nil, false, err
 	}
 	var resp struct {
 		Error   *jetstream.APIError `json:"error"`
 		Message *struct {
 			Seq  uint64    `json:"seq"`
 			Time time.Time `json:"time"`
+			Data []byte    `json:"data"`
 		} `json:"message"`
 	}
 	if err := json.Unmarshal(msg.Data, &resp); err != nil {
-		return 0, at, false, fmt.Errorf("message get response: %w", err)
+		return 0, at, nil, false, fmt.Errorf("message get response: %w", err)
 	}
 	switch {
 	case resp.Error != nil && resp.Error.ErrorCode == jetstream.JSErrCodeMessageNotFound:
-		return 0, at, false, nil
+		return 0, at, nil, false, nil
 	case resp.Error != nil:
-		return 0, at, false, fmt.Errorf("message get: %w", resp.Error)
+		return 0, at, nil, false, fmt.Errorf("message get: %w", resp.Error)
 	case resp.Message == nil:
-		return 0, at, false, errors.New("message get: empty response")
+		return 0, at, nil, false, errors.New("message get: empty response")
 	}
-	return resp.Message.Seq, resp.Message.Time, true, nil
+	return resp.Message.Seq, resp.Message.Time, resp.Message.Data, true, nil
 }
 
 // apiPrefix is the JetStream API prefix js sends its requests to.

@@ -207,7 +207,7 @@ func (s *Sessions) End(ctx context.Context, id, taskID, status string) error {
 		if r.TaskID != taskID {
 			return nil
 		}
-		r.State, r.TaskID, r.LastStatus, r.Released = omni.StateIdle, "", status, ""
+		r.State, r.TaskID, r.LastStatus, r.Released, r.ReleasedUnixMs = omni.StateIdle, "", status, "", 0
 		return nil
 	})
 	return err

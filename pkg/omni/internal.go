@@ -258,10 +258,14 @@ type SessionRecord struct {
 	// Released is "<task id>/<lease>" of the engine delivery that last
 	// moved the Session from its Task back to idle ("" when something
 	// else ended it: Sessions.End). A release whose answer was lost
-	// recognises its own write when retried, and a redelivery of a Task
-	// whose engine died between the release and the Task's task_state idle
-	// finds it released by one of its deliveries and publishes that end.
+	// recognises its own write when retried, and when the engine died
+	// between the release and the Task's task_state idle, the Task's
+	// redelivery or the next Task's engine publishes that end.
 	Released string `msgpack:"released,omitempty"`
+	// ReleasedUnixMs is when Released was written: the next Task's engine
+	// publishes a missing end of the Task released just before it (a
+	// Nats-Msg-Id keeps it once) only within a short window of it.
+	ReleasedUnixMs int64 `msgpack:"released_unix_ms,omitempty"`
 	// Parent is the parent Session of a subagent; Depth its nesting depth.
 	Parent string `msgpack:"parent,omitempty"`
 	Depth  int    `msgpack:"depth,omitempty"`

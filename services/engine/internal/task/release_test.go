@@ -3,6 +3,7 @@ package task
 import (
 	"context"
 	"errors"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -148,7 +149,8 @@ func TestARedeliveryPublishesTheEndADeadEngineOwed(t *testing.T) {
 		t.Fatal(err)
 	}
 	h.update("rel3", func(r *omni.SessionRecord) {
-		r.State, r.TaskID, r.LastStatus, r.Released = omni.StateIdle, "", omni.StatusCompleted, "t1/0123abcd"
+		r.State, r.TaskID, r.LastStatus = omni.StateIdle, "", omni.StatusCompleted
+		r.Released, r.ReleasedUnixMs = "t1/0123abcd", time.Now().UnixMilli()
 	})
 	if _, err := h.env.Sessions.Begin(ctx, "rel3", omni.StateRunning, "t2"); err != nil {
 		t.Fatal(err)
@@ -181,5 +183,48 @@ func TestARedeliveryPublishesTheEndADeadEngineOwed(t *testing.T) {
 	}
 	if n, _ := h.ends("rel4", "t1"); n != 0 {
 		t.Errorf("%d task_state idle for a Task the engine did not end, want 0", n)
+	}
+}
+
+// The engine dies between releasing the Session and publishing the end,
+// and the next Task begins before the first is redelivered (its ack wait
+// is longer than a Task): the next Task's engine publishes the missing
+// end first, so the stream reads t1 idle, t2 running, t2 idle. A release
+// older than the window is left to the Task's own redelivery (an end
+// published again after the stream's duplicate window would be stored
+// twice), and a normal Task after a normal one publishes nothing more.
+func TestTheNextTaskPublishesTheEndADeadEngineOwed(t *testing.T) {
+	h := newHarness(t, `{"requests": [{"steps": [{"text": "Done."}]}, {"steps": [{"text": "Done."}]}, {"steps": [{"text": "Done."}]}]}`, nil)
+	released := func(sid string, ago time.Duration) {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		h.session(sid, omni.ApproveAllowAll)
+		if _, err := h.env.Sessions.Begin(ctx, sid, omni.StateRunning, "t1"); err != nil {
+			t.Fatal(err)
+		}
+		h.update(sid, func(r *omni.SessionRecord) {
+			r.State, r.TaskID, r.LastStatus = omni.StateIdle, "", omni.StatusFailed
+			r.Released, r.ReleasedUnixMs = "t1/0123abcd", time.Now().Add(-ago).UnixMilli()
+		})
+	}
+	released("next1", time.Second)
+	h.complete("next1", "t2", "hi")
+	var got []string
+	for _, ev := range h.serverEvents("next1") {
+		got = append(got, ev.TaskID+" "+ev.State+" "+ev.Status)
+	}
+	want := []string{"t1 idle failed", "t2 running ", "t2 idle completed"}
+	if strings.Join(got, ", ") != strings.Join(want, ", ") {
+		t.Errorf("server events %q, want %q", got, want)
+	}
+	h.complete("next1", "t3", "hi")
+	if n, _ := h.ends("next1", "t2"); n != 1 {
+		t.Errorf("%d ends of t2 after t3 ran, want 1", n)
+	}
+
+	released("next2", 5*time.Minute)
+	h.complete("next2", "t2", "hi")
+	if n, _ := h.ends("next2", "t1"); n != 0 {
+		t.Errorf("%d ends of t1 released 5 min before t2, want 0 (its redelivery's job)", n)
 	}
 }

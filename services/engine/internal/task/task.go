@@ -216,12 +216,12 @@ func (r *Runner) Run(ctx context.Context) (status string, err error) {
 	}
 	*r.rec = *rec
 	if rec.TaskID != r.task.ID {
-		if strings.HasPrefix(rec.Released, r.task.ID+"/") {
+		if releasedTask(rec.Released) == r.task.ID {
 			// A delivery of this Task released the Session and may have
 			// died before its end reached the stream (killed between the
-			// two): publish the end now, once (its Msg-Id).
-			r.log.Warn().Str("status", rec.LastStatus).Msg("task released by an earlier delivery; publishing its end")
-			if err := r.publishEnd(ctx, rec.LastStatus); err != nil {
+			// two): the end goes out now unless it is there.
+			r.log.Warn().Str("status", rec.LastStatus).Msg("task released by an earlier delivery; making sure of its end")
+			if err := r.owedEnd(ctx, r.task.ID, rec.LastStatus); err != nil {
 				return "", err
 			}
 			return rec.LastStatus, nil
@@ -262,6 +262,7 @@ func (r *Runner) Run(ctx context.Context) (status string, err error) {
 	}
 	defer r.calls.closeHeartbeats()
 
+	r.endOfPrevious(ctx)
 	if _, err := r.prod.server(ctx, omni.ServerEvent{Type: omni.ServerTaskState, State: stateOf(r.task), TaskID: r.task.ID}, r.task.ID+"/begin"); err != nil {
 		return "", err
 	}
@@ -345,7 +346,7 @@ func (r *Runner) Run(ctx context.Context) (status string, err error) {
 		r.log.Error().Err(err).Msg("could not release the session")
 	}
 	if released {
-		if err := r.publishEnd(ectx, status); err != nil {
+		if err := r.publishEnd(ectx, r.task.ID, status); err != nil {
 			// Not acked: the redelivery finds the Session released by
 			// this Task and publishes the end.
 			return "", err
@@ -371,6 +372,7 @@ func (r *Runner) Run(ctx context.Context) (status string, err error) {
 // off). ErrLeaseLost: another delivery of the Task holds the record.
 func (r *Runner) release(ctx context.Context, status string) (bool, error) {
 	mark := r.task.ID + "/" + r.lease.tokenOf()
+	now := time.Now().UnixMilli()
 	released := false
 	_, err := retry.Do(ctx, retry.Exponential(200*time.Millisecond, 5*time.Second), 2*time.Minute, func() (struct{}, error) {
 		uctx, cancel := context.WithTimeout(ctx, 10*time.Second)
@@ -381,7 +383,8 @@ func (r *Runner) release(ctx context.Context, status string) (bool, error) {
 			case rec.TaskID == r.task.ID && rec.Lease != r.lease.tokenOf():
 				return ErrLeaseLost
 			case rec.TaskID == r.task.ID:
-				rec.State, rec.TaskID, rec.LastStatus, rec.Released = omni.StateIdle, "", status, mark
+				rec.State, rec.TaskID, rec.LastStatus = omni.StateIdle, "", status
+				rec.Released, rec.ReleasedUnixMs = mark, now
 				released = true
 			default:
 				// Released by an earlier try of this Runner (its answer
@@ -412,22 +415,71 @@ func (r *Runner) release(ctx context.Context, status string) (bool, error) {
 // this Task, there is nothing to write.
 var errAlreadyReleased = errors.New("task: session no longer names the task")
 
+// owedEndWindow is how long after a Task's release the next Task's
+// engine makes sure of its end: well inside FLOE_SESSIONS' duplicate
+// window (10 min), so an end published twice is stored once, and longer
+// than the ack wait after which the Task itself is redelivered (whose
+// delivery then makes sure of it).
+const owedEndWindow = 2 * time.Minute
+
+// releasedTask is the Task named by a record's Released mark ("" when
+// none).
+func releasedTask(mark string) string {
+	if i := strings.LastIndexByte(mark, '/'); i > 0 {
+		return mark[:i]
+	}
+	return ""
+}
+
+// endOfPrevious makes sure, before this Task's begin, of the end of the
+// Task an engine released just before it: an engine killed between that
+// release and its end left the Session idle without it, and this Task
+// began before that Task's redelivery (3 of 9 runs of 200 Tasks through
+// engine kills on the cut-links cluster lost one end this way or by a
+// release's lost answer). Best effort: a failure is logged.
+func (r *Runner) endOfPrevious(ctx context.Context) {
+	prev := releasedTask(r.rec.Released)
+	if prev == "" || prev == r.task.ID || time.Since(time.UnixMilli(r.rec.ReleasedUnixMs)) > owedEndWindow {
+		return
+	}
+	if err := r.owedEnd(ctx, prev, r.rec.LastStatus); err != nil {
+		r.log.Warn().Err(err).Str("previous_task", prev).Msg("could not make sure of the previous Task's end")
+	}
+}
+
+// owedEnd publishes task_state idle of taskID with status unless the
+// Session's last server event (read from the stream's leader) is that
+// end already.
+func (r *Runner) owedEnd(ctx context.Context, taskID, status string) error {
+	gctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	_, data, err := bus.LastMessage(gctx, r.d.JS, omni.SessionSubject(r.sid, omni.ClassServer))
+	cancel()
+	if err != nil {
+		return err
+	}
+	var ev omni.ServerEvent
+	if data != nil && json.Unmarshal(data, &ev) == nil && ev.Type == omni.ServerTaskState && ev.State == omni.StateIdle && ev.TaskID == taskID {
+		return nil
+	}
+	r.log.Warn().Str("ended_task", taskID).Str("status", status).Msg("a released Task had no end on the stream; publishing it")
+	return r.publishEnd(ctx, taskID, status)
+}
+
 // publishEnd publishes the Task's task_state idle once the Session is
 // released. Not through the lease-fenced producer: the release ended the
 // lease (the record names no Task now), and a fence asked after a stale
 // confirmation refused the end, leaving a Task without one (1 in 200 on
 // the cut-links cluster). Everything the Task queued is stored already
 // (settle), so the end comes after it. Its Msg-Id stores a retried
-// publish, or a redelivery's (Run), once (a lost ack left a Task with two
-// ends).
-func (r *Runner) publishEnd(ctx context.Context, status string) error {
-	b, err := json.Marshal(omni.ServerEvent{Type: omni.ServerTaskState, State: omni.StateIdle, Status: status, TaskID: r.task.ID})
+// publish, or one of owedEnd, once (a lost ack left a Task with two ends).
+func (r *Runner) publishEnd(ctx context.Context, taskID, status string) error {
+	b, err := json.Marshal(omni.ServerEvent{Type: omni.ServerTaskState, State: omni.StateIdle, Status: status, TaskID: taskID})
 	if err != nil {
 		return err
 	}
 	nm := nats.NewMsg(omni.SessionSubject(r.sid, omni.ClassServer))
 	nm.Data = b
-	nm.Header.Set(jetstream.MsgIDHeader, r.task.ID+"/end")
+	nm.Header.Set(jetstream.MsgIDHeader, taskID+"/end")
 	_, err = retry.Do(ctx, retry.Exponential(100*time.Millisecond, 2*time.Second), 30*time.Second, func() (*jetstream.PubAck, error) {
 		actx, cancel := context.WithTimeout(ctx, 5*time.Second)
 		defer cancel()
