@@ -100,8 +100,66 @@ func (p *proc) stop(grace time.Duration) bool {
 	return clean
 }
 
-// killGroup kills whatever is left in the process's group (tools).
-func (p *proc) killGroup() { _ = syscall.Kill(-p.pid(), syscall.SIGKILL) }
+// killGroup kills whatever is left in the process's group (tools). The
+// process has usually been reaped by then, and once its group is empty
+// its pid may be reused (pids wrap at 32768 here, and several test
+// binaries and loops run at once), even as another process group's id: a
+// blind kill of the group then SIGKILLs someone else's processes, such as
+// the `timeout` of a scripts/failover-loop run with its test binary (a
+// run whose log just stops). Only a group with a member in this test's
+// session is killed.
+func (p *proc) killGroup() {
+	if groupInSession(p.pid()) {
+		_ = syscall.Kill(-p.pid(), syscall.SIGKILL)
+	}
+}
+
+// groupInSession reports whether process group pgid has a member in the
+// caller's session (read from /proc).
+func groupInSession(pgid int) bool {
+	_, ours, err := procGroup("self")
+	if err != nil {
+		return false
+	}
+	dirs, err := os.ReadDir("/proc")
+	if err != nil {
+		return false
+	}
+	for _, d := range dirs {
+		if d.Name()[0] < '0' || d.Name()[0] > '9' {
+			continue
+		}
+		if g, s, err := procGroup(d.Name()); err == nil && g == pgid && s == ours {
+			return true // a zombie is not counted (procGroup)
+		}
+	}
+	return false
+}
+
+// procGroup reads the process group and session of /proc/<pid>; a zombie
+// (dead, not yet reaped: nothing to kill) belongs to none.
+func procGroup(pid string) (pgrp, session int, err error) {
+	b, err := os.ReadFile("/proc/" + pid + "/stat")
+	if err != nil {
+		return 0, 0, err
+	}
+	// pid (comm) state ppid pgrp session ...; comm may hold spaces and ')'.
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 {
+		return 0, 0, fmt.Errorf("/proc/%s/stat: no comm", pid)
+	}
+	f := strings.Fields(string(b[i+1:]))
+	if len(f) < 4 {
+		return 0, 0, fmt.Errorf("/proc/%s/stat: short", pid)
+	}
+	if f[0] == "Z" || f[0] == "X" {
+		return 0, 0, fmt.Errorf("/proc/%s: a zombie", pid)
+	}
+	if pgrp, err = strconv.Atoi(f[2]); err == nil {
+		session, err = strconv.Atoi(f[3])
+	}
+	return pgrp, session, err
+}
 
 func (p *proc) log() string {
 	b, _ := os.ReadFile(p.logPath)
@@ -297,5 +355,41 @@ func runScriptFiles(t testing.TB, d time.Duration, env []string, extra []*os.Fil
 		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
 		<-done
 		return stdout.Bytes(), errors.New(script + " did not finish within " + d.String() + "\nstderr:\n" + stderr.String())
+	}
+}
+
+// killGroup kills the group of a process of this test, and never a group
+// of another session that took a reaped process's pid as its id (here
+// the group of a process started with setsid stands for it: pid reuse
+// itself cannot be forced).
+func TestKillGroupSparesOtherSessions(t *testing.T) {
+	dir := t.TempDir()
+	ours := startProc(t, dir, "ours", "/bin/sh", os.Environ(), "-c", "sleep 60 & wait")
+	theirs := exec.Command("setsid", "sleep", "60")
+	if err := theirs.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = theirs.Process.Kill(); _ = theirs.Wait() })
+	deadline := time.Now().Add(10 * time.Second)
+	for !groupInSession(ours.pid()) && time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond)
+	}
+	if !groupInSession(ours.pid()) {
+		t.Fatal("the group of a process this test started is not found in its session")
+	}
+	if groupInSession(theirs.Process.Pid) {
+		t.Fatal("a group of another session counts as this test's")
+	}
+	(&proc{name: "theirs", cmd: theirs}).killGroup()
+	ours.stop(5 * time.Second)
+	if err := theirs.Process.Signal(syscall.Signal(0)); err != nil {
+		t.Fatalf("killGroup killed another session's process: %v", err)
+	}
+	deadline = time.Now().Add(10 * time.Second)
+	for groupInSession(ours.pid()) && time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond)
+	}
+	if groupInSession(ours.pid()) {
+		t.Error("the group of the stopped process still has members (its sleep)")
 	}
 }
