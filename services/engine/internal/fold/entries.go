@@ -224,6 +224,7 @@ func (t *turn) dup(gen uint64) *turn {
 	d := &turn{
 		gen:       gen,
 		assistant: append([]*omni.Message(nil), t.assistant...),
+		toolCalls: t.toolCalls,
 		calls:     append([]string(nil), t.calls...),
 		outputs:   append([]*omni.Message(nil), t.outputs...),
 	}

@@ -71,6 +71,7 @@ type entry struct {
 type turn struct {
 	gen       uint64 // the Context that may change it (entries.go)
 	assistant []*omni.Message
+	toolCalls int // how many of assistant are tool_call messages
 	calls     []string
 	// outputs[i] is the output of calls[i], nil while none has arrived
 	// (also for the open request: outputs that land before its
@@ -134,6 +135,9 @@ func (c *Context) Apply(m *omni.Message) {
 			mm := *m
 			o := c.openTurn()
 			o.assistant = append(o.assistant, &mm)
+			if p.Type == omni.TypeToolCall {
+				o.toolCalls++
+			}
 			if p.Type == omni.TypeToolCall && p.Stop() == omni.StatusCompleted {
 				o.calls = append(o.calls, p.ToolCallID)
 				o.outputs = append(o.outputs, nil)
@@ -432,7 +436,7 @@ func (c *Context) CallIDs() iter.Seq[string] {
 		var ids []string
 		c.log.read(func(es []entry) {
 			for _, e := range es {
-				if e.turn != nil {
+				if e.turn != nil && e.turn.toolCalls > 0 {
 					for _, m := range e.turn.assistant {
 						if m.Payload.Type == omni.TypeToolCall {
 							ids = append(ids, m.Payload.ToolCallID)

@@ -194,6 +194,9 @@ func restoreTurn(st *StateTurn, gen uint64) (*turn, error) {
 		if t.assistant[i], err = decodeMsg(b); err != nil {
 			return nil, err
 		}
+		if t.assistant[i].Payload.Type == omni.TypeToolCall {
+			t.toolCalls++
+		}
 	}
 	// Calls of one id share one output message, as attach makes them.
 	byID := map[string]*omni.Message{}

@@ -120,6 +120,7 @@ func observe(t *testing.T, c *Context) string {
 	fmt.Fprintf(&b, "summary %q compactions %d closed %v records %d open %v empty %v\nunpaired %v last %v\n",
 		c.Summary, c.Compactions, c.Closed, c.Records, c.OpenRequest(), c.Empty(), c.Unpaired(), c.LastCalls())
 	fmt.Fprintf(&b, "compaction text %q attempt %q %v\n", c.compactionText, c.attemptText.String(), c.attemptOpen)
+	fmt.Fprintf(&b, "call ids %v\n", slices.Collect(c.CallIDs()))
 	return b.String()
 }
 
