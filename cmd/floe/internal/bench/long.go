@@ -27,10 +27,17 @@ type LongResult struct {
 	Tasks int
 	// Early and Late are the median time per Task (submit → task_state
 	// idle on SSE) and the process CPU per Task (every service of the Floe
-	// and its embedded nats-server) over longBucket Tasks from Task 10 and
-	// over the last longBucket Tasks.
+	// and its embedded nats-server) of longBucket Tasks of a second,
+	// short Session (its Tasks 10 on) and of as many more Tasks of the long
+	// one after its Tasks, one of each in turn: the two figures are
+	// measured side by side, under the same load on the machine.
 	Early, Late       time.Duration
 	EarlyCPU, LateCPU time.Duration
+	// SeqEarly and SeqLate are the same of the long Session alone: its
+	// Tasks 10 on and its last longBucket Tasks (minutes apart, so a
+	// busy machine moves them).
+	SeqEarly, SeqLate       time.Duration
+	SeqEarlyCPU, SeqLateCPU time.Duration
 	// Window is the Web App's opening call of the Session after the last
 	// Task (GET /messages?tailTasks=50): its bytes and its median time
 	// over loopback; Whole the same of the whole history.
@@ -81,6 +88,17 @@ func runLong(ctx context.Context, c *Config, p *progress) (*LongResult, error) {
 	if err != nil {
 		return nil, fmt.Errorf("bench: stream: %w", err)
 	}
+	task := func(sid string, stream *client.Stream, i int) (time.Duration, time.Duration, error) {
+		t0, c0 := time.Now(), processCPU()
+		id, err := e.api.SubmitTask(ctx, sid, client.TaskRequest{Input: []client.InputPart{{Type: client.InputText, Text: fmt.Sprintf("step %d: what is in this folder?", i)}}})
+		if err != nil {
+			return 0, 0, fmt.Errorf("bench: task %d: %w", i, err)
+		}
+		if err := untilIdle(ctx, stream, id); err != nil {
+			return 0, 0, fmt.Errorf("bench: task %d: %w", i, err)
+		}
+		return time.Since(t0), processCPU() - c0, nil
+	}
 	p.logf("long: %d Tasks in one Session", n)
 	var times, cpus []time.Duration
 	// The profiles cover more Tasks than the medians, for enough samples.
@@ -91,16 +109,12 @@ func runLong(ctx context.Context, c *Config, p *progress) (*LongResult, error) {
 		if err := prof.at(i); err != nil {
 			return nil, err
 		}
-		t0, c0 := time.Now(), processCPU()
-		id, err := e.api.SubmitTask(ctx, s.ID, client.TaskRequest{Input: []client.InputPart{{Type: client.InputText, Text: fmt.Sprintf("step %d: what is in this folder?", i)}}})
+		d, cpu, err := task(s.ID, stream, i)
 		if err != nil {
-			return nil, fmt.Errorf("bench: task %d: %w", i, err)
+			return nil, err
 		}
-		if err := untilIdle(ctx, stream, id); err != nil {
-			return nil, fmt.Errorf("bench: task %d: %w", i, err)
-		}
-		times = append(times, time.Since(t0))
-		cpus = append(cpus, processCPU()-c0)
+		times = append(times, d)
+		cpus = append(cpus, cpu)
 		if (i+1)%500 == 0 {
 			p.logf("long: %d Tasks, the last took %v", i+1, times[i].Round(time.Microsecond))
 		}
@@ -113,8 +127,36 @@ func runLong(ctx context.Context, c *Config, p *progress) (*LongResult, error) {
 	}
 	// Task 10 on: the first Tasks also pay for warming up (connections,
 	// consumers, caches).
-	res.Early, res.EarlyCPU = median(times[10:10+longBucket]), median(cpus[10:10+longBucket])
-	res.Late, res.LateCPU = median(times[n-longBucket:]), median(cpus[n-longBucket:])
+	res.SeqEarly, res.SeqEarlyCPU = median(times[10:10+longBucket]), median(cpus[10:10+longBucket])
+	res.SeqLate, res.SeqLateCPU = median(times[n-longBucket:]), median(cpus[n-longBucket:])
+
+	// Side by side: a short Session's Tasks 10 on and more of the long
+	// one's, one of each in turn.
+	short, err := e.api.CreateSession(ctx, client.CreateSession{Model: ref})
+	if err != nil {
+		return nil, fmt.Errorf("bench: create session: %w", err)
+	}
+	shortStream, err := e.api.Stream(ctx, short.ID, "")
+	if err != nil {
+		return nil, fmt.Errorf("bench: stream: %w", err)
+	}
+	var et, ec, lt, lc []time.Duration
+	for i := range 10 + longBucket {
+		d, cpu, err := task(short.ID, shortStream, i)
+		if err != nil {
+			return nil, err
+		}
+		if i < 10 {
+			continue
+		}
+		et, ec = append(et, d), append(ec, cpu)
+		if d, cpu, err = task(s.ID, stream, n+i); err != nil {
+			return nil, err
+		}
+		lt, lc = append(lt, d), append(lc, cpu)
+	}
+	res.Early, res.EarlyCPU = median(et), median(ec)
+	res.Late, res.LateCPU = median(lt), median(lc)
 
 	if err := tracerCaughtUp(ctx, e); err != nil {
 		return nil, err

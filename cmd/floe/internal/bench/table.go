@@ -116,9 +116,11 @@ func (r *Report) Markdown(w io.Writer, command string) {
 	}
 
 	if x := r.Long; x != nil {
-		fmt.Fprintf(w, "**Long Session**: one Session, %s Tasks one after another (a scripted model streams one text each; no compaction, so the context grows every Task), traced; per Task the time from submit to task_state idle on SSE and the process's CPU (every service and the embedded nats-server), median of Tasks 10–%d and of the last %d.\n\n", num(x.Tasks), 10+longBucket-1, longBucket)
-		fmt.Fprintf(w, "| | early Task | late Task | late ÷ early |\n|---|---:|---:|---:|\n")
-		fmt.Fprintf(w, "| time | %s | %s | %.2f |\n| CPU | %s | %s | %.2f |\n\n", dur(x.Early), dur(x.Late), x.TimeRatio(), dur(x.EarlyCPU), dur(x.LateCPU), x.CPURatio())
+		fmt.Fprintf(w, "**Long Session**: one Session, %s Tasks one after another (a scripted model streams one text each; no compaction, so the context grows every Task), traced; per Task the time from submit to task_state idle on SSE and the process's CPU (every service and the embedded nats-server), median of %d. Early: Tasks 10–%d of a second Session, each followed by a late one, a Task of the long Session past its %s: side by side, under the same load. Sequential: the long Session's Tasks 10–%d and its last %d, minutes apart.\n\n", num(x.Tasks), longBucket, 10+longBucket-1, num(x.Tasks), 10+longBucket-1, longBucket)
+		fmt.Fprintf(w, "| | early Task | late Task | late ÷ early | sequential: early | late | late ÷ early |\n|---|---:|---:|---:|---:|---:|---:|\n")
+		fmt.Fprintf(w, "| time | %s | %s | %.2f | %s | %s | %.2f |\n| CPU | %s | %s | %.2f | %s | %s | %.2f |\n\n",
+			dur(x.Early), dur(x.Late), x.TimeRatio(), dur(x.SeqEarly), dur(x.SeqLate), float64(x.SeqLate)/float64(x.SeqEarly),
+			dur(x.EarlyCPU), dur(x.LateCPU), x.CPURatio(), dur(x.SeqEarlyCPU), dur(x.SeqLateCPU), float64(x.SeqLateCPU)/float64(x.SeqEarlyCPU))
 		fmt.Fprintf(w, "History: the newest 50 Tasks (GET /messages?tailTasks=50) %s in %s; the whole history %s in %s (median of 5). Disk: the home %s, its Traces %s (%.2f×); the JetStream store %s, where FLOE_SESSIONS's messages are %s and the snapshot bucket's %s.\n\n",
 			kib(float64(x.WindowBytes)), dur(x.Window), kib(float64(x.WholeBytes)), dur(x.Whole), mib(float64(x.Disk)), mib(float64(x.TraceBytes)), x.DiskPerTrace(),
 			mib(float64(x.Store)), mib(float64(x.SessionsBytes)), mib(float64(x.SnapshotBytes)))
