@@ -79,7 +79,8 @@ type Config struct {
 	root string
 }
 
-// Quick is a run of under two minutes on two cores. It creates 5000 idle
+// Quick is the shorter run (8 minutes on two cores at load 14, most of it
+// the tracer, tasks and long scenarios). It creates 5000 idle
 // Sessions, not 10 000: tracing 10 000 new Sessions alone takes over a
 // minute there (see the idle scenario's "traced" figure).
 func Quick() Config {
@@ -89,7 +90,7 @@ func Quick() Config {
 		LowRateDeltas: 2500, LowRateRuns: 2}
 }
 
-// Full is the complete run (about four minutes on two cores).
+// Full is the complete run (longer than Quick).
 func Full() Config {
 	return Config{Mode: "full", Partials: 100_000, Runs: 5, Rate: 2000, LatencyFor: 15 * time.Second,
 		Sessions: []int{1, 100, 1000}, ResumeRecords: []int{1000, 10_000, 100_000}, ResumeRuns: 5, IdleSessions: 10_000,
