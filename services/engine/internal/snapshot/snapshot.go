@@ -199,8 +199,10 @@ func (s *Store) Load(ctx context.Context, sid string, created int64) (*fold.Cont
 		return nil, 0, 0, fmt.Errorf("snapshot: records of %s after seq %d: %w", sid, h.seq, err)
 	}
 	h.seq = last
+	// Cloned before h goes back to memory, where the next Load may take it.
+	clone := fc.Clone()
 	s.keep(ctx, h)
-	return fc.Clone(), last, bad, nil
+	return clone, last, bad, nil
 }
 
 var errMissing = errors.New("none stored")
@@ -292,8 +294,9 @@ func (s *Store) full(ctx context.Context, sid string, created, epoch int64, befo
 	if err != nil {
 		mark = 0
 	}
+	clone := fc.Clone()
 	s.keep(ctx, &held{sid: sid, created: created, epoch: epoch, seq: max(last, before), mark: mark, fc: fc, stored: -1})
-	return fc.Clone(), last, bad, nil
+	return clone, last, bad, nil
 }
 
 // keep puts h back in memory (dropping the least recently used beyond
