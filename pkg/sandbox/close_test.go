@@ -6,6 +6,7 @@ import (
 	"os"
 	"runtime"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -28,6 +29,7 @@ func TestCloseEndsEveryCallGoroutineAndFile(t *testing.T) {
 				}
 				t.Fatal(err)
 			}
+			defer s.Close() // a failed check must not leave it running
 			ws := t.TempDir()
 			// A finished call (its namespace back in the pool, the next
 			// built ahead) and a running one with a daemon.
@@ -50,8 +52,12 @@ func TestCloseEndsEveryCallGoroutineAndFile(t *testing.T) {
 			if line, _ := bufio.NewReader(out).ReadString('\n'); line != "started\n" {
 				t.Fatalf("running call: %q", line)
 			}
-			if len(daemonized(mark)) == 0 {
-				t.Fatal("the call's daemon is not running")
+			for deadline := time.Now().Add(10 * time.Second); len(daemonized(mark)) == 0; time.Sleep(5 * time.Millisecond) {
+				if time.Now().After(deadline) {
+					p.Cmd.Process.Kill()
+					p.Cmd.Wait()
+					t.Fatal("the call's daemon is not running")
+				}
 			}
 			// The caller waits for its call as Close kills it (a PID
 			// namespace ends once its last process is reaped).
@@ -128,4 +134,34 @@ func openFiles(t *testing.T) int {
 		}
 	}
 	return n
+}
+
+// Calls of one Workspace share its view (direct.go) but never each
+// other's /tmp, even running at the same time: each writes a file into its
+// /tmp and, while all of them run, none sees another's; the Workspace is
+// shared, and a Workspace under the host's /tmp is in each call's /tmp.
+func TestConcurrentCallsOfAWorkspaceKeepTheirOwnTmp(t *testing.T) {
+	const n = 8
+	for b, s := range backends(t, Config{}) {
+		t.Run(string(b), func(t *testing.T) {
+			ws := t.TempDir()
+			var wg sync.WaitGroup
+			outs := make([]string, n)
+			for i := range n {
+				wg.Go(func() {
+					// Each waits until all have written their mark.
+					cmd := fmt.Sprintf(`echo %d > /tmp/mark-%d; touch %s/ready-%d
+						for k in $(seq 200); do [ $(ls %s | grep -c ready-) -ge %d ] && break; sleep 0.05; done
+						ls /tmp | grep mark-; echo ws=$(ls %s | grep -c ready-)`, i, i, ws, i, ws, n, ws)
+					outs[i], _ = run(t, t.Context(), s, ws, cmd)
+				})
+			}
+			wg.Wait()
+			for i, out := range outs {
+				if strings.TrimSpace(out) != fmt.Sprintf("mark-%d\nws=%d", i, n) {
+					t.Errorf("call %d sees in /tmp and the Workspace:\n%s", i, out)
+				}
+			}
+		})
+	}
 }

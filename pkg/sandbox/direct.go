@@ -17,7 +17,7 @@ import (
 
 // The direct start: the landlock backend, when the toolrunner may mount
 // (it runs as root, as in CI and in most containers), starts a call's
-// command itself, from the spawner thread, with no helper per call. The
+// command itself, from a spawner thread, with no helper per call. The
 // helper's start (a re-exec of this binary: 5–15 ms for a big binary's
 // runtime and package inits) and its per-call Landlock layer (which
 // copies the 65k port rules of the network layer below it, about 30 ms)
@@ -34,68 +34,80 @@ import (
 // not a namespace init (which would ignore the signals it does not
 // handle: `kill $$` would do nothing). When the command exits, is killed
 // (timeout, abort, a limit), the init kills the rest of the call (daemons
-// included) and the namespace goes back to the pool. The init has the
-// spawner thread as parent with a parent-death signal: a kill -9 of the
-// toolrunner kills it, and with it every process of its namespace.
+// included) and the namespace goes back to the pool. The init has a
+// thread of the spawner as parent with a parent-death signal: a kill -9 of
+// the toolrunner (or Close) kills it, and with it every process of its
+// namespace.
 //
-// Everything else happens on the spawner thread, which holds the network
+// Everything else happens on a spawner thread (spawner.go: a few, so
+// that concurrent calls start in parallel), which holds the network
 // confinement once for all calls (the Landlock port rules, or an empty
 // network namespace) and is unshared from the process's filesystem
 // context (CLONE_FS) so that its root, working directory and namespaces
-// are its own. Per call it copies the host's mount namespace (and a new
-// IPC namespace), makes every mount private, builds the call's file tree
-// on a small tmpfs — the system directories bound read-only, a minimal
-// /dev, a procfs of the call's PID namespace (the pidns= mount option,
-// Linux 6.15), a fresh tmpfs /tmp, the Workspace read-write, the hidden
-// credentials files masked with /dev/null — pivots into it and detaches
-// the host's tree (nothing else exists for the call), forks the command,
-// and returns to the host's namespaces. That building is done ahead:
-// after each call the spawner, when no call waits, builds the namespaces
-// of the next call in the same view (Workspace and read paths; a Session's
-// calls share them) and holds them, so the next call only enters them and
-// forks (a view whose directories were replaced since is rebuilt). The
-// call's mount namespace is held until its result is reported, so that
-// its teardown is not part of the command's exit; and when the command
-// left nothing behind the init is not even asked to kill.
+// are its own. A call's file tree is built once per view (its Workspace
+// and read paths: a Session's calls share it) and held as a mount
+// namespace: a copy of the host's mount namespace, every mount made
+// private, the tree built on a small tmpfs — the system directories bound
+// read-only, a minimal /dev, the Workspace read-write, the hidden
+// credentials files masked with /dev/null — pivoted into and the host's
+// tree detached (nothing else exists for the call). Per call the thread
+// enters that view, copies it into a mount namespace of the call's own
+// (with a new IPC namespace), mounts there a fresh tmpfs /tmp and a procfs
+// of the call's PID namespace (the pidns= mount option, Linux 6.15), forks
+// the command, and returns to the host's namespaces. A Workspace that lies
+// in the host's /tmp is held by the view under its /proc and bound again
+// into each call's /tmp. The per-call copy is a few dozen mounts with no
+// path lookup; the build and its detach (an RCU grace period, 3 ms under
+// load) happen once per view, not per call (a view whose directories were
+// replaced since is rebuilt). The call's mount namespace is held until its
+// result is reported, so that its teardown is not part of the command's
+// exit; and when the command left nothing behind the init is not even
+// asked to kill.
 //
-// The spawner thread has an empty capability bounding set, SECBIT_NOROOT
+// The spawner threads have an empty capability bounding set, SECBIT_NOROOT
 // and no_new_privs: the command, everything it starts, and the inits run
 // with no capability even as uid 0, so no mount, pivot, chroot, module or
 // raw socket undoes the confinement; the inits are not dumpable, so their
 // /proc entries (root, fds) are closed to the call.
 
-// directThread prepares the spawner thread for direct starts (called on
-// it, locked): its own filesystem context, handles on the host's mount
-// namespace and /proc, a staging directory for the calls' roots, and no
-// capability to pass on.
-func (sp *spawner) directThread() error {
+// directThread prepares a spawner thread for direct starts (called on
+// it, locked): its own filesystem context and no capability to pass on;
+// the first also opens the handles on the host's namespaces and /proc and
+// makes the staging directory the views' roots are built on (each in its
+// own mount namespace, so the threads share it).
+func (sp *spawner) directThread(first bool) error {
 	if err := unix.Unshare(unix.CLONE_FS); err != nil {
 		return fmt.Errorf("unshare the filesystem context: %w", err)
 	}
-	var err error
-	if sp.hostMnt, err = unix.Open("/proc/thread-self/ns/mnt", unix.O_RDONLY|unix.O_CLOEXEC, 0); err != nil {
-		return fmt.Errorf("open the host's mount namespace: %w", err)
-	}
-	if sp.hostIpc, err = unix.Open("/proc/thread-self/ns/ipc", unix.O_RDONLY|unix.O_CLOEXEC, 0); err != nil {
-		return fmt.Errorf("open the host's IPC namespace: %w", err)
-	}
-	if sp.hostPid, err = unix.Open("/proc/thread-self/ns/pid", unix.O_RDONLY|unix.O_CLOEXEC, 0); err != nil {
-		return fmt.Errorf("open the host's PID namespace: %w", err)
-	}
-	if sp.hostProc, err = unix.Open("/proc", unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0); err != nil {
-		return fmt.Errorf("open /proc: %w", err)
-	}
-	if sp.stage, err = os.MkdirTemp("", "floe-sandbox-root-"); err != nil {
-		return fmt.Errorf("staging directory: %w", err)
+	if first {
+		var err error
+		if sp.hostMnt, err = unix.Open("/proc/thread-self/ns/mnt", unix.O_RDONLY|unix.O_CLOEXEC, 0); err != nil {
+			return fmt.Errorf("open the host's mount namespace: %w", err)
+		}
+		if sp.hostIpc, err = unix.Open("/proc/thread-self/ns/ipc", unix.O_RDONLY|unix.O_CLOEXEC, 0); err != nil {
+			return fmt.Errorf("open the host's IPC namespace: %w", err)
+		}
+		if sp.hostPid, err = unix.Open("/proc/thread-self/ns/pid", unix.O_RDONLY|unix.O_CLOEXEC, 0); err != nil {
+			return fmt.Errorf("open the host's PID namespace: %w", err)
+		}
+		if sp.hostProc, err = unix.Open("/proc", unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0); err != nil {
+			return fmt.Errorf("open /proc: %w", err)
+		}
+		if sp.stage, err = os.MkdirTemp("", "floe-sandbox-root-"); err != nil {
+			return fmt.Errorf("staging directory: %w", err)
+		}
 	}
 	return dropPrivileges()
 }
 
+// closeDirect releases the views, the free PID namespaces and the
+// handles, once the threads have ended.
 func (sp *spawner) closeDirect() {
-	for k, pr := range sp.ready {
-		pr.release(sp)
-		delete(sp.ready, k)
+	sp.mu.Lock()
+	for _, v := range sp.views {
+		sp.dropView(v)
 	}
+	sp.mu.Unlock()
 	sp.pool.close()
 	for _, fd := range []int{sp.hostMnt, sp.hostIpc, sp.hostPid, sp.hostProc} {
 		if fd >= 0 {
@@ -107,20 +119,38 @@ func (sp *spawner) closeDirect() {
 	}
 }
 
-// prepared is a call's namespaces built ahead (prepare): its mount and
-// IPC namespaces (held by fds), the pooled PID namespace they go with, and
-// the handle on its /proc. key names what it was built for, and ident the
-// Workspace and read paths it bound, checked again when it is used.
-type prepared struct {
-	key      string
-	ident    string
-	mnt, ipc int
-	ns       *pidNS
-	procFD   int
+// view is the file tree of the calls in one Workspace with the same read
+// paths, built once (buildView) and held as a mount namespace whose root
+// is that tree: each call copies it (a new mount namespace of a few dozen
+// mounts, no path lookup) and adds its own /tmp and /proc. key names what
+// it was built for, and ident the directories it bound, checked again at
+// each call (a view whose directories were replaced since is rebuilt).
+// held are the paths under /tmp (a Workspace in the host's /tmp, a hook's
+// program): the view binds them under its /proc, out of sight, and each
+// call binds them again in its own /tmp, which would hide them.
+type view struct {
+	key, ident string
+	mnt        int
+	held       []heldPath
+	refs       int    // calls entering it (under spawner.mu)
+	used       uint64 // spawner.viewClock when last taken
+	gone       bool   // dropped: closed by its last user
 }
 
-// readyMax bounds how many calls' namespaces a spawner keeps built ahead.
-const readyMax = 4
+// heldPath is a path of the call's /tmp, bound in each call from
+// holdDir/<index>.
+type heldPath struct {
+	path    string
+	dir, ro bool
+}
+
+// holdDir is where a view keeps the paths its calls bind into their /tmp:
+// under /proc, which each call mounts over.
+const holdDir = "/proc/.floe-hold"
+
+// viewsMax bounds how many views a spawner keeps (the least recently used
+// goes).
+const viewsMax = 32
 
 // viewKey names the file tree of a call: its Workspace and read paths.
 func viewKey(ws string, read []string) string {
@@ -128,7 +158,7 @@ func viewKey(ws string, read []string) string {
 }
 
 // viewIdent identifies the directories a view binds (device and inode of
-// each): a prepared view whose directories were replaced since is stale.
+// each): a view whose directories were replaced since is stale.
 func viewIdent(ws string, read []string) string {
 	var b strings.Builder
 	for _, p := range append([]string{ws}, read...) {
@@ -142,63 +172,95 @@ func viewIdent(ws string, read []string) string {
 	return b.String()
 }
 
-// prepare builds, on the spawner thread, the namespaces of a call in ws
-// with read: it takes a PID namespace from the pool, copies the host's
-// mount namespace and a new IPC namespace, builds the file tree and
-// returns to the host's namespaces, holding the new ones.
-func (sp *spawner) prepare(s *Sandbox, ws string, read []string) (pr *prepared, err error) {
-	ident := viewIdent(ws, read)
-	ns, err := sp.pool.get(sp)
-	if err != nil {
-		return nil, fmt.Errorf("sandbox: PID namespace: %w", err)
+// takeView returns the view of (ws, read), built now if there is none or
+// it is stale; the caller gives it back with putView. On a spawner thread.
+func (sp *spawner) takeView(s *Sandbox, ws string, read []string) (*view, error) {
+	key, ident := viewKey(ws, read), viewIdent(ws, read)
+	sp.mu.Lock()
+	if v := sp.views[key]; v != nil && v.ident == ident {
+		v.refs++
+		sp.viewClock++
+		v.used = sp.viewClock
+		sp.mu.Unlock()
+		return v, nil
 	}
-	q := &Proc{sb: s, ws: ws, read: read, procFD: -1}
-	built := &prepared{key: viewKey(ws, read), ident: ident, mnt: -1, ipc: -1, ns: ns, procFD: -1}
+	sp.mu.Unlock()
+	v, err := sp.buildView(s, key, ident, ws, read)
+	if err != nil {
+		return nil, err
+	}
+	sp.mu.Lock()
+	defer sp.mu.Unlock()
+	if old := sp.views[key]; old != nil {
+		sp.dropView(old) // stale, or built meanwhile by another thread
+	}
+	for len(sp.views) >= viewsMax {
+		var lru *view
+		for _, o := range sp.views {
+			if lru == nil || o.used < lru.used {
+				lru = o
+			}
+		}
+		sp.dropView(lru)
+	}
+	sp.views[key] = v
+	v.refs++
+	sp.viewClock++
+	v.used = sp.viewClock
+	return v, nil
+}
+
+// putView gives back a view taken with takeView.
+func (sp *spawner) putView(v *view) {
+	sp.mu.Lock()
+	defer sp.mu.Unlock()
+	v.refs--
+	if v.gone && v.refs == 0 {
+		unix.Close(v.mnt)
+	}
+}
+
+// dropView forgets a view; it is closed once no call is entering it.
+// Under sp.mu.
+func (sp *spawner) dropView(v *view) {
+	if sp.views[v.key] == v {
+		delete(sp.views, v.key)
+	}
+	v.gone = true
+	if v.refs == 0 {
+		unix.Close(v.mnt)
+	}
+}
+
+// buildView copies the host's mount namespace, builds the view's tree in
+// it (buildTree), and holds it; on a spawner thread, which it returns to
+// the host's namespaces.
+func (sp *spawner) buildView(s *Sandbox, key, ident, ws string, read []string) (v *view, err error) {
 	defer func() {
 		if e := sp.home(); e != nil && err == nil {
 			err = e
 		}
-		if err != nil {
-			built.release(sp)
-			if q.procFD >= 0 {
-				unix.Close(q.procFD)
+		if err != nil && v != nil {
+			if v.mnt >= 0 {
+				unix.Close(v.mnt)
 			}
-			pr = nil
+			v = nil
 		}
 	}()
-	pr = built
 	if err := unix.Setns(sp.hostMnt, unix.CLONE_NEWNS); err != nil {
 		return nil, fmt.Errorf("sandbox: enter the host's mounts: %w", err)
 	}
-	if err := unix.Unshare(unix.CLONE_NEWNS | unix.CLONE_NEWIPC); err != nil {
-		return nil, fmt.Errorf("sandbox: mount and IPC namespaces: %w", err)
+	if err := unix.Unshare(unix.CLONE_NEWNS); err != nil {
+		return nil, fmt.Errorf("sandbox: mount namespace: %w", err)
 	}
-	if err := q.enterView(ns); err != nil {
-		return nil, fmt.Errorf("sandbox: the call's file tree: %w", err)
+	v = &view{key: key, ident: ident, mnt: -1}
+	if err := v.buildTree(s, sp.stage, ws, read); err != nil {
+		return v, fmt.Errorf("sandbox: the call's file tree: %w", err)
 	}
-	built.procFD, q.procFD = q.procFD, -1
-	if built.mnt, err = unix.Openat(sp.hostProc, "thread-self/ns/mnt", unix.O_RDONLY|unix.O_CLOEXEC, 0); err != nil {
-		return nil, err
+	if v.mnt, err = unix.Openat(sp.hostProc, "thread-self/ns/mnt", unix.O_RDONLY|unix.O_CLOEXEC, 0); err != nil {
+		return v, err
 	}
-	if built.ipc, err = unix.Openat(sp.hostProc, "thread-self/ns/ipc", unix.O_RDONLY|unix.O_CLOEXEC, 0); err != nil {
-		return nil, err
-	}
-	return built, nil
-}
-
-// release gives up an unused prepared call: its namespaces, and its PID
-// namespace back to the pool (nothing ran in it).
-func (pr *prepared) release(sp *spawner) {
-	for _, fd := range []int{pr.mnt, pr.ipc, pr.procFD} {
-		if fd >= 0 {
-			unix.Close(fd)
-		}
-	}
-	pr.mnt, pr.ipc, pr.procFD = -1, -1, -1
-	if pr.ns != nil && pr.ns.fd >= 0 {
-		sp.pool.put(pr.ns)
-	}
-	pr.ns = nil
+	return v, nil
 }
 
 // home returns the spawner thread to the host's namespaces (and root).
@@ -211,72 +273,52 @@ func (sp *spawner) home() error {
 	return nil
 }
 
-// take returns the prepared call for (ws, read), built ahead or now,
-// and has the next one for the same view built ahead when the spawner is
-// idle (consecutive calls of a Session share their Workspace).
-func (sp *spawner) take(s *Sandbox, ws string, read []string) (*prepared, error) {
-	key := viewKey(ws, read)
-	pr := sp.ready[key]
-	if pr != nil {
-		delete(sp.ready, key)
-		if pr.ident != viewIdent(ws, read) {
-			pr.release(sp) // a directory was replaced since: stale
-			pr = nil
-		}
-	}
-	read = slices.Clone(read)
-	if !sp.queued[key] {
-		sp.queued[key] = true
-		sp.idle = append(sp.idle, func() { sp.prepareAhead(s, key, ws, read) })
-	}
-	if pr != nil {
-		return pr, nil
-	}
-	return sp.prepare(s, ws, read)
-}
-
-// prepareAhead builds the next call's namespaces for a view (idle work).
-func (sp *spawner) prepareAhead(s *Sandbox, key, ws string, read []string) {
-	delete(sp.queued, key)
-	if _, ok := sp.ready[key]; ok {
-		return
-	}
-	next, err := sp.prepare(s, ws, read)
-	if err != nil {
-		return
-	}
-	if len(sp.ready) >= readyMax {
-		for k, old := range sp.ready { // evict one
-			old.release(sp)
-			delete(sp.ready, k)
-			break
-		}
-	}
-	sp.ready[key] = next
-}
-
-// startDirect starts p's command as described above; it runs on the
-// spawner thread.
+// startDirect starts p's command as described above; it runs on a
+// spawner thread: it enters a copy of the call's view (and a new IPC
+// namespace), mounts the call's /tmp and /proc in it, and forks the
+// command into a pooled PID namespace.
 func (p *Proc) startDirect() (err error) {
 	sp, cmd := p.sb.sp, p.Cmd
-	pr, err := sp.take(p.sb, p.ws, p.read)
+	v, err := sp.takeView(p.sb, p.ws, p.read)
 	if err != nil {
 		return err
 	}
-	ns := pr.ns
+	defer sp.putView(v)
+	ns, err := sp.pool.get(sp)
+	if err != nil {
+		return fmt.Errorf("sandbox: PID namespace: %w", err)
+	}
+	mnt := -1
 	defer func() {
 		if err != nil {
-			pr.release(sp)
+			if mnt >= 0 {
+				unix.Close(mnt)
+			}
+			if p.procFD >= 0 {
+				unix.Close(p.procFD)
+				p.procFD = -1
+			}
+			if ns != nil {
+				sp.pool.put(ns) // nothing runs in it
+			}
 		}
 		if e := sp.home(); e != nil && err == nil {
 			err = e
 		}
 	}()
-	if err := unix.Setns(pr.mnt, unix.CLONE_NEWNS); err != nil {
-		return fmt.Errorf("sandbox: enter the call's mounts: %w", err)
+	if err := unix.Setns(v.mnt, unix.CLONE_NEWNS); err != nil {
+		return fmt.Errorf("sandbox: enter the call's view: %w", err)
 	}
-	if err := unix.Setns(pr.ipc, unix.CLONE_NEWIPC); err != nil {
-		return fmt.Errorf("sandbox: enter the call's IPC namespace: %w", err)
+	if err := unix.Unshare(unix.CLONE_NEWNS | unix.CLONE_NEWIPC); err != nil {
+		return fmt.Errorf("sandbox: mount and IPC namespaces: %w", err)
+	}
+	if err := p.callMounts(v, ns); err != nil {
+		return fmt.Errorf("sandbox: the call's file tree: %w", err)
+	}
+	// A hold on the call's mount namespace, so that its teardown happens
+	// after the call is reported, not in its exit.
+	if mnt, err = unix.Openat(sp.hostProc, "thread-self/ns/mnt", unix.O_RDONLY|unix.O_CLOEXEC, 0); err != nil {
+		return err
 	}
 	env := callEnv(cmd.Env)
 	path, err := lookPath(p.spec.Argv[0], env)
@@ -300,22 +342,18 @@ func (p *Proc) startDirect() (err error) {
 		return err
 	}
 	// The call's now: its process holds its namespaces.
-	unix.Close(pr.ipc)
-	mnt := pr.mnt
-	p.procFD = pr.procFD
-	pr.ipc, pr.mnt, pr.procFD, pr.ns = -1, -1, -1, nil
-	pidfd, err := unix.PidfdOpen(cmd.Process.Pid, 0)
-	if err != nil {
+	pidfd, e := unix.PidfdOpen(cmd.Process.Pid, 0)
+	if e != nil {
 		// Unreachable while the child is not reaped; fail closed.
 		cmd.Process.Kill()
-		ns.reset()
 		cmd.Wait()
-		unix.Close(mnt)
-		return fmt.Errorf("sandbox: pidfd: %w", err)
+		if !ns.reset() {
+			ns = nil // closed
+		}
+		return fmt.Errorf("sandbox: pidfd: %w", e)
 	}
 	// The command's pid in its namespace, to tell it from anything it
-	// left behind; and a hold on the call's mount namespace, so that its
-	// teardown happens after the call is reported, not in its exit.
+	// left behind.
 	nsPid := -1
 	if b, err := readAt(sp.hostProc, fmt.Sprintf("%d/status", cmd.Process.Pid)); err == nil {
 		for _, line := range strings.Split(string(b), "\n") {
@@ -426,10 +464,11 @@ var devices = []string{"null", "zero", "full", "random", "urandom", "tty"}
 // devLinks are the usual links of a minimal /dev into /proc.
 var devLinks = map[string]string{"fd": "/proc/self/fd", "stdin": "/proc/self/fd/0", "stdout": "/proc/self/fd/1", "stderr": "/proc/self/fd/2"}
 
-// enterView builds the call's file tree on a tmpfs mounted on the staging
-// directory and pivots the thread into it.
-func (p *Proc) enterView(ns *pidNS) error {
-	s, stage := p.sb, p.sb.sp.stage
+// buildTree builds a view's file tree on a tmpfs mounted on the staging
+// directory and pivots the thread into it: everything of a call's tree
+// but its /tmp and /proc (callMounts), with what the call binds into its
+// /tmp held under holdDir.
+func (v *view) buildTree(s *Sandbox, stage, ws string, read []string) error {
 	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
 		return fmt.Errorf("make mounts private: %w", err)
 	}
@@ -470,21 +509,24 @@ func (p *Proc) enterView(ns *pidNS) error {
 	}
 	// The system and the extra read-only paths, parents first so that a
 	// path inside a bound directory lands on top of it.
-	ro := append(append(slices.Clone(SystemDirs), s.cfg.Read...), p.read...)
+	ro := append(append(slices.Clone(SystemDirs), s.cfg.Read...), read...)
 	slices.SortStableFunc(ro, func(a, b string) int { return len(a) - len(b) })
 	var bound, underTmp []string
-	bindRO := func(d string) error {
-		fi, err := os.Stat(d)
+	// hold binds src at holdDir/<n>, for each call to bind into its /tmp.
+	hold := func(src string, ro bool) error {
+		fi, err := os.Stat(src)
 		if err != nil {
 			return nil
 		}
-		if err := mountpoint(d, fi.IsDir()); err != nil {
+		h := heldPath{path: src, dir: fi.IsDir(), ro: ro}
+		at := fmt.Sprintf("%s/%d", holdDir, len(v.held))
+		if err := mountpoint(at, h.dir); err != nil {
 			return err
 		}
-		if err := bind(d, d, true); err != nil {
+		if err := bind(src, at, ro); err != nil {
 			return err
 		}
-		bound = append(bound, d)
+		v.held = append(v.held, h)
 		return nil
 	}
 	for _, d := range ro {
@@ -492,7 +534,7 @@ func (p *Proc) enterView(ns *pidNS) error {
 		if !filepath.IsAbs(d) || slices.Contains(bound, d) {
 			continue
 		}
-		if strings.HasPrefix(d, "/tmp/") {
+		if underHostTmp(d) {
 			// Bound once the call's own /tmp is mounted (a hook's
 			// program kept in the host's /tmp), else it would hide them.
 			underTmp = append(underTmp, d)
@@ -547,34 +589,29 @@ func (p *Proc) enterView(ns *pidNS) error {
 			return err
 		}
 	}
-	if err := mountpoint("/proc", true); err != nil {
-		return err
-	}
-	if err := p.mountProc(ns, at("/proc")); err != nil {
-		return fmt.Errorf("the call's /proc: %w", err)
-	}
-	// The call's /tmp, then its Workspace (which may lie under /tmp: it
-	// then lands inside the call's /tmp, at its own path).
-	if err := mountpoint("/tmp", true); err != nil {
-		return err
-	}
-	tmpOpts := fmt.Sprintf("mode=1777,size=%dm", max(p.sb.cfg.MemoryMB, 64))
-	if err := unix.Mount("tmpfs", at("/tmp"), "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, tmpOpts); err != nil {
-		return fmt.Errorf("the call's /tmp: %w", err)
-	}
-	if p.ws != "" {
-		if err := mountpoint(p.ws, true); err != nil {
+	// /proc and /tmp are the call's (callMounts); what it binds into its
+	// /tmp (the Workspace first, which may lie there) is held meanwhile.
+	for _, d := range []string{"/proc", "/tmp"} {
+		if err := mountpoint(d, true); err != nil {
 			return err
 		}
-		if err := bind(p.ws, p.ws, false); err != nil {
-			return err
+	}
+	if ws != "" {
+		if underHostTmp(ws) {
+			if err := hold(ws, false); err != nil {
+				return err
+			}
+		} else {
+			if err := mountpoint(ws, true); err != nil {
+				return err
+			}
+			if err := bind(ws, ws, false); err != nil {
+				return err
+			}
 		}
 	}
 	for _, d := range underTmp {
-		if slices.Contains(bound, d) {
-			continue
-		}
-		if err := bindRO(d); err != nil {
+		if err := hold(d, true); err != nil {
 			return err
 		}
 	}
@@ -602,7 +639,61 @@ func (p *Proc) enterView(ns *pidNS) error {
 	if err := unix.Unmount(".", unix.MNT_DETACH); err != nil {
 		return fmt.Errorf("detach the host's tree: %w", err)
 	}
+	// Private, so that a call's own mounts in its copy of the view never
+	// reach the view or another call.
+	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
+		return fmt.Errorf("make the view private: %w", err)
+	}
 	return unix.Chdir("/")
+}
+
+// underHostTmp says whether path is the host's /tmp or lies in it: a call
+// has its own /tmp there.
+func underHostTmp(path string) bool {
+	return path == "/tmp" || strings.HasPrefix(path, "/tmp/")
+}
+
+// callMounts gives the call, in its copy of the view, its own /tmp (a
+// tmpfs capped at the memory limit) with the view's held paths bound into
+// it (and the hidden files among them masked), and a procfs of its PID
+// namespace on /proc (which covers the held paths' other place).
+func (p *Proc) callMounts(v *view, ns *pidNS) error {
+	tmpOpts := fmt.Sprintf("mode=1777,size=%dm", max(p.sb.cfg.MemoryMB, 64))
+	if err := unix.Mount("tmpfs", "/tmp", "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, tmpOpts); err != nil {
+		return fmt.Errorf("the call's /tmp: %w", err)
+	}
+	for i, h := range v.held {
+		if err := os.MkdirAll(filepath.Dir(h.path), 0o755); err != nil {
+			return err
+		}
+		if h.dir {
+			if err := os.Mkdir(h.path, 0o755); err != nil && !errors.Is(err, os.ErrExist) {
+				return err
+			}
+		} else if err := touch(h.path); err != nil {
+			return err
+		}
+		if err := unix.Mount(fmt.Sprintf("%s/%d", holdDir, i), h.path, "", unix.MS_BIND|unix.MS_REC, ""); err != nil {
+			return fmt.Errorf("bind %s: %w", h.path, err)
+		}
+		if !h.ro {
+			continue
+		}
+		for _, f := range p.sb.cfg.Hide {
+			if f != h.path && !strings.HasPrefix(f, h.path+"/") {
+				continue
+			}
+			if _, err := os.Stat(f); err == nil {
+				if err := unix.Mount("/dev/null", f, "", unix.MS_BIND, ""); err != nil {
+					return fmt.Errorf("hide %s: %w", f, err)
+				}
+			}
+		}
+	}
+	if err := p.mountProc(ns, "/proc"); err != nil {
+		return fmt.Errorf("the call's /proc: %w", err)
+	}
+	return nil
 }
 
 // mountProc mounts a procfs of ns's PID namespace on dir and keeps a

@@ -41,8 +41,8 @@ type nsPool struct {
 	closed bool
 }
 
-// get returns a free namespace, starting one if none is; it runs on the
-// spawner thread (the init's parent, whose death kills it).
+// get returns a free namespace, starting one (from the inits' thread, its
+// parent, whose death kills it) if none is.
 func (p *nsPool) get(sp *spawner) (*pidNS, error) {
 	for {
 		p.mu.Lock()
@@ -61,7 +61,9 @@ func (p *nsPool) get(sp *spawner) (*pidNS, error) {
 		}
 		return ns, nil
 	}
-	ns, err := startNS(sp)
+	var ns *pidNS
+	err := errClosed
+	sp.runOn(sp.initReq, func() { ns, err = startNS(sp) })
 	if err != nil {
 		return nil, err
 	}

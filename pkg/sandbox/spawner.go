@@ -9,101 +9,136 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// spawner is one OS thread of the toolrunner restricted once with the
-// network ruleset (and, with the network off, moved into an empty network
-// namespace) from which every call's helper is forked: a child inherits
-// its thread's Landlock domain and network namespace for free, where
-// restricting each call anew costs about 0.1 s for the 65k port rules and
-// a new network namespace tens of milliseconds. The Go runtime never
-// clones its own threads from a locked thread (it uses its template
-// thread), so the rest of the process stays unrestricted. Forks are
-// serialized on the thread; a fork takes well under a millisecond.
+// spawner is a few OS threads of the toolrunner, each restricted once
+// with the network ruleset (and, with the network off, moved into one
+// empty network namespace) from which every call's helper (or, direct,
+// its command) is forked: a child inherits its thread's Landlock domain
+// and network namespace for free, where restricting each call anew costs
+// about 0.1 s for the 65k port rules and a new network namespace tens of
+// milliseconds. The Go runtime never clones its own threads from a locked
+// thread (it uses its template thread), so the rest of the process stays
+// unrestricted. A start holds its thread until the command has exec'd (a
+// vfork), a millisecond or more on a loaded machine: spawnThreads of them
+// let concurrent calls of one runner start in parallel.
 type spawner struct {
-	req   chan func()
-	quit  chan struct{} // closed by close: the thread ends
-	ended chan struct{} // closed when the thread has ended
-	once  sync.Once
-	// wg counts the goroutines that watch what the thread started (a
+	req     chan func()
+	initReq chan func()   // to the inits' thread (direct)
+	quit    chan struct{} // closed by close: the threads end
+	threads sync.WaitGroup
+	once    sync.Once
+	// wg counts the goroutines that watch what the threads started (a
 	// namespace init's waiter, a call's watchers); close waits for them.
 	wg sync.WaitGroup
-	// started are the helpers forked from the thread and not yet closed
-	// (Proc.Close): close kills them (their calls' namespaces end with
-	// them) rather than count on their parent-death signal.
+	// mu guards started and views. started are the helpers forked from
+	// the threads and not yet closed (Proc.Close): close kills them (their
+	// calls' namespaces end with them) rather than count on their
+	// parent-death signal.
 	mu      sync.Mutex
 	started map[*os.Process]bool
-	netns   bool // the thread is in its own empty network namespace
-	// direct: the thread starts calls itself (direct.go): hostMnt and
+	netns   bool // the threads are in their own empty network namespace
+	netFD   int  // that namespace (-1 without)
+	// direct: the threads start calls themselves (direct.go): hostMnt and
 	// hostProc are handles on the host's mount namespace and /proc, stage
-	// the directory each call's root is built on.
+	// the directory each view's root is built on, views the calls' file
+	// trees built once per Workspace.
 	direct                              bool
 	hostMnt, hostIpc, hostPid, hostProc int
 	stage                               string
 	pool                                nsPool
-	// On the thread only: calls' namespaces built ahead, by view
-	// (direct.go), and work to do when no call waits.
-	ready  map[string]*prepared
-	queued map[string]bool
-	idle   []func()
+	views                               map[string]*view
+	viewClock                           uint64
 }
 
+// spawnThreads is how many threads a spawner starts calls from.
+const spawnThreads = 4
+
 func newSpawner(net *os.File, netns, direct bool) (*spawner, error) {
-	sp := &spawner{req: make(chan func()), quit: make(chan struct{}), ended: make(chan struct{}), netns: netns, direct: direct, hostMnt: -1, hostIpc: -1, hostPid: -1, hostProc: -1, ready: map[string]*prepared{}, queued: map[string]bool{}}
+	sp := &spawner{req: make(chan func()), initReq: make(chan func()), quit: make(chan struct{}), netns: netns, netFD: -1, direct: direct,
+		hostMnt: -1, hostIpc: -1, hostPid: -1, hostProc: -1, views: map[string]*view{}}
+	for i := range spawnThreads {
+		// The first thread opens what the others share (the host's
+		// namespaces, the empty network namespace) before they start.
+		if err := sp.startThread(sp.req, func() error { return sp.prepareThread(net, i == 0) }); err != nil {
+			sp.close()
+			return nil, err
+		}
+	}
+	if direct {
+		// The PID namespaces' inits are started from a thread of their
+		// own, with no capability but no Landlock domain: Landlock (ABI 6)
+		// scopes signals to a domain and the domains below it, and each
+		// spawner thread's restriction is a domain of its own, so an init
+		// started from one thread could not kill what a call started from
+		// another left behind. No call can signal such an init.
+		if err := sp.startThread(sp.initReq, func() error {
+			if err := unix.Unshare(unix.CLONE_FS); err != nil {
+				return err
+			}
+			return dropPrivileges()
+		}); err != nil {
+			sp.close()
+			return nil, err
+		}
+	}
+	return sp, nil
+}
+
+// startThread starts one locked thread prepared by prepare, serving req,
+// and waits until it is ready.
+func (sp *spawner) startThread(req chan func(), prepare func() error) error {
 	errc := make(chan error, 1)
+	sp.threads.Add(1)
 	go func() {
+		defer sp.threads.Done()
 		// Never unlocked: when the goroutine returns, the thread (and its
 		// restrictions) is destroyed, not reused.
 		runtime.LockOSThread()
-		defer close(sp.ended)
-		defer sp.closeDirect()
-		if direct {
-			// Before the network namespace: the host's mount namespace is
-			// the one to come back to.
-			if err := sp.directThread(); err != nil {
-				errc <- err
-				return
-			}
-		}
-		if netns {
-			if err := unix.Unshare(unix.CLONE_NEWNET); err != nil {
-				errc <- err
-				return
-			}
-		}
-		if net != nil {
-			if err := restrictSelf(int(net.Fd())); err != nil {
-				errc <- err
-				return
-			}
+		if err := prepare(); err != nil {
+			errc <- err
+			return
 		}
 		errc <- nil
 		for {
-			var f func()
-			if len(sp.idle) > 0 {
-				select {
-				case f = <-sp.req:
-				case <-sp.quit:
-					return
-				default:
-					// No call waits: do the oldest idle work.
-					w := sp.idle[0]
-					sp.idle = sp.idle[1:]
-					w()
-					continue
-				}
-			} else {
-				select {
-				case f = <-sp.req:
-				case <-sp.quit:
-					return
-				}
+			select {
+			case f := <-req:
+				f()
+			case <-sp.quit:
+				return
 			}
-			f()
 		}
 	}()
-	if err := <-errc; err != nil {
-		return nil, err
+	return <-errc
+}
+
+// prepareThread restricts the calling (locked) thread.
+func (sp *spawner) prepareThread(net *os.File, first bool) error {
+	if sp.direct {
+		// Before the network namespace: the host's mount namespace is the
+		// one to come back to.
+		if err := sp.directThread(first); err != nil {
+			return err
+		}
 	}
-	return sp, nil
+	if sp.netns {
+		if first {
+			if err := unix.Unshare(unix.CLONE_NEWNET); err != nil {
+				return err
+			}
+			fd, err := unix.Open("/proc/thread-self/ns/net", unix.O_RDONLY|unix.O_CLOEXEC, 0)
+			if err != nil {
+				return err
+			}
+			sp.netFD = fd
+		} else if err := unix.Setns(sp.netFD, unix.CLONE_NEWNET); err != nil {
+			return err
+		}
+	}
+	if net != nil {
+		if err := restrictSelf(int(net.Fd())); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // track notes a helper started from the thread (untrack when done with
@@ -133,12 +168,15 @@ func (sp *spawner) untrack(p *os.Process) {
 // errClosed is a start asked of a closed Sandbox.
 var errClosed = errors.New("sandbox: closed")
 
-// run calls f on the spawner thread and waits for it; errClosed (and f
+// run calls f on a spawner thread and waits for it; errClosed (and f
 // not called) once the spawner is closed.
-func (sp *spawner) run(f func()) error {
+func (sp *spawner) run(f func()) error { return sp.runOn(sp.req, f) }
+
+// runOn calls f on the thread serving req.
+func (sp *spawner) runOn(req chan func(), f func()) error {
 	done := make(chan struct{})
 	select {
-	case sp.req <- func() { f(); close(done) }:
+	case req <- func() { f(); close(done) }:
 	case <-sp.quit:
 		return errClosed
 	}
@@ -146,14 +184,18 @@ func (sp *spawner) run(f func()) error {
 	return nil
 }
 
-// close ends the thread (its namespaces built ahead and free PID
-// namespaces released), kills the PID namespaces of calls still running
-// (and so every process of those calls), and returns once every
-// goroutine the spawner started has ended. Idempotent.
+// close ends the threads (its views and free PID namespaces released),
+// kills the PID namespaces of calls still running (and so every process of
+// those calls), and returns once every goroutine the spawner started has
+// ended. Idempotent.
 func (sp *spawner) close() {
 	sp.once.Do(func() {
 		close(sp.quit)
-		<-sp.ended
+		sp.threads.Wait()
+		sp.closeDirect()
+		if sp.netFD >= 0 {
+			unix.Close(sp.netFD)
+		}
 		sp.pool.killAll()
 		sp.mu.Lock()
 		for p := range sp.started {
