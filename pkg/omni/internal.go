@@ -133,9 +133,10 @@ type ToolJob struct {
 	// Origin is prepended to nothing: runners publish on the Session's own
 	// subjects; forwarding to a parent is the engine's job.
 	EnqueuedUnixMs int64 `msgpack:"enqueued_unix_ms"`
-	// BeatToken is a random secret of this job: only a runner that pulled
-	// the job knows it, and the engine counts a heartbeat for the call only
-	// with it (NATS permissions cannot tell which runner holds which job).
+	// BeatToken is a secret of this job (an HMAC of the call id under the
+	// Session record's BeatKey): only a runner that pulled the job knows
+	// it, and the engine counts a heartbeat for the call only with it
+	// (NATS permissions cannot tell which runner holds which job).
 	BeatToken string `msgpack:"beat_token,omitempty"`
 }
 
@@ -266,6 +267,11 @@ type SessionRecord struct {
 	// publishes a missing end of the Task released just before it (a
 	// Nats-Msg-Id keeps it once) only within a short window of it.
 	ReleasedUnixMs int64 `msgpack:"released_unix_ms,omitempty"`
+	// BeatKey is the Session's secret for its tool jobs' BeatTokens (an
+	// HMAC of the call id): an engine that resumes a call after another
+	// engine died knows the token a heartbeat must carry. Engines only: the
+	// toolrunner's role cannot read the bucket, and no view shows it.
+	BeatKey string `msgpack:"beat_key,omitempty"`
 	// Parent is the parent Session of a subagent; Depth its nesting depth.
 	Parent string `msgpack:"parent,omitempty"`
 	Depth  int    `msgpack:"depth,omitempty"`

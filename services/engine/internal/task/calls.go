@@ -2,6 +2,9 @@ package task
 
 import (
 	"context"
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"strings"
@@ -29,7 +32,8 @@ type callState struct {
 	dispatched time.Time // when the job was enqueued, then when its wait was last decided
 	taken      bool      // the job was seen gone from the queue with no heartbeat yet
 	// token is the job's BeatToken: a heartbeat counts only with it. ""
-	// for a call resumed from an earlier engine: its first token is taken.
+	// for a call resumed from a delivery that knew no BeatKey (records
+	// before BeatKey, Runners without a lease): its first token is taken.
 	token  string
 	output *omni.Message
 	// gen is the Task stream's generation (publish.Publisher.Token)
@@ -60,9 +64,35 @@ type calls struct {
 	abort *abortScope
 	hb    *inbox
 
+	// key is the Session's BeatKey (nil: none, tokens are random) and
+	// legacy says the calls resumed were dispatched without it; both set
+	// by setBeatKey before any other goroutine of the Task starts.
+	key    []byte
+	legacy bool
+
 	mu      sync.Mutex
 	m       map[string]*callState
 	changed chan struct{}
+}
+
+// setBeatKey sets the Session's BeatKey; created: this delivery created
+// it, so the jobs of earlier deliveries carry tokens of no key.
+func (c *calls) setBeatKey(key string, created bool) {
+	if key != "" {
+		c.key, c.legacy = []byte(key), created
+	}
+}
+
+// beatToken is the BeatToken of call id's job: an HMAC of the Session
+// and call under the BeatKey, so an engine resuming the call knows it; a
+// random one without a key.
+func (c *calls) beatToken(id string) string {
+	if c.key == nil {
+		return randomHex(16)
+	}
+	m := hmac.New(sha256.New, c.key)
+	m.Write([]byte(c.sid + "/" + id))
+	return hex.EncodeToString(m.Sum(nil)[:16])
 }
 
 func newCalls(d *Deps, log zerolog.Logger, sid string, hist *history, prod *producers, abort *abortScope) *calls {
@@ -87,14 +117,18 @@ func (c *calls) add(id, name string, gen, from uint64) {
 }
 
 // resume records the committed calls of an earlier engine still without
-// output as started (their runners may be working on them) and returns
-// every call known.
+// output as started (their runners may be working on them), each with
+// its job's BeatToken, and returns every call known.
 func (c *calls) resume(unpaired []string) []string {
 	now := time.Now()
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for _, id := range unpaired {
-		c.m[id] = &callState{id: id, approved: true, started: true, lastBeat: now, dispatched: now}
+		cs := &callState{id: id, approved: true, started: true, lastBeat: now, dispatched: now}
+		if c.key != nil && !c.legacy {
+			cs.token = c.beatToken(id)
+		}
+		c.m[id] = cs
 	}
 	ids := make([]string, 0, len(c.m))
 	for id := range c.m {
@@ -177,8 +211,9 @@ func (c *calls) closeHeartbeats() {
 // onHeartbeat counts a runner's report of the calls it runs, each only
 // with its job's BeatToken: a runner may keep alive only the jobs it
 // holds (it pulled them), not any call of any Session. A call resumed
-// from an earlier engine, whose token this engine never saw, takes the
-// first token reported for it and from then on requires that one.
+// from an earlier engine requires the token derived from the BeatKey
+// (a forged first heartbeat cannot claim it); only a call dispatched
+// before the Session had a key takes the first token reported for it.
 func (c *calls) onHeartbeat(m *nats.Msg) {
 	var hb omni.Heartbeat
 	if err := omni.Unpack(m.Data, &hb); err != nil {
@@ -494,7 +529,7 @@ func (c *calls) dispatch(actx context.Context, tc omni.Message, workspace string
 		Arguments:      tc.Payload.Arguments,
 		Workspace:      workspace,
 		EnqueuedUnixMs: time.Now().UnixMilli(),
-		BeatToken:      randomHex(16),
+		BeatToken:      c.beatToken(id),
 	}
 	c.setToken(id, job.BeatToken) // before a runner can beat for it
 	nm, err := bus.PackMsg(omni.ToolSubject(c.pool(), c.sid), &job)

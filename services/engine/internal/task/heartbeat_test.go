@@ -2,6 +2,7 @@ package task
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"sync"
 	"testing"
@@ -272,5 +273,86 @@ func TestAHeartbeatWithoutTheJobsTokenKeepsNothingAlive(t *testing.T) {
 	}
 	if got := fr.ran(); len(got) != 1 {
 		t.Fatalf("jobs taken %v, want call_1 once", got)
+	}
+}
+
+// vanish ends a running job as a runner that dies does: its heartbeats
+// stop and no output is published.
+func (f *fakeRunner) vanish(id string) {
+	f.mu.Lock()
+	ch := f.running[id]
+	delete(f.running, id)
+	f.mu.Unlock()
+	if ch != nil {
+		close(ch)
+	}
+}
+
+// A call resumed by another engine (the Task redelivered while its job
+// runs) requires its job's own token, derived from the Session's BeatKey:
+// a forger beating for it first with another token claims nothing. The
+// runner that holds the job keeps it alive on the new engine; once that
+// runner dies the call is lost after the heartbeat timeout, whatever the
+// forger sends. Before, the resumed call took the first token reported
+// for it, and a forger beating first kept a dead call alive for ever.
+func TestAResumedCallRequiresItsJobsToken(t *testing.T) {
+	h := newHarness(t, `{"requests": [
+	  {"steps": [{"tool_call": {"name": "exec_command", "id": "call_1", "arguments": {"cmd": "make"}}}]},
+	  {"expect_tool_outputs": ["call_1"], "steps": [{"text": "The runner was lost."}]}
+	]}`, func(s *Settings) {
+		fastLease(s)
+		s.HeartbeatTimeout = 1500 * time.Millisecond
+	})
+	sid := "forged2"
+	h.session(sid, omni.ApproveAllowAll)
+	fr := h.runner(sid, func(omni.ToolJob) *omni.Message { return nil })
+	_, done1 := h.start(sid, "t1", "go")
+	bustest.Eventually(t, 10*time.Second, "the job taken", func() bool { return len(fr.ran()) == 1 })
+
+	forger := bustest.Connect(t, h.env.Server)
+	stop := make(chan struct{})
+	forging := make(chan struct{})
+	go func() {
+		defer close(forging)
+		tick := time.NewTicker(20 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			b, _ := omni.Pack(&omni.Heartbeat{Runner: "forger", ToolCallIDs: []string{"call_1"}, Tokens: []string{"forged-token"}})
+			_ = forger.Publish(omni.HeartbeatSubject(sid), b)
+			select {
+			case <-stop:
+				return
+			case <-tick.C:
+			}
+		}
+	}()
+	defer func() { close(stop); <-forging }()
+
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	_, done2 := h.runTask(ctx, omni.Task{ID: "t1", Kind: omni.TaskRun, SessionID: sid,
+		Input: []omni.InputPart{{Type: "text", Text: "go"}}})
+	if res := h.waitResult(done1); !errors.Is(res.err, ErrLeaseLost) {
+		t.Fatalf("first runner: %q %v, want ErrLeaseLost", res.status, res.err)
+	}
+	// The real runner keeps the resumed call alive past the timeout.
+	time.Sleep(3 * time.Second)
+	if msgs := h.messages(sid); index(msgs, isType(omni.TypeToolCallOutput, "call_1")) >= 0 {
+		t.Fatalf("the resumed call ended while its runner beat with its token%s", dump(msgs))
+	}
+	fr.vanish("call_1")
+	var res result
+	select {
+	case res = <-done2:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the resumed call was kept alive by the forger's heartbeats")
+	}
+	if res.err != nil || res.status != Completed {
+		t.Fatalf("second runner: %q %v", res.status, res.err)
+	}
+	msgs := h.messages(sid)
+	out := index(msgs, isType(omni.TypeToolCallOutput, "call_1"))
+	if out < 0 || !strings.Contains(msgs[out].Payload.Output, "tool runner lost") {
+		t.Fatalf("call_1 output%s", dump(msgs))
 	}
 }

@@ -24,11 +24,11 @@ var ErrLeaseLost = errors.New("task: lease lost to another engine")
 // redelivery finds another token and stops.
 //
 // Concurrency: Run calls take, watch and stop on its goroutine; valid is
-// called by every producer of the Task from any goroutine. token and lose
-// are written by take before any other goroutine of the Task starts and
-// only read after. The watcher goroutine is owned by the lease: watch
-// starts it, stop ends and joins it (idempotent). lost and checked are
-// atomics; nothing here takes a lock.
+// called by every producer of the Task from any goroutine. token, lose,
+// beatKey and newKey are written by take before any other goroutine of
+// the Task starts and only read after. The watcher goroutine is owned by
+// the lease: watch starts it, stop ends and joins it (idempotent). lost
+// and checked are atomics; nothing here takes a lock.
 type lease struct {
 	sessions *bus.Sessions
 	sid      string
@@ -36,6 +36,8 @@ type lease struct {
 	stale    time.Duration // how old a confirmation may be before valid asks again
 
 	token   string
+	beatKey string                  // the Session's BeatKey, read (or created) by take
+	newKey  bool                    // take created it: earlier deliveries' jobs have tokens of no key
 	lose    context.CancelCauseFunc // ends the lease scope with ErrLeaseLost
 	lost    atomic.Bool             // lose was called with ErrLeaseLost
 	checked atomic.Int64            // unix nanos of the last confirmation
@@ -58,7 +60,8 @@ func newLease(sessions *bus.Sessions, sid, taskID string, ackWait time.Duration)
 }
 
 // take writes a new token into the Session record if it still names the
-// Task, and returns the lease scope derived from ctx, which ends when the
+// Task (and the Session's BeatKey, when it has none yet), and returns the
+// lease scope derived from ctx, which ends when the
 // lease is lost (cause ErrLeaseLost) or release is called. It returns
 // ErrLeaseLost when the record names another Task.
 func (l *lease) take(ctx context.Context) (context.Context, error) {
@@ -68,6 +71,11 @@ func (l *lease) take(ctx context.Context) (context.Context, error) {
 			return ErrLeaseLost
 		}
 		rec.Lease = token
+		l.beatKey, l.newKey = rec.BeatKey, false
+		if rec.BeatKey == "" {
+			rec.BeatKey = randomHex(32)
+			l.beatKey, l.newKey = rec.BeatKey, true
+		}
 		return nil
 	}); err != nil {
 		return nil, err

@@ -239,6 +239,7 @@ func (r *Runner) Run(ctx context.Context) (status string, err error) {
 		return "", fmt.Errorf("task: take lease: %w", err)
 	}
 	defer r.lease.release()
+	r.calls.setBeatKey(r.lease.beatKey, r.lease.newKey)
 	r.prod.open()
 	defer r.prod.close()
 	r.lease.watch(ctx)
@@ -461,7 +462,10 @@ func (r *Runner) owedEnd(ctx context.Context, taskID, status string) error {
 	if data != nil && json.Unmarshal(data, &ev) == nil && ev.Type == omni.ServerTaskState && ev.State == omni.StateIdle && ev.TaskID == taskID {
 		return nil
 	}
-	r.log.Warn().Str("ended_task", taskID).Str("status", status).Msg("a released Task had no end on the stream; publishing it")
+	// Usually the releasing engine is about to publish it (a client that
+	// polls the record began this Task first): both copies carry the
+	// Msg-Id, one is stored, and it precedes this Task's begin.
+	r.log.Info().Str("ended_task", taskID).Str("status", status).Msg("a released Task's end is not on the stream yet; publishing it")
 	return r.publishEnd(ctx, taskID, status)
 }
 
