@@ -132,11 +132,12 @@ func TestAJobTakenButNeverStartedFails(t *testing.T) {
 }
 
 // A saturated pool works through its queue: one runner with one slot
-// takes three parallel calls one after another, each running 800 ms
-// (beating), so the last waits 1.6 s in the queue, five heartbeat
-// timeouts. None is failed as not started (the runner is alive: it
-// answers the pool's tool list requests); every call gets its runner's
-// output.
+// takes three parallel calls one after another, each running 2.5 s
+// (beating every 100 ms), so the last waits 5 s in the queue, five
+// heartbeat timeouts. None is failed as not started (the runner is alive:
+// it answers the pool's tool list requests); every call gets its runner's
+// output. (A 300 ms timeout, 3 beats, failed a running call now and then
+// at load 30-40 on this 2-core machine.)
 func TestASaturatedPoolCompletesEveryQueuedCall(t *testing.T) {
 	h := newHarness(t, `{"requests": [
 	  {"steps": [{"parallel_tool_calls": [
@@ -144,10 +145,10 @@ func TestASaturatedPoolCompletesEveryQueuedCall(t *testing.T) {
 	    {"name": "exec_command", "id": "call_b", "arguments": {"cmd": "b"}},
 	    {"name": "exec_command", "id": "call_c", "arguments": {"cmd": "c"}}]}]},
 	  {"expect_tool_outputs": ["call_a", "call_b", "call_c"], "steps": [{"text": "All three ran."}]}
-	]}`, func(s *Settings) { s.HeartbeatTimeout = 300 * time.Millisecond })
+	]}`, func(s *Settings) { s.HeartbeatTimeout = time.Second })
 	sid := "busy1"
 	h.session(sid, omni.ApproveAllowAll)
-	ran := h.oneSlotRunner(sid, 800*time.Millisecond)
+	ran := h.oneSlotRunner(sid, 2500*time.Millisecond)
 	if st := h.wait(h.run(sid, "t1", "go")); st != Completed {
 		t.Fatalf("status %q", st)
 	}
