@@ -615,6 +615,18 @@ func (v *view) buildTree(s *Sandbox, stage, ws string, read []string) error {
 			return err
 		}
 	}
+	if inUserNS() {
+		// In a user namespace (a rootless container, or a runner not
+		// started as root) the kernel mounts a new procfs only where one
+		// is fully visible in the mount namespace already: the runner's
+		// own, held too, covered by each call's /proc like the rest.
+		if err := mountpoint(holdDir+"/proc", true); err != nil {
+			return err
+		}
+		if err := unix.Mount("/proc", at(holdDir+"/proc"), "", unix.MS_BIND|unix.MS_REC, ""); err != nil {
+			return fmt.Errorf("hold /proc: %w", err)
+		}
+	}
 	for _, f := range s.cfg.Hide {
 		if !slices.ContainsFunc(bound, func(d string) bool { return f == d || strings.HasPrefix(f, d+"/") }) {
 			continue
@@ -646,6 +658,17 @@ func (v *view) buildTree(s *Sandbox, stage, ws string, read []string) error {
 	}
 	return unix.Chdir("/")
 }
+
+// inUserNS says whether this process runs in a user namespace other than
+// the initial one (its uid map is not the whole range onto itself).
+var inUserNS = sync.OnceValue(func() bool {
+	b, err := os.ReadFile("/proc/self/uid_map")
+	if err != nil {
+		return false
+	}
+	f := strings.Fields(string(b))
+	return len(f) != 3 || f[0] != "0" || f[1] != "0" || f[2] != "4294967295"
+})
 
 // underHostTmp says whether path is the host's /tmp or lies in it: a call
 // has its own /tmp there.
