@@ -28,7 +28,7 @@ func cmdFork(ctx context.Context, _ context.CancelFunc, name string, args []stri
 	if *server != "" {
 		fork, err = serverClient(*server).Fork(ctx, fs.Arg(0), *at)
 	} else {
-		err = withDirectClient(ctx, c, func(cl *client.Client) (err error) {
+		err = withDirectClient(ctx, c, "fork", func(cl *client.Client) (err error) {
 			fork, err = cl.Fork(ctx, fs.Arg(0), *at)
 			return err
 		})

@@ -305,6 +305,20 @@ func (c *common) fileLogger(name string) (zerolog.Logger, func(), error) {
 	return zerolog.New(w).Level(lvl).With().Timestamp().Logger(), lf.close, nil
 }
 
+// quietLogger is the logger of a one-shot terminal command (fork, import,
+// sessions, replay --execute) that starts services in-process: their log
+// lines go to $FLOE_HOME/logs/floe-<name>.log, not between the command's
+// own output. Without a home to write to (replay --execute --trace on a
+// fresh machine), only warnings and errors reach stderr.
+func (c *common) quietLogger(name string) (zerolog.Logger, func()) {
+	if _, err := os.Stat(c.home); err == nil {
+		if log, closeLog, err := c.fileLogger(name); err == nil {
+			return log, closeLog
+		}
+	}
+	return c.logger().Level(zerolog.WarnLevel), func() {}
+}
+
 // logFile is a terminal command's log file. A service that StopIdle did
 // not wait for may still log as it stops after the file was closed; that
 // line is dropped. A failed write would make zerolog print "could not

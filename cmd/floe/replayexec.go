@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"os"
 
+	"github.com/rs/zerolog"
+
 	"floe.dev/cmd/floe/internal/reexec"
 	"floe.dev/cmd/floe/internal/stack"
 	"floe.dev/pkg/bus"
@@ -20,7 +22,9 @@ import (
 // (with diff, the first difference with context) and exits 1 when not.
 func replayExecute(ctx context.Context, c *common, sid, traceFile string, diff bool) (int, error) {
 	var records []omni.Message
-	opt := reexec.Options{Log: c.logger()}
+	log, closeLog := c.quietLogger("replay")
+	defer closeLog()
+	opt := reexec.Options{Log: log}
 	if traceFile != "" {
 		msgs, err := reexec.ReadFile(traceFile)
 		if err != nil {
@@ -42,7 +46,7 @@ func replayExecute(ctx context.Context, c *common, sid, traceFile string, diff b
 			}
 			records = append(records, msgs...)
 		}
-		if rec, err := sessionRecord(ctx, c, sid); err == nil {
+		if rec, err := sessionRecord(ctx, c, sid, log); err == nil {
 			opt.MaxTurns, opt.Compaction = rec.MaxTurns, rec.Compaction
 		} else {
 			fmt.Fprintf(os.Stderr, "floe replay: the Session's settings are not readable (%v); replaying with the defaults\n", err)
@@ -65,12 +69,12 @@ func replayExecute(ctx context.Context, c *common, sid, traceFile string, diff b
 
 // sessionRecord reads a Session's record from c.home's store (an embedded
 // bus on it, refused while a server holds it).
-func sessionRecord(ctx context.Context, c *common, sid string) (*omni.SessionRecord, error) {
+func sessionRecord(ctx context.Context, c *common, sid string, log zerolog.Logger) (*omni.SessionRecord, error) {
 	busCfg, err := c.busConfig()
 	if err != nil {
 		return nil, err
 	}
-	st, err := stack.Start(ctx, stack.Options{Home: c.home, Listen: "off", Bus: busCfg}, c.logger())
+	st, err := stack.Start(ctx, stack.Options{Home: c.home, Listen: "off", Bus: busCfg}, log)
 	if err != nil {
 		return nil, fmt.Errorf("open %s (stop the server that holds it): %w", c.home, err)
 	}

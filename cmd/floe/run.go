@@ -135,6 +135,9 @@ func cmdRun(ctx context.Context, stopSignals context.CancelFunc, name string, ar
 		ID: sid, Model: c.model, Workspace: ws, ApprovalMode: *approve, MaxTurns: *maxTurns, Instructions: instructions,
 		State: omni.StateIdle, CreatedUnixMs: now.UnixMilli(),
 	}
+	if rec.Title = omni.PromptTitle(prompt); rec.Title != "" {
+		rec.TitleSource = omni.TitleFromPrompt // as the gateway titles a first Task
+	}
 	if rec.CommandPolicy, err = cmdpolicy.Load(os.Getenv("FLOE_COMMAND_POLICY")); err != nil {
 		return 2, err
 	}

@@ -115,6 +115,17 @@ func TestRunWithDemoModel(t *testing.T) {
 	if msgs[0].Type != omni.KindSessionMeta || msgs[1].Payload.Type != omni.TypeToolListReady {
 		t.Errorf("trace head = %s, %s; want session_meta, tool_list_ready", msgs[0].Type, msgs[1].Payload.Type)
 	}
+	// The Session is titled by its prompt, as a first Task through the
+	// gateway is; and a one-shot command prints no service log line.
+	list := exec.CommandContext(ctx, bin, "sessions")
+	list.Env = cleanEnv(home)
+	out, err := list.CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "what is in this folder?") {
+		t.Errorf("floe sessions: %v; the run's Session is not titled by its prompt:\n%s", err, out)
+	}
+	if strings.Contains(string(out), `"level"`) {
+		t.Errorf("floe sessions printed service log lines:\n%s", out)
+	}
 }
 
 // A malformed script file is a clear error at start, and the run fails.

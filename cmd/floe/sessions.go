@@ -122,7 +122,7 @@ func cutLine(s string, n int) string {
 // instead.
 func sessionsDirect(ctx context.Context, c *common) ([]client.Session, error) {
 	var list []client.Session
-	err := withDirectClient(ctx, c, func(cl *client.Client) (err error) {
+	err := withDirectClient(ctx, c, "sessions", func(cl *client.Client) (err error) {
 		list, err = cl.ListSessions(ctx)
 		return err
 	})

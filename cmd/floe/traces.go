@@ -142,7 +142,7 @@ func readLimited(path string, limit int64) ([]byte, error) {
 // ways check and create exactly the same.
 func importDirect(ctx context.Context, c *common, req client.ImportTrace) (*client.Imported, error) {
 	var imp *client.Imported
-	err := withDirectClient(ctx, c, func(cl *client.Client) (err error) {
+	err := withDirectClient(ctx, c, "import", func(cl *client.Client) (err error) {
 		imp, err = cl.ImportTrace(ctx, req)
 		return err
 	})
@@ -153,12 +153,13 @@ func importDirect(ctx context.Context, c *common, req client.ImportTrace) (*clie
 // runs in-process, on an embedded bus over the home's store (refused while
 // another process holds it: then use --server), so a command without a
 // server checks and creates exactly what the route does.
-func withDirectClient(ctx context.Context, c *common, fn func(*client.Client) error) error {
+func withDirectClient(ctx context.Context, c *common, name string, fn func(*client.Client) error) error {
 	busCfg, err := c.busConfig()
 	if err != nil {
 		return err
 	}
-	log := c.logger()
+	log, closeLog := c.quietLogger(name)
+	defer closeLog()
 	st, err := stack.Start(ctx, stack.Options{Home: c.home, Listen: "off", Bus: busCfg}, log)
 	if err != nil {
 		return fmt.Errorf("%w %s (is `floe serve` running? then pass --server): %w", errStoreOpen, c.home, err)

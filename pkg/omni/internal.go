@@ -3,6 +3,7 @@ package omni
 import (
 	"fmt"
 	"strings"
+	"unicode"
 	"unicode/utf8"
 
 	"github.com/vmihailenco/msgpack/v5"
@@ -325,6 +326,33 @@ type CommandRule struct {
 type CarryItem struct {
 	At   int    `msgpack:"at"`
 	Text string `msgpack:"text"`
+}
+
+// promptTitleLen bounds a title taken from a prompt, in runes: what fits
+// on a session list row.
+const promptTitleLen = 60
+
+// PromptTitle is the title a Session gets from the text of its first Task
+// at once (the engine may later replace it with a shorter one from the
+// model): the first non-blank line, spaces collapsed, control characters
+// dropped, cut with ClipTitle near 60 runes. "" when the text has no
+// visible characters. The gateway's Tasks and `floe run` both title this
+// way.
+func PromptTitle(text string) string {
+	var line string
+	for l := range strings.Lines(text) {
+		if f := strings.Fields(l); len(f) > 0 {
+			line = strings.Join(f, " ")
+			break
+		}
+	}
+	line = strings.Map(func(r rune) rune {
+		if unicode.IsControl(r) {
+			return -1
+		}
+		return r
+	}, line)
+	return ClipTitle(line, promptTitleLen)
 }
 
 // ClipTitle cuts a Session title longer than max runes at a word boundary
