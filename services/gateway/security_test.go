@@ -236,8 +236,12 @@ func TestPromptOverTheBusLimitIs413BeforeQueueing(t *testing.T) {
 	if info, err := st.Info(ctx); err != nil || info.State.Msgs != 0 {
 		t.Errorf("tasks queued after 413: %+v, %v", info, err)
 	}
-	// A large prompt that fits is accepted.
-	if _, err := g.Alice.SubmitTask(ctx, s.ID, client.TaskRequest{Input: []client.InputPart{{Type: client.InputText, Text: strings.Repeat("b", 4<<20)}}}); err != nil {
+	// A large prompt that fits is accepted. Its own deadline: under -race
+	// on a busy machine the two 8 MiB bodies above can take most of ctx's
+	// 20 s, and this is not a timing test.
+	bigCtx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	if _, err := g.Alice.SubmitTask(bigCtx, s.ID, client.TaskRequest{Input: []client.InputPart{{Type: client.InputText, Text: strings.Repeat("b", 4<<20)}}}); err != nil {
 		t.Errorf("4 MiB prompt: %v, want 202", err)
 	}
 }
