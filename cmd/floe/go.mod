@@ -104,6 +104,11 @@ replace floe.dev/pkg/telemetry => ../../pkg/telemetry
 
 replace floe.dev/pkg/sandbox => ../../pkg/sandbox
 
-require floe.dev/pkg/sse v0.0.0
+require (
+	floe.dev/pkg/procfs v0.0.0
+	floe.dev/pkg/sse v0.0.0
+)
 
 replace floe.dev/pkg/sse => ../../pkg/sse
+
+replace floe.dev/pkg/procfs => ../../pkg/procfs

@@ -12,6 +12,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"floe.dev/pkg/procfs"
 )
 
 // `go run ./cmd/floe serve &` then `kill $!`: killing the go tool ends
@@ -55,17 +57,7 @@ func TestServeEndsWithItsGoRunParent(t *testing.T) {
 			cmd.Wait()
 			// Gone: no such process, or a zombie nobody reaped yet (it is
 			// reparented to PID 1, which may reap late).
-			gone := func() bool {
-				if syscall.Kill(pid, 0) != nil {
-					return true
-				}
-				stat, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-				if err != nil {
-					return true
-				}
-				_, rest, _ := strings.Cut(string(stat), ") ")
-				return strings.HasPrefix(rest, "Z") || strings.HasPrefix(rest, "X")
-			}
+			gone := func() bool { return !procfs.Alive(pid) }
 			stay := time.Now().Add(3 * time.Second) // a server left alone is still up then
 			for !gone() && time.Now().Before(deadline) && (tc.followed || time.Now().Before(stay)) {
 				time.Sleep(50 * time.Millisecond)

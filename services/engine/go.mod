@@ -74,6 +74,7 @@ replace floe.dev/pkg/trace => ../../pkg/trace
 replace floe.dev/pkg/telemetry => ../../pkg/telemetry
 
 require (
+	floe.dev/pkg/procfs v0.0.0
 	floe.dev/pkg/sse v0.0.0
 	go.uber.org/goleak v1.3.0
 )
@@ -81,3 +82,5 @@ require (
 replace floe.dev/pkg/sse => ../../pkg/sse
 
 replace floe.dev/pkg/sandbox => ../../pkg/sandbox
+
+replace floe.dev/pkg/procfs => ../../pkg/procfs

@@ -45,6 +45,7 @@ require (
 )
 
 require (
+	floe.dev/pkg/procfs v0.0.0
 	floe.dev/pkg/telemetry v0.0.0
 	github.com/antithesishq/antithesis-sdk-go v0.9.0-default-no-op // indirect
 	github.com/beorn7/perks v1.0.1 // indirect
@@ -82,3 +83,5 @@ replace floe.dev/pkg/bus => ../../pkg/bus
 replace floe.dev/pkg/telemetry => ../../pkg/telemetry
 
 replace floe.dev/pkg/sandbox => ../../pkg/sandbox
+
+replace floe.dev/pkg/procfs => ../../pkg/procfs

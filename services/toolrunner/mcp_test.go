@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -14,6 +15,7 @@ import (
 
 	"floe.dev/pkg/bus/bustest"
 	"floe.dev/pkg/omni"
+	"floe.dev/pkg/procfs"
 	"floe.dev/services/toolrunner"
 )
 
@@ -294,42 +296,10 @@ func TestMCPStdioServerIsLazyExpandsEnvAndIsStoppedAtShutdown(t *testing.T) {
 // the same environment besides its own marker).
 func stdioServers(t *testing.T) []int {
 	t.Helper()
-	entries, err := os.ReadDir("/proc")
-	if err != nil {
-		t.Skip("no /proc:", err)
-	}
-	parent := map[int]int{}
-	for _, e := range entries {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		stat, err := os.ReadFile("/proc/" + e.Name() + "/stat")
-		if err != nil {
-			continue
-		}
-		// pid (comm) state ppid …
-		rest := string(stat[strings.LastIndexByte(string(stat), ')')+2:])
-		f := strings.Fields(rest)
-		if len(f) < 2 || f[0] == "Z" {
-			continue
-		}
-		parent[pid], _ = strconv.Atoi(f[1])
-	}
 	var out []int
-	for pid := range parent {
-		mine := false
-		for p, n := parent[pid], 0; p != 0 && n < 64; p, n = parent[p], n+1 {
-			if p == os.Getpid() {
-				mine = true
-				break
-			}
-		}
-		if !mine {
-			continue
-		}
-		env, _ := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/environ")
-		if strings.Contains(string(env), stdioServerVar+"=1") && !strings.Contains(string(env), "FLOE_SANDBOX_INIT=1") {
+	for _, pid := range procfs.Descendants(os.Getpid()) {
+		env := procfs.Environ(pid)
+		if slices.Contains(env, stdioServerVar+"=1") && !slices.Contains(env, "FLOE_SANDBOX_INIT=1") {
 			out = append(out, pid)
 		}
 	}

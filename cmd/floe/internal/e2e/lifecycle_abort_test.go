@@ -4,12 +4,12 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"floe.dev/pkg/omni"
+	"floe.dev/pkg/procfs"
 )
 
 // lcEndsWithAbort checks the seed's interrupt timeline on one Task's stream:
@@ -90,7 +90,7 @@ func TestLifecycleAbortWithToolsRunningCarriesOutputsOver(t *testing.T) {
 	// The slow process is gone (killed, and reaped by its runner). It ran
 	// confined, in a PID namespace: find it by its command line.
 	eventually(t, 20*time.Second, "the sleep process to end", func() bool {
-		return !processRunning("sleep\x0030.5151")
+		return len(procfs.WithArgs("sleep", "30.5151")) == 0
 	})
 
 	// Nothing of the aborted run lands after it ended.
@@ -265,23 +265,4 @@ func TestAbortBeforeDispatchPlaceholderInTheNextRequestOnly(t *testing.T) {
 			}
 		}
 	}
-}
-
-// processRunning reports whether a live (not zombie) process has a command
-// line containing argv (NUL-separated).
-func processRunning(argv string) bool {
-	entries, _ := os.ReadDir("/proc")
-	for _, e := range entries {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		cmdline, _ := os.ReadFile("/proc/" + e.Name() + "/cmdline")
-		if strings.Contains(string(cmdline), argv) {
-			if state, _ := procStat(pid); state != "Z" {
-				return true
-			}
-		}
-	}
-	return false
 }

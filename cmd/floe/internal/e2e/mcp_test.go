@@ -15,6 +15,7 @@ import (
 
 	"floe.dev/cmd/floe/internal/mcptest"
 	"floe.dev/pkg/omni"
+	"floe.dev/pkg/procfs"
 	"floe.dev/services/engine"
 )
 
@@ -117,51 +118,15 @@ func toolNames(specs []omni.ToolSpec) map[string]bool {
 // started over stdio.
 func everythingChild(t *testing.T, entry string) int {
 	t.Helper()
-	entries, _ := os.ReadDir("/proc")
-	for _, e := range entries {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		cmdline, _ := os.ReadFile("/proc/" + e.Name() + "/cmdline")
-		if strings.Contains(string(cmdline), entry+"\x00stdio") {
-			// The server runs confined, under the sandbox's helper: it is
-			// a descendant of this process, not a child.
-			if state, _ := procStat(pid); state != "Z" && descendsFrom(pid, os.Getpid()) {
-				return pid
-			}
-		}
+	// The server runs confined, under the sandbox's helper: it is a
+	// descendant of this process, not a child.
+	pids := procfs.Find(func(pid int, args []string) bool {
+		return procfs.HasArgs(args, entry, "stdio") && procfs.DescendsFrom(pid, os.Getpid())
+	})
+	if len(pids) == 0 {
+		return 0
 	}
-	return 0
-}
-
-// procStat returns a process's state and parent pid.
-func procStat(pid int) (state string, ppid int) {
-	stat, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
-		return "", 0
-	}
-	i := strings.LastIndexByte(string(stat), ')')
-	if i < 0 || i+2 > len(stat) {
-		return "", 0
-	}
-	f := strings.Fields(string(stat[i+2:]))
-	if len(f) < 2 {
-		return "", 0
-	}
-	ppid, _ = strconv.Atoi(f[1])
-	return f[0], ppid
-}
-
-// descendsFrom reports whether pid's ancestors include ancestor.
-func descendsFrom(pid, ancestor int) bool {
-	for i := 0; i < 64 && pid > 1; i++ {
-		_, pid = procStat(pid)
-		if pid == ancestor {
-			return true
-		}
-	}
-	return false
+	return pids[0]
 }
 
 func toolCallsTurn(calls ...[3]string) rcReply {

@@ -12,20 +12,8 @@ import (
 
 	"floe.dev/cmd/floe/internal/mcptest"
 	"floe.dev/pkg/omni"
+	"floe.dev/pkg/procfs"
 )
-
-// alive reports whether pid runs (a zombie does not).
-func alive(pid int) bool {
-	if syscall.Kill(pid, 0) != nil {
-		return false
-	}
-	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return false
-	}
-	f := strings.Fields(string(stat[strings.LastIndexByte(string(stat), ')')+2:]))
-	return len(f) > 0 && f[0] != "Z"
-}
 
 // A toolrunner killed (SIGKILL) in the middle of an MCP call: the call gets
 // the same one failed "outcome unknown, not re-run" output as a built-in
@@ -67,8 +55,8 @@ func TestToolrunnerKilledMidMCPCall(t *testing.T) {
 	}
 	var server int
 	eventually(t, 30*time.Second, "the victim's MCP server process", func() bool {
-		for _, pid := range childPids(victim.pid()) {
-			if b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid)); strings.Contains(string(b), entry) {
+		for _, pid := range procfs.Descendants(victim.pid()) {
+			if procfs.HasArgs(procfs.Args(pid), entry) {
 				server = pid
 				return true
 			}
@@ -90,7 +78,7 @@ func TestToolrunnerKilledMidMCPCall(t *testing.T) {
 	if got := o.outputs["call_next"].msg.Payload; got.StopReason == omni.StatusFailed || !strings.Contains(got.Output, "Echo: after the kill") {
 		t.Errorf("next MCP call's output %q (stop_reason %q)", got.Output, got.StopReason)
 	}
-	eventually(t, 10*time.Second, "the killed runner's MCP server to exit", func() bool { return !alive(server) })
+	eventually(t, 10*time.Second, "the killed runner's MCP server to exit", func() bool { return !procfs.Alive(server) })
 	c.checkIdle(sid, omni.StatusCompleted)
 	c.traceEqualsStream(sid)
 	c.noViolations()

@@ -2,14 +2,13 @@ package faults
 
 import (
 	"fmt"
-	"os"
-	"strconv"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
 	"floe.dev/pkg/omni"
+	"floe.dev/pkg/procfs"
 )
 
 // A toolrunner killed (SIGKILL) in the middle of a tool: the engine gives
@@ -47,7 +46,7 @@ func TestToolrunnerKilledMidTool(t *testing.T) {
 	// Its tool is confined (protocol.md §7): its processes die with the runner,
 	// through the PID namespace, so nothing writes side effects after the
 	// call was reported lost. Should one survive, end it with the test.
-	tree := childPids(victim.pid())
+	tree := procfs.Descendants(victim.pid())
 	for _, pid := range tree {
 		t.Cleanup(func() { _ = syscall.Kill(-pid, syscall.SIGKILL) })
 	}
@@ -55,7 +54,7 @@ func TestToolrunnerKilledMidTool(t *testing.T) {
 	killedAt := time.Now()
 	eventually(t, 2*time.Second, "the killed runner's tool processes to end", func() bool {
 		for _, pid := range tree {
-			if alive(pid) {
+			if procfs.Alive(pid) {
 				return false
 			}
 		}
@@ -85,31 +84,4 @@ func TestToolrunnerKilledMidTool(t *testing.T) {
 	c.checkIdle(sid, omni.StatusCompleted)
 	c.traceEqualsStream(sid)
 	c.noViolations()
-}
-
-// childPids returns the descendants of a process (Linux /proc): a
-// confined tool's processes are its runner's grandchildren and below.
-func childPids(pid int) []int {
-	var out []int
-	for _, c := range directChildren(pid) {
-		out = append(append(out, c), childPids(c)...)
-	}
-	return out
-}
-
-func directChildren(pid int) []int {
-	var out []int
-	tasks, _ := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
-	for _, task := range tasks {
-		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%s/children", pid, task.Name()))
-		if err != nil {
-			continue
-		}
-		for _, f := range strings.Fields(string(b)) {
-			if n, err := strconv.Atoi(f); err == nil {
-				out = append(out, n)
-			}
-		}
-	}
-	return out
 }

@@ -3,7 +3,6 @@ package gwe2e
 import (
 	"context"
 	"encoding/json"
-	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -12,6 +11,7 @@ import (
 
 	"floe.dev/pkg/bus"
 	"floe.dev/pkg/omni"
+	"floe.dev/pkg/procfs"
 	"floe.dev/services/gateway/client"
 )
 
@@ -76,7 +76,7 @@ func TestAbortMidAnswerAndMidTool(t *testing.T) {
 		}
 		// The command runs confined, in a PID namespace of its own: find
 		// it from here by its command line, not by the pid it sees.
-		eventually(t, "the sleep process to end", func() bool { return !processRunning("sleep\x0030.4242") })
+		eventually(t, "the sleep process to end", func() bool { return len(procfs.WithArgs("sleep", "30.4242")) == 0 })
 	})
 }
 
@@ -247,25 +247,4 @@ func TestConcurrentTasksThroughTwoGateways(t *testing.T) {
 	if prompts != 3 {
 		t.Fatalf("%d prompts on the stream, want 3:%s", prompts, describe(c.got))
 	}
-}
-
-// processRunning reports whether a live (not zombie) process has a command
-// line containing argv (NUL-separated).
-func processRunning(argv string) bool {
-	entries, _ := os.ReadDir("/proc")
-	for _, e := range entries {
-		if _, err := strconv.Atoi(e.Name()); err != nil {
-			continue
-		}
-		cmdline, _ := os.ReadFile("/proc/" + e.Name() + "/cmdline")
-		if !strings.Contains(string(cmdline), argv) {
-			continue
-		}
-		stat, _ := os.ReadFile("/proc/" + e.Name() + "/stat")
-		if i := strings.LastIndexByte(string(stat), ')'); i >= 0 && i+2 < len(stat) && stat[i+2] == 'Z' {
-			continue
-		}
-		return true
-	}
-	return false
 }

@@ -17,6 +17,7 @@ import (
 	"floe.dev/pkg/bus"
 	"floe.dev/pkg/bus/bustest"
 	"floe.dev/pkg/omni"
+	"floe.dev/pkg/procfs"
 )
 
 // script writes an executable shell script and returns its path.
@@ -208,8 +209,7 @@ func TestHangingCommandHookTimesOut(t *testing.T) {
 			t.Fatal("the hook's child never started")
 		}
 		bustest.Eventually(t, 2*time.Second, "the hook's child to be killed", func() bool {
-			b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-			return err != nil || strings.Contains(string(b), ") Z ")
+			return !procfs.Alive(pid)
 		})
 	}
 }

@@ -8,13 +8,13 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"floe.dev/pkg/bus/bustest"
 	"floe.dev/pkg/omni"
+	"floe.dev/pkg/procfs"
 	"floe.dev/pkg/sandbox"
 )
 
@@ -153,25 +153,6 @@ func TestConfinedHookSeesOnlyItsWorkspace(t *testing.T) {
 	}
 }
 
-// pidsOf returns the host pids of processes one of whose arguments is arg.
-func pidsOf(arg string) []int {
-	names, _ := filepath.Glob("/proc/[0-9]*/cmdline")
-	var pids []int
-	for _, n := range names {
-		b, err := os.ReadFile(n)
-		if err != nil {
-			continue
-		}
-		for _, a := range strings.Split(string(b), "\x00") {
-			if a == arg {
-				pid, _ := strconv.Atoi(strings.Split(n, "/")[2])
-				pids = append(pids, pid)
-			}
-		}
-	}
-	return pids
-}
-
 // Every process a confined hook starts ends with it: a `setsid sleep`
 // backgrounded by a hook that answers at once, and one started by a hook
 // that hangs until its time limit, are gone within 2 s of the hook's end.
@@ -200,7 +181,7 @@ func TestConfinedHookLeavesNothingBehind(t *testing.T) {
 			}
 			end := time.Now()
 			for _, m := range []string{mark, hangMark} {
-				bustest.Eventually(t, 2*time.Second, "the hook's daemonized sleep "+m+" to be gone", func() bool { return len(pidsOf(m)) == 0 })
+				bustest.Eventually(t, 2*time.Second, "the hook's daemonized sleep "+m+" to be gone", func() bool { return len(procfs.WithArgs(m)) == 0 })
 			}
 			t.Logf("%s: leftovers gone %v after the hooks ended", b, time.Since(end).Round(time.Millisecond))
 		})

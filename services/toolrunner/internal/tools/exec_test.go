@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"floe.dev/pkg/procfs"
 	"floe.dev/pkg/sandbox"
 )
 
@@ -162,7 +163,7 @@ var sleepSeq atomic.Int64
 func checkProcessesGone(t *testing.T, mark string) {
 	t.Helper()
 	checkFor(t, 2*time.Second, func() error {
-		if pids := processesWithArg(mark); len(pids) > 0 {
+		if pids := procfs.WithArgs(mark); len(pids) > 0 {
 			return fmt.Errorf("processes %v (sleep %s) still running", pids, mark)
 		}
 		return nil

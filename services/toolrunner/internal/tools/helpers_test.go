@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -108,25 +107,4 @@ func checkFor(t *testing.T, timeout time.Duration, f func() error) {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-}
-
-// processesWithArg returns the pids of the host's processes that have arg
-// as one of their arguments (zombies have none).
-func processesWithArg(arg string) []int {
-	names, _ := filepath.Glob("/proc/[0-9]*/cmdline")
-	var pids []int
-	for _, n := range names {
-		b, err := os.ReadFile(n)
-		if err != nil {
-			continue
-		}
-		for _, a := range strings.Split(string(b), "\x00") {
-			if a == arg {
-				pid, _ := strconv.Atoi(strings.Split(n, "/")[2])
-				pids = append(pids, pid)
-				break
-			}
-		}
-	}
-	return pids
 }

@@ -1,0 +1,3 @@
+module floe.dev/pkg/procfs
+
+go 1.26.0
