@@ -88,20 +88,42 @@ func Terminal(e Event) bool {
 // subagent (its Session id).
 type lane struct {
 	sub       string
-	text      string // open text message id
-	reasoning string // open reasoning message id
-	tool      string // open tool call id
-	step      string // open step name (a model request)
-	lastText  string // the assistant text of the current request, parent of its tool calls
-	skipText  int    // complete texts already streamed as partials
-	skipThink int
+	text      message // the assistant's text
+	reasoning message
+	tool      string          // open tool call id
+	step      string          // open step name (a model request)
+	lastText  string          // the assistant text of the current request, parent of its tool calls
 	streamed  map[string]bool // tool calls streamed as partials
 	subCalls  []string        // run_subagent calls without output yet
 }
 
 func (l *lane) quiet() bool {
-	return l.text == "" && l.reasoning == "" && l.tool == "" && l.step == ""
+	return l.text.id == "" && l.reasoning.id == "" && l.tool == "" && l.step == ""
 }
+
+// message is a lane's text or reasoning: the message open now, if any, and
+// how many complete messages to skip because their partials were streamed.
+type message struct {
+	kind *messageKind
+	id   string // the open message's id, "" when none
+	skip int
+}
+
+// messageKind says which events a text or a reasoning message is.
+type messageKind struct {
+	prefix            string // message ids: <prefix>-<seq>
+	role              string
+	outerStart        string // an event before the message's start, "" for none
+	start, delta, end string
+	outerEnd          string // an event after the message's end, "" for none
+}
+
+var (
+	textKind = messageKind{prefix: "msg", role: "assistant",
+		start: TextMessageStart, delta: TextMessageContent, end: TextMessageEnd}
+	reasoningKind = messageKind{prefix: "reasoning", role: "reasoning", outerStart: ReasoningStart,
+		start: ReasoningMessageStart, delta: ReasoningMessageCont, end: ReasoningMessageEnd, outerEnd: ReasoningEnd}
+)
 
 type interrupt struct {
 	id, name, args, sub string
@@ -172,7 +194,8 @@ func (m *Mapper) Feed(seq uint64, server bool, data []byte) []Out {
 func (m *Mapper) lane(sub string) *lane {
 	l := m.lanes[sub]
 	if l == nil {
-		l = &lane{sub: sub, streamed: map[string]bool{}}
+		l = &lane{sub: sub, streamed: map[string]bool{},
+			text: message{kind: &textKind}, reasoning: message{kind: &reasoningKind}}
 		m.lanes[sub] = l
 	}
 	return l
@@ -257,62 +280,16 @@ func (m *Mapper) message(seq uint64, msg *omni.Message, emit func(Event)) {
 		if p.Role == omni.RoleUser {
 			return
 		}
-		switch p.EventType {
-		case omni.EventStart:
-			l.endText(emit)
-			l.openText(fmt.Sprintf("msg-%d", seq), emit)
-			l.textDelta(p.Text, emit)
-		case omni.EventDelta:
-			if l.text == "" {
-				l.openText(fmt.Sprintf("msg-%d", seq), emit)
-			}
-			l.textDelta(p.Text, emit)
-		case omni.EventStop:
-			if l.text != "" {
-				l.textDelta(p.Text, emit)
-				l.endText(emit)
-				l.skipText++
-			}
-		}
+		l.partial(&l.text, p.EventType, p.Text, seq, emit)
 	case omni.TypeText:
 		if p.Role != omni.RoleAssistant {
 			return // the Prompt, steering and harness inputs: the client's own
 		}
-		if l.skipText > 0 {
-			l.skipText--
-			return
-		}
-		l.endText(emit)
-		l.openText(fmt.Sprintf("msg-%d", seq), emit)
-		l.textDelta(p.Text, emit)
-		l.endText(emit)
+		l.complete(&l.text, p.Text, seq, emit)
 	case omni.TypePartialThinking:
-		switch p.EventType {
-		case omni.EventStart:
-			l.endReasoning(emit)
-			l.openReasoning(fmt.Sprintf("reasoning-%d", seq), emit)
-			l.reasoningDelta(p.Thinking, emit)
-		case omni.EventDelta:
-			if l.reasoning == "" {
-				l.openReasoning(fmt.Sprintf("reasoning-%d", seq), emit)
-			}
-			l.reasoningDelta(p.Thinking, emit)
-		case omni.EventStop:
-			if l.reasoning != "" {
-				l.reasoningDelta(p.Thinking, emit)
-				l.endReasoning(emit)
-				l.skipThink++
-			}
-		}
+		l.partial(&l.reasoning, p.EventType, p.Thinking, seq, emit)
 	case omni.TypeThinking:
-		if l.skipThink > 0 {
-			l.skipThink--
-			return
-		}
-		l.endReasoning(emit)
-		l.openReasoning(fmt.Sprintf("reasoning-%d", seq), emit)
-		l.reasoningDelta(p.Thinking, emit)
-		l.endReasoning(emit)
+		l.complete(&l.reasoning, p.Thinking, seq, emit)
 	case omni.TypePartialToolCall:
 		switch p.EventType {
 		case omni.EventStart:
@@ -374,42 +351,68 @@ func (m *Mapper) message(seq uint64, msg *omni.Message, emit func(Event)) {
 	}
 }
 
-func (l *lane) openText(id string, emit func(Event)) {
-	l.text, l.lastText = id, id
-	emit(l.ev(TextMessageStart, "messageId", id, "role", "assistant"))
-}
-
-func (l *lane) textDelta(s string, emit func(Event)) {
-	if s != "" && l.text != "" {
-		emit(l.ev(TextMessageContent, "messageId", l.text, "delta", s))
+// partial maps a partial of message m: a start opens a message (ending
+// one left open), a delta extends the open one (opening one if none), a
+// stop ends it and the complete message that follows is skipped.
+func (l *lane) partial(m *message, ev string, text string, seq uint64, emit func(Event)) {
+	switch ev {
+	case omni.EventStart:
+		l.end(m, emit)
+		l.open(m, seq, emit)
+		l.delta(m, text, emit)
+	case omni.EventDelta:
+		if m.id == "" {
+			l.open(m, seq, emit)
+		}
+		l.delta(m, text, emit)
+	case omni.EventStop:
+		if m.id != "" {
+			l.delta(m, text, emit)
+			l.end(m, emit)
+			m.skip++
+		}
 	}
 }
 
-func (l *lane) endText(emit func(Event)) {
-	if l.text != "" {
-		emit(l.ev(TextMessageEnd, "messageId", l.text))
-		l.text = ""
+// complete maps a complete message: its start, content and end, unless
+// its partials already streamed it.
+func (l *lane) complete(m *message, text string, seq uint64, emit func(Event)) {
+	if m.skip > 0 {
+		m.skip--
+		return
+	}
+	l.end(m, emit)
+	l.open(m, seq, emit)
+	l.delta(m, text, emit)
+	l.end(m, emit)
+}
+
+func (l *lane) open(m *message, seq uint64, emit func(Event)) {
+	m.id = fmt.Sprintf("%s-%d", m.kind.prefix, seq)
+	if m == &l.text {
+		l.lastText = m.id
+	}
+	if m.kind.outerStart != "" {
+		emit(l.ev(m.kind.outerStart, "messageId", m.id))
+	}
+	emit(l.ev(m.kind.start, "messageId", m.id, "role", m.kind.role))
+}
+
+func (l *lane) delta(m *message, s string, emit func(Event)) {
+	if s != "" && m.id != "" {
+		emit(l.ev(m.kind.delta, "messageId", m.id, "delta", s))
 	}
 }
 
-func (l *lane) openReasoning(id string, emit func(Event)) {
-	l.reasoning = id
-	emit(l.ev(ReasoningStart, "messageId", id))
-	emit(l.ev(ReasoningMessageStart, "messageId", id, "role", "reasoning"))
-}
-
-func (l *lane) reasoningDelta(s string, emit func(Event)) {
-	if s != "" && l.reasoning != "" {
-		emit(l.ev(ReasoningMessageCont, "messageId", l.reasoning, "delta", s))
+func (l *lane) end(m *message, emit func(Event)) {
+	if m.id == "" {
+		return
 	}
-}
-
-func (l *lane) endReasoning(emit func(Event)) {
-	if l.reasoning != "" {
-		emit(l.ev(ReasoningMessageEnd, "messageId", l.reasoning))
-		emit(l.ev(ReasoningEnd, "messageId", l.reasoning))
-		l.reasoning = ""
+	emit(l.ev(m.kind.end, "messageId", m.id))
+	if m.kind.outerEnd != "" {
+		emit(l.ev(m.kind.outerEnd, "messageId", m.id))
 	}
+	m.id = ""
 }
 
 // CallID is the AG-UI tool-call id of the stream's tool_call_id raw in the
@@ -458,8 +461,8 @@ func (l *lane) endTool(emit func(Event)) {
 
 // closeSegments ends the lane's open text, reasoning and tool call.
 func (l *lane) closeSegments(emit func(Event)) {
-	l.endText(emit)
-	l.endReasoning(emit)
+	l.end(&l.text, emit)
+	l.end(&l.reasoning, emit)
 	l.endTool(emit)
 }
 

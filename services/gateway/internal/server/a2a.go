@@ -142,42 +142,28 @@ func (s *Server) handleA2A(w http.ResponseWriter, r *http.Request) *apiError {
 	case a2a.MethodSendMessage, a2a.MethodSendStreamingMessage:
 		return s.a2aSend(w, r, b, req)
 	case a2a.MethodGetTask:
-		var p a2a.TaskParams
-		if e := a2a.DecodeParams(req.Params, &p); e != nil {
-			writeRPC(w, id, nil, e)
+		p, rec, tr, ok := s.a2aTaskOf(ctx, w, b, req)
+		if !ok {
 			return nil
 		}
-		rec, tr, e := s.a2aLoad(ctx, b, p.ID)
-		if e != nil {
-			writeRPC(w, id, nil, e)
-			return nil
-		}
-		f, _, err := s.a2aFold(ctx, rec.ID, p.ID, tr.From)
-		if err != nil {
-			writeRPC(w, id, nil, a2a.Errorf(a2a.CodeInternal, "read the task: the bus is unavailable"))
+		f, _, ok := s.a2aFoldOrReply(ctx, w, req, rec.ID, p.ID, tr.From)
+		if !ok {
 			return nil
 		}
 		writeRPC(w, id, withHistory(f.Task(), p.HistoryLength), nil)
 	case a2a.MethodCancelTask:
 		return s.a2aCancel(w, r, b, req)
 	case a2a.MethodSubscribeToTask:
-		var p a2a.TaskParams
-		if e := a2a.DecodeParams(req.Params, &p); e != nil {
-			writeRPC(w, id, nil, e)
-			return nil
-		}
-		rec, tr, e := s.a2aLoad(ctx, b, p.ID)
-		if e != nil {
-			writeRPC(w, id, nil, e)
+		p, rec, tr, ok := s.a2aTaskOf(ctx, w, b, req)
+		if !ok {
 			return nil
 		}
 		last := r.Header.Get("Last-Event-ID")
 		if last != "" {
 			return s.a2aStreamAfter(w, r, id, rec.ID, p.ID, tr.From, last)
 		}
-		f, pos, err := s.a2aFold(ctx, rec.ID, p.ID, tr.From)
-		if err != nil {
-			writeRPC(w, id, nil, a2a.Errorf(a2a.CodeInternal, "read the task: the bus is unavailable"))
+		f, pos, ok := s.a2aFoldOrReply(ctx, w, req, rec.ID, p.ID, tr.From)
+		if !ok {
 			return nil
 		}
 		return s.a2aStream(w, r, id, rec.ID, f, pos, true)
@@ -190,6 +176,33 @@ func withHistory(t a2a.Task, n *int) a2a.Task {
 		t.History = t.History[len(t.History)-*n:]
 	}
 	return t
+}
+
+// a2aTaskOf decodes the TaskParams of a task method (get, subscribe,
+// cancel) and loads the Task's Session and binding; on a problem it has
+// written the error reply and ok is false.
+func (s *Server) a2aTaskOf(ctx context.Context, w http.ResponseWriter, b *bindings, req *a2a.Request) (p a2a.TaskParams, rec *omni.SessionRecord, tr *a2aTask, ok bool) {
+	if e := a2a.DecodeParams(req.Params, &p); e != nil {
+		writeRPC(w, req.ID, nil, e)
+		return p, nil, nil, false
+	}
+	rec, tr, e := s.a2aLoad(ctx, b, p.ID)
+	if e != nil {
+		writeRPC(w, req.ID, nil, e)
+		return p, nil, nil, false
+	}
+	return p, rec, tr, true
+}
+
+// a2aFoldOrReply is a2aFold that, when the bus cannot be read, has written
+// the error reply and returns ok false.
+func (s *Server) a2aFoldOrReply(ctx context.Context, w http.ResponseWriter, req *a2a.Request, sid, taskID string, from uint64) (*a2a.Folder, uint64, bool) {
+	f, pos, err := s.a2aFold(ctx, sid, taskID, from)
+	if err != nil {
+		writeRPC(w, req.ID, nil, a2a.Errorf(a2a.CodeInternal, "read the task: the bus is unavailable"))
+		return nil, 0, false
+	}
+	return f, pos, true
 }
 
 // a2aLoad returns the Session and binding of task id; task not found when
@@ -269,9 +282,8 @@ func (s *Server) a2aSend(w http.ResponseWriter, r *http.Request, b *bindings, re
 			writeRPC(w, req.ID, nil, e)
 			return nil
 		}
-		var err error
-		if f, pos, err = s.a2aFold(ctx, rec.ID, msg.TaskID, tr.From); err != nil {
-			writeRPC(w, req.ID, nil, a2a.Errorf(a2a.CodeInternal, "read the task: the bus is unavailable"))
+		var ok bool
+		if f, pos, ok = s.a2aFoldOrReply(ctx, w, req, rec.ID, msg.TaskID, tr.From); !ok {
 			return nil
 		}
 		if a2a.Terminal(f.State()) {
@@ -375,19 +387,12 @@ func (s *Server) a2aSend(w http.ResponseWriter, r *http.Request, b *bindings, re
 
 func (s *Server) a2aCancel(w http.ResponseWriter, r *http.Request, b *bindings, req *a2a.Request) *apiError {
 	ctx := r.Context()
-	var p a2a.TaskParams
-	if e := a2a.DecodeParams(req.Params, &p); e != nil {
-		writeRPC(w, req.ID, nil, e)
+	p, rec, tr, ok := s.a2aTaskOf(ctx, w, b, req)
+	if !ok {
 		return nil
 	}
-	rec, tr, e := s.a2aLoad(ctx, b, p.ID)
-	if e != nil {
-		writeRPC(w, req.ID, nil, e)
-		return nil
-	}
-	f, pos, err := s.a2aFold(ctx, rec.ID, p.ID, tr.From)
-	if err != nil {
-		writeRPC(w, req.ID, nil, a2a.Errorf(a2a.CodeInternal, "read the task: the bus is unavailable"))
+	f, pos, ok := s.a2aFoldOrReply(ctx, w, req, rec.ID, p.ID, tr.From)
+	if !ok {
 		return nil
 	}
 	if a2a.Terminal(f.State()) || rec.TaskID != p.ID {
