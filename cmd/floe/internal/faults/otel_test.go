@@ -68,6 +68,22 @@ func (s spanIndex) agentOf(sid string) (otlptest.Span, bool) {
 	return otlptest.Span{}, false
 }
 
+// agentWithParent returns the invoke_agent span of Session sid and the
+// span it hangs under (the gateway's request span); ok is false until
+// both were exported.
+func (s spanIndex) agentWithParent(sid string) (agent, parent otlptest.Span, ok bool) {
+	agent, ok = s.agentOf(sid)
+	if !ok {
+		return agent, parent, false
+	}
+	for _, sp := range s {
+		if sp.SpanID == agent.ParentSpanID && sp.TraceID == agent.TraceID {
+			return agent, sp, true
+		}
+	}
+	return agent, parent, false
+}
+
 func (s spanIndex) names() []string {
 	var out []string
 	for _, sp := range s {
@@ -121,10 +137,9 @@ func TestOneTaskIsOneTraceAcrossProcesses(t *testing.T) {
 	}
 
 	// Spans are exported in batches (1 s): wait for the whole trace.
-	var root otlptest.Span
 	all := rcv.WaitFor(t, 30*time.Second, "the Task's trace", func(spans []otlptest.Span) bool {
 		idx := spanIndex(spans)
-		parent, ok := idx.agentOf(sid)
+		parent, _, ok := idx.agentWithParent(sid)
 		if !ok {
 			return false
 		}
@@ -135,19 +150,10 @@ func TestOneTaskIsOneTraceAcrossProcesses(t *testing.T) {
 				tools++
 			}
 		}
-		rootOK := false
-		for _, sp := range spans {
-			rootOK = rootOK || sp.SpanID == parent.ParentSpanID
-		}
-		return rootOK && childOK && tools >= 4 && len(idx.childrenOf(parent, "execute_tool run_subagent")) == 1
+		return childOK && tools >= 4 && len(idx.childrenOf(parent, "execute_tool run_subagent")) == 1
 	})
 	idx := spanIndex(all)
-	agent, _ := idx.agentOf(sid)
-	for _, sp := range all {
-		if sp.SpanID == agent.ParentSpanID {
-			root = sp
-		}
-	}
+	agent, root, _ := idx.agentWithParent(sid)
 	if root.Service != "floe-gateway" || !strings.HasPrefix(root.Name, "POST /api/sessions/") || root.Kind != "SPAN_KIND_SERVER" {
 		t.Fatalf("invoke_agent's parent is %q %q (%s), want the gateway's POST …/tasks server span; spans: %v", root.Service, root.Name, root.Kind, idx.names())
 	}
@@ -267,15 +273,11 @@ func TestTakeoverAfterKillKeepsTheTrace(t *testing.T) {
 	}
 
 	spans := rcv.WaitFor(t, 30*time.Second, "the taken-over Task's spans", func(spans []otlptest.Span) bool {
-		a, ok := spanIndex(spans).agentOf(sid)
-		rootOK := false
-		for _, sp := range spans {
-			rootOK = rootOK || (ok && sp.SpanID == a.ParentSpanID)
-		}
-		return rootOK && len(spanIndex(spans).childrenOf(a, "execute_tool exec_command")) == 1
+		a, _, ok := spanIndex(spans).agentWithParent(sid)
+		return ok && len(spanIndex(spans).childrenOf(a, "execute_tool exec_command")) == 1
 	})
 	idx := spanIndex(spans)
-	agent, _ := idx.agentOf(sid)
+	agent, _, _ := idx.agentWithParent(sid)
 	var post otlptest.Span
 	for _, sp := range spans {
 		if sp.Service == "floe-gateway" && strings.HasSuffix(sp.Name, "/tasks") {
