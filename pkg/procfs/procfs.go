@@ -19,6 +19,8 @@ type Process struct {
 	// State is one letter: R running, S sleeping, D disk wait, Z zombie,
 	// X dead, T stopped, …
 	State string
+	// PGID is the process group, Session the session (its leader's pid).
+	PGID, Session int
 }
 
 // Live reports whether the process runs: neither a zombie nor dead.
@@ -36,14 +38,16 @@ func Stat(pid int) (p Process, ok bool) {
 		return Process{}, false
 	}
 	f := strings.Fields(string(b[i+1:]))
-	if len(f) < 2 {
+	if len(f) < 4 {
 		return Process{}, false
 	}
-	ppid, err := strconv.Atoi(f[1])
-	if err != nil {
-		return Process{}, false
+	var n [3]int
+	for j := range n {
+		if n[j], err = strconv.Atoi(f[j+1]); err != nil {
+			return Process{}, false
+		}
 	}
-	return Process{PID: pid, PPID: ppid, State: f[0]}, true
+	return Process{PID: pid, PPID: n[0], State: f[0], PGID: n[1], Session: n[2]}, true
 }
 
 // Alive reports whether pid is a live process (a zombie is not).

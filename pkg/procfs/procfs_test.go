@@ -102,6 +102,20 @@ func TestStatReadsOddNames(t *testing.T) {
 	if !ok || p.PID != os.Getpid() || p.PPID != os.Getppid() || p.State == "" {
 		t.Errorf("Stat(self) = %+v, %v", p, ok)
 	}
+	if p.PGID != syscall.Getpgrp() {
+		t.Errorf("Stat(self) group %d, want %d", p.PGID, syscall.Getpgrp())
+	}
+	// A new session's leader is its own group and session.
+	cmd := exec.Command("sleep", "30")
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
+	pid := cmd.Process.Pid
+	if l, ok := Stat(pid); !ok || l.PGID != pid || l.Session != pid {
+		t.Errorf("Stat(session leader %d) = %+v, want its own group and session", pid, l)
+	}
 	if _, ok := Stat(-1); ok {
 		t.Error("Stat(-1) found a process")
 	}

@@ -15,6 +15,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"floe.dev/pkg/procfs"
 )
 
 // proc is one child process with its stdout and stderr in a log file.
@@ -114,51 +116,20 @@ func (p *proc) killGroup() {
 	}
 }
 
-// groupInSession reports whether process group pgid has a member in the
-// caller's session (read from /proc).
+// groupInSession reports whether process group pgid has a live member in
+// the caller's session (a zombie, dead but not reaped, has nothing to
+// kill).
 func groupInSession(pgid int) bool {
-	_, ours, err := procGroup("self")
-	if err != nil {
+	self, ok := procfs.Stat(os.Getpid())
+	if !ok {
 		return false
 	}
-	dirs, err := os.ReadDir("/proc")
-	if err != nil {
-		return false
-	}
-	for _, d := range dirs {
-		if d.Name()[0] < '0' || d.Name()[0] > '9' {
-			continue
-		}
-		if g, s, err := procGroup(d.Name()); err == nil && g == pgid && s == ours {
-			return true // a zombie is not counted (procGroup)
+	for _, p := range procfs.All() {
+		if p.Live() && p.PGID == pgid && p.Session == self.Session {
+			return true
 		}
 	}
 	return false
-}
-
-// procGroup reads the process group and session of /proc/<pid>; a zombie
-// (dead, not yet reaped: nothing to kill) belongs to none.
-func procGroup(pid string) (pgrp, session int, err error) {
-	b, err := os.ReadFile("/proc/" + pid + "/stat")
-	if err != nil {
-		return 0, 0, err
-	}
-	// pid (comm) state ppid pgrp session ...; comm may hold spaces and ')'.
-	i := bytes.LastIndexByte(b, ')')
-	if i < 0 {
-		return 0, 0, fmt.Errorf("/proc/%s/stat: no comm", pid)
-	}
-	f := strings.Fields(string(b[i+1:]))
-	if len(f) < 4 {
-		return 0, 0, fmt.Errorf("/proc/%s/stat: short", pid)
-	}
-	if f[0] == "Z" || f[0] == "X" {
-		return 0, 0, fmt.Errorf("/proc/%s: a zombie", pid)
-	}
-	if pgrp, err = strconv.Atoi(f[2]); err == nil {
-		session, err = strconv.Atoi(f[3])
-	}
-	return pgrp, session, err
 }
 
 func (p *proc) log() string {
