@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"fmt"
 	"os"
+	"path/filepath"
 	"runtime"
 	"strings"
 	"sync"
@@ -161,6 +162,36 @@ func TestConcurrentCallsOfAWorkspaceKeepTheirOwnTmp(t *testing.T) {
 				if strings.TrimSpace(out) != fmt.Sprintf("mark-%d\nws=%d", i, n) {
 					t.Errorf("call %d sees in /tmp and the Workspace:\n%s", i, out)
 				}
+			}
+		})
+	}
+}
+
+// A credentials file replaced after a call (a rotation by rename) is
+// masked for the next call too: the Workspace's view, built once, is
+// rebuilt when a file it hides changed.
+func TestAReplacedHiddenFileStaysHidden(t *testing.T) {
+	// Out of /tmp, whose paths each call binds itself.
+	dir, err := os.MkdirTemp("/var/tmp", "floe-hide-test-")
+	if err != nil {
+		t.Skip(err)
+	}
+	defer os.RemoveAll(dir)
+	pw := filepath.Join(dir, "nats.pw")
+	writeFile(t, pw, "OLD-PASSWORD")
+	for b, s := range backends(t, Config{Hide: []string{pw}, Read: []string{dir}}) {
+		t.Run(string(b), func(t *testing.T) {
+			ws := t.TempDir()
+			if out, _ := run(t, t.Context(), s, ws, "cat "+pw+"; echo read"); strings.Contains(out, "PASSWORD") || !strings.Contains(out, "read") {
+				t.Fatalf("first call: %q", out)
+			}
+			next := pw + ".new"
+			writeFile(t, next, "NEW-PASSWORD")
+			if err := os.Rename(next, pw); err != nil {
+				t.Fatal(err)
+			}
+			if out, _ := run(t, t.Context(), s, ws, "cat "+pw+"; echo read"); strings.Contains(out, "PASSWORD") || !strings.Contains(out, "read") {
+				t.Errorf("after the file was replaced: %q", out)
 			}
 		})
 	}

@@ -157,11 +157,14 @@ func viewKey(ws string, read []string) string {
 	return ws + "\x00" + strings.Join(read, "\x00")
 }
 
-// viewIdent identifies the directories a view binds (device and inode of
-// each): a view whose directories were replaced since is stale.
-func viewIdent(ws string, read []string) string {
+// viewIdent identifies the directories a view binds and the files it
+// masks (device and inode of each): a view whose directories were
+// replaced since is stale, and so is one whose hidden credentials file was
+// replaced (a rotation by rename, a Kubernetes secret's link swap), whose
+// mask covers the old file only.
+func viewIdent(ws string, read, hide []string) string {
 	var b strings.Builder
-	for _, p := range append([]string{ws}, read...) {
+	for _, p := range append(append([]string{ws}, read...), hide...) {
 		var st unix.Stat_t
 		if p != "" && unix.Stat(p, &st) == nil {
 			fmt.Fprintf(&b, "%d:%d;", st.Dev, st.Ino)
@@ -175,7 +178,7 @@ func viewIdent(ws string, read []string) string {
 // takeView returns the view of (ws, read), built now if there is none or
 // it is stale; the caller gives it back with putView. On a spawner thread.
 func (sp *spawner) takeView(s *Sandbox, ws string, read []string) (*view, error) {
-	key, ident := viewKey(ws, read), viewIdent(ws, read)
+	key, ident := viewKey(ws, read), viewIdent(ws, read, s.cfg.Hide)
 	sp.mu.Lock()
 	if v := sp.views[key]; v != nil && v.ident == ident {
 		v.refs++
