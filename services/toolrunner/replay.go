@@ -14,10 +14,17 @@ import (
 // nothing executed. Wait paces an answer to the record: it is given the
 // record's index of the output, and returns once the replayed Session's
 // Trace holds as many records (or gives up).
+//
+// A call whose recorded output is a user abort's ([interrupted: tool
+// aborted by user], stop_reason aborted) emits the output it had produced
+// by then and stalls until it is cancelled, so the runner writes the same
+// interrupted output when the replayer sends the abort; Stalled (when
+// set) is told once the call stalls.
 type Replay struct {
 	Tools   []omni.ToolSpec
 	Outputs map[string]ReplayOutput // by tool_call_id
 	Wait    func(ctx context.Context, sessionID string, n int) error
+	Stalled func(sessionID, toolCallID string)
 }
 
 // ReplayOutput is one recorded complete tool output and where it was in
@@ -27,6 +34,9 @@ type ReplayOutput struct {
 	Failed bool
 	Images []string
 	Index  int
+	// Aborted: the call was interrupted by a user abort; Output is what
+	// it had produced, then the interrupted marker.
+	Aborted bool
 }
 
 // NewReplay collects the tools (the last tool_list_ready, without
@@ -50,7 +60,8 @@ func NewReplay(records []omni.Message) *Replay {
 			}
 		case records[i].Type == omni.KindModel && p.Type == omni.TypeToolCallOutput:
 			if _, seen := rp.Outputs[p.ToolCallID]; !seen {
-				rp.Outputs[p.ToolCallID] = ReplayOutput{Output: p.Output, Failed: p.Stop() == omni.StatusFailed, Images: p.ImageURLs(), Index: i}
+				rp.Outputs[p.ToolCallID] = ReplayOutput{Output: p.Output, Failed: p.Stop() == omni.StatusFailed, Images: p.ImageURLs(), Index: i,
+					Aborted: p.Stop() == omni.StatusAborted && strings.HasSuffix(p.Output, omni.InterruptedOutput)}
 			}
 		}
 	}
@@ -66,7 +77,7 @@ func (b replayBox) List(context.Context) ([]omni.ToolSpec, []omni.MCPConnectResu
 
 func (b replayBox) Servers() []string { return nil }
 
-func (b replayBox) Execute(ctx context.Context, call tools.Call, _ tools.Emit) tools.Result {
+func (b replayBox) Execute(ctx context.Context, call tools.Call, emit tools.Emit) tools.Result {
 	var sid, id string
 	for _, kv := range call.Env {
 		if v, ok := strings.CutPrefix(kv, "FLOE_SESSION_ID="); ok {
@@ -78,6 +89,19 @@ func (b replayBox) Execute(ctx context.Context, call tools.Call, _ tools.Emit) t
 	out, ok := b.rp.Outputs[id]
 	if !ok {
 		return tools.Result{Output: "replay: the record holds no output of tool call " + id, Failed: true}
+	}
+	if out.Aborted {
+		// The runner ends the output with the marker (after a newline
+		// when what came before has none): either split gives the
+		// recorded text.
+		if before := strings.TrimSuffix(out.Output, omni.InterruptedOutput); before != "" {
+			emit(before)
+		}
+		if b.rp.Stalled != nil {
+			b.rp.Stalled(sid, id)
+		}
+		<-ctx.Done()
+		return tools.Result{Output: omni.InterruptedOutput, Failed: true}
 	}
 	if b.rp.Wait != nil {
 		_ = b.rp.Wait(ctx, sid, out.Index)

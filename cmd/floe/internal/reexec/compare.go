@@ -69,15 +69,34 @@ func PrintDiff(w io.Writer, want, got []omni.Message, at, context int) {
 // A pacer counts the replayed Session's Trace-class messages as the
 // stream takes them, so the replay provider and toolrunner can wait for
 // a record's recorded position.
+//
+// It also keeps which replayed tool calls have stalled for an abort (the
+// replay toolrunner's Stalled), keyed "<session>/<tool_call_id>".
 type pacer struct {
 	bound time.Duration
 	mu    sync.Mutex
 	n     int
-	grew  chan struct{} // closed and replaced whenever n grows
+	grew  chan struct{} // closed and replaced whenever n or stalls grows
+	stall map[string]bool
 }
 
 func newPacer(bound time.Duration) *pacer {
-	return &pacer{bound: bound, grew: make(chan struct{})}
+	return &pacer{bound: bound, grew: make(chan struct{}), stall: make(map[string]bool)}
+}
+
+// stalled records that a replayed call waits for its abort.
+func (p *pacer) stalled(sid, callID string) {
+	p.mu.Lock()
+	p.stall[sid+"/"+callID] = true
+	close(p.grew)
+	p.grew = make(chan struct{})
+	p.mu.Unlock()
+}
+
+// waitStall returns once the call key has stalled, after the bound, or
+// when ctx ends (then with its error).
+func (p *pacer) waitStall(ctx context.Context, key string) error {
+	return p.until(ctx, func() bool { return p.stall[key] })
 }
 
 // follow counts the Session's Trace-class messages until ctx ends.
@@ -95,13 +114,19 @@ func (p *pacer) follow(ctx context.Context, st *stack.Stack, sid string) {
 // wait returns once n records are in the stream, after the bound, or when
 // ctx ends (then with its error).
 func (p *pacer) wait(ctx context.Context, _ string, n int) error {
+	return p.until(ctx, func() bool { return p.n >= n })
+}
+
+// until returns once done (called under p.mu) holds, after the bound, or
+// when ctx ends (then with its error).
+func (p *pacer) until(ctx context.Context, done func() bool) error {
 	timer := time.NewTimer(p.bound)
 	defer timer.Stop()
 	for {
 		p.mu.Lock()
-		have, grew := p.n, p.grew
+		ok, grew := done(), p.grew
 		p.mu.Unlock()
-		if have >= n {
+		if ok {
 			return nil
 		}
 		select {

@@ -27,6 +27,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"time"
 
@@ -117,6 +118,7 @@ func Run(ctx context.Context, records []omni.Message, opt Options) (*Result, err
 	tr.Home = home
 	trc := toolrunner.Config{RunnerID: "replay", Replay: toolrunner.NewReplay(records)}
 	trc.Replay.Wait = pc.wait
+	trc.Replay.Stalled = pc.stalled
 	st, err := stack.Start(ctx, stack.Options{Home: home, Listen: "off", Engine: &eng, Tracer: &tr, Toolrunner: &trc}, opt.Log)
 	if err != nil {
 		return nil, fmt.Errorf("reexec: start: %w", err)
@@ -190,6 +192,51 @@ type task struct {
 	kind   string
 	input  []omni.InputPart
 	steers []steer
+	abort  *abortPoint
+}
+
+// An abortPoint is where a recorded Task was aborted by its user: the
+// replayer sends the abort once the replayed Trace holds at records (the
+// first record the abort caused) and each of calls (tools the abort
+// interrupted) has stalled in the replay toolrunner.
+type abortPoint struct {
+	at    int
+	calls []string
+}
+
+// abortCaused reports whether m is a record a user abort leaves before
+// its abort event: an aborted request's token_usage and request_end, an
+// interrupted tool output, an aborted compaction's end.
+func abortCaused(records []omni.Message, i int) bool {
+	m := &records[i]
+	p := &m.Payload
+	if len(m.Origin) > 0 {
+		return false
+	}
+	switch {
+	case m.Type == omni.KindEvent && (p.Type == omni.TypeRequestEnd || p.Type == omni.TypeCompactionEnd):
+		return p.Status == omni.StatusAborted
+	case m.Type == omni.KindEvent && p.Type == omni.TypeTokenUsage:
+		return i+1 < len(records) && records[i+1].Type == omni.KindEvent &&
+			records[i+1].Payload.Type == omni.TypeRequestEnd && records[i+1].Payload.Status == omni.StatusAborted
+	case m.Type == omni.KindModel && p.Type == omni.TypeToolCallOutput:
+		return p.Stop() == omni.StatusAborted && strings.HasSuffix(p.Output, omni.InterruptedOutput)
+	}
+	return false
+}
+
+// abortAt is the abort point of the abort event at records[i].
+func abortAt(records []omni.Message, i int) *abortPoint {
+	ap := &abortPoint{at: i}
+	for ap.at > 0 && abortCaused(records, ap.at-1) {
+		ap.at--
+	}
+	for j := ap.at; j < i; j++ {
+		if p := &records[j].Payload; p.Type == omni.TypeToolCallOutput {
+			ap.calls = append(ap.calls, p.ToolCallID)
+		}
+	}
+	return ap
 }
 
 // A steer is steering sent to a running Task once the replayed Trace holds
@@ -223,6 +270,9 @@ func plan(records []omni.Message) []task {
 			continue
 		}
 		switch {
+		case m.Type == omni.KindEvent && p.Type == omni.TypeAbort && len(m.Origin) == 0 && len(out) > 0:
+			out[len(out)-1].abort = abortAt(records, i)
+			inRequest, compacting = false, false
 		case m.Type == omni.KindEvent && p.Type == omni.TypeRequestBegin:
 			inRequest = true
 			if !compacting {
@@ -301,6 +351,21 @@ func runTask(ctx context.Context, st *stack.Stack, sid, id string, t task, decis
 	defer steering.Wait()
 	sctx, stopSteering := context.WithCancel(ctx)
 	defer stopSteering()
+	if ap := t.abort; ap != nil && pc != nil {
+		steering.Add(1)
+		go func() {
+			defer steering.Done()
+			if pc.wait(sctx, sid, ap.at) != nil {
+				return
+			}
+			for _, id := range ap.calls {
+				if pc.waitStall(sctx, sid+"/"+id) != nil {
+					return
+				}
+			}
+			_, _ = st.Conn.RequestWithContext(sctx, omni.ControlSubject(sid, omni.CtlAbort), nil)
+		}()
+	}
 	for _, s := range t.steers {
 		steering.Add(1)
 		go func() {

@@ -129,6 +129,9 @@ func recordCorpus(t *testing.T) {
 		// (its first tool call is running).
 		steer      string
 		compaction omni.CompactionConfig
+		// abortOn: the user aborts Task i once a record of the Session
+		// satisfies abortOn[i] (and abortDelay has passed).
+		abortOn map[int]func(omni.Message) bool
 	}{
 		{name: "tools_retry", mode: omni.ApproveAllowAll, prompts: []string{"list and count", "again, briefly"}, script: map[string]any{"requests": []any{
 			map[string]any{"steps": []any{map[string]any{"thinking": "Two commands, the slow one first."}, text("Running both."),
@@ -160,6 +163,18 @@ func recordCorpus(t *testing.T) {
 				map[string]any{"steps": []any{text("One.")}, "usage": map[string]any{"total": 5000, "output": 2}},
 				map[string]any{"steps": []any{text("[summary]\nThe user said first; the agent answered One.\n[/summary]")}, "usage": map[string]any{"total": 300, "output": 12}},
 				map[string]any{"expect_last_user": "second", "steps": []any{text("Two.")}, "usage": map[string]any{"total": 400, "output": 2}},
+			}}},
+		{name: "aborts", mode: omni.ApproveAllowAll, prompts: []string{"tell a long story", "run the slow one", "and now?"},
+			abortOn: map[int]func(omni.Message) bool{
+				0: func(m omni.Message) bool {
+					return m.Payload.Type == omni.TypeText && m.Payload.Text == "Once upon a time."
+				},
+				1: func(m omni.Message) bool { return m.Payload.Type == omni.TypeToolCall },
+			},
+			script: map[string]any{"requests": []any{
+				map[string]any{"steps": []any{text("Once upon a time."), map[string]any{"delay_ms": 60000}, text("never")}},
+				map[string]any{"steps": []any{text("Running it."), call("call_slow", "echo started; sleep 30")}},
+				map[string]any{"expect_last_user": "and now?", "steps": []any{text("Both were stopped.")}},
 			}}},
 		{name: "max_turns", mode: omni.ApproveAllowAll, maxTurns: 2, prompts: []string{"loop"}, script: map[string]any{"requests": []any{
 			map[string]any{"steps": []any{call("call_1", "echo one")}},
@@ -206,6 +221,9 @@ func recordCorpus(t *testing.T) {
 			if i == 0 && s.steer != "" {
 				tk.steers = []steer{{text: s.steer, at: 5}}
 			}
+			if on := s.abortOn[i]; on != nil {
+				abortWhen(t, st, sid, on)
+			}
 			if err := runTask(ctxT(t), st, sid, fmt.Sprintf("corpus-%d", i), tk, s.decide, pc); err != nil {
 				t.Fatal(err)
 			}
@@ -229,6 +247,26 @@ func recordCorpus(t *testing.T) {
 		t.Logf("recorded %s: %d records", s.name, len(recs))
 	}
 	_ = bus.ErrStop
+}
+
+// abortWhen aborts the Session's running Task half a second after a
+// record satisfying on reaches the stream (a tool it started has
+// produced its first output by then).
+func abortWhen(t *testing.T, st *stack.Stack, sid string, on func(omni.Message) bool) {
+	last, err := bus.LastSeq(ctxT(t), st.JS)
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		_ = bus.FollowUntil(ctxT(t), st.JS, sid, omni.TraceClasses, last+1, false, func(sm bus.StreamMsg) error {
+			if m, err := omni.Decode(sm.Data); err == nil && on(m) {
+				time.Sleep(500 * time.Millisecond)
+				_, _ = st.Conn.Request(omni.ControlSubject(sid, omni.CtlAbort), nil, 5*time.Second)
+				return bus.ErrStop
+			}
+			return nil
+		})
+	}()
 }
 
 // A record without its Session's settings (a --trace file) replays its

@@ -152,10 +152,12 @@ func (p *Provider) Stream(ctx context.Context, req *model.Request, emit func(mod
 	case omni.StatusCompleted:
 		return model.Result{Usage: a.usage, StopReason: omni.StatusCompleted}, nil
 	case omni.StatusAborted:
-		// A user abort: the replay has no user, so the request waits
-		// for the abort scope to end, as it did.
+		// A user abort: the request stalls here until the replayer
+		// sends the abort at the same point of the record (the abort
+		// scope ends), then fails as an aborted stream does, with the
+		// usage the record kept.
 		<-ctx.Done()
-		return model.Result{}, ctx.Err()
+		return model.Result{Usage: a.usage, StopReason: model.StatusOf(ctx.Err())}, ctx.Err()
 	case "":
 		if a.end >= 0 {
 			// The record ends after the stream's token_usage, its
