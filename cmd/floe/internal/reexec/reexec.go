@@ -114,6 +114,10 @@ func Run(ctx context.Context, records []omni.Message, opt Options) (*Result, err
 	if opt.Engine != nil {
 		opt.Engine(&eng)
 	}
+	tasks := plan(records)
+	if eng.Hooks.File, err = writeHooks(home, records, tasks); err != nil {
+		return nil, err
+	}
 	tr := tracer.DefaultConfig()
 	tr.Home = home
 	trc := toolrunner.Config{RunnerID: "replay", Replay: toolrunner.NewReplay(records)}
@@ -142,8 +146,15 @@ func Run(ctx context.Context, records []omni.Message, opt Options) (*Result, err
 	}()
 	defer func() { stopFollow(); following.Wait() }()
 
+	if eng.Hooks.File != "" {
+		stopHooks, err := newHookPlayer(records, tasks, pc).serve(ctx, st.Conn, sid)
+		if err != nil {
+			return nil, fmt.Errorf("reexec: hooks: %w", err)
+		}
+		defer stopHooks()
+	}
 	decisions := approvals(records)
-	for i, t := range plan(records) {
+	for i, t := range tasks {
 		if err := runTask(ctx, st, sid, fmt.Sprintf("replay-%d", i+1), t, decisions, pc); err != nil {
 			return nil, err
 		}
@@ -193,6 +204,11 @@ type task struct {
 	input  []omni.InputPart
 	steers []steer
 	abort  *abortPoint
+	// The hooks' part (hooks.go): the stop points' records, the harness
+	// context texts before the Prompt, the refusal of a refused Prompt.
+	stops    []stopGroup
+	contexts []string
+	refusal  *refusalRec
 }
 
 // An abortPoint is where a recorded Task was aborted by its user: the
@@ -254,7 +270,8 @@ type steer struct {
 func plan(records []omni.Message) []task {
 	var out []task
 	inRequest, compacting, input := false, false, false
-	lastBegin := -1 // the index of the last request_begin of the Session
+	lastBegin := -1       // the index of the last request_begin of the Session
+	var contexts []string // harness texts waiting for their Prompt
 	for i := range records {
 		m := &records[i]
 		p := &m.Payload
@@ -269,7 +286,27 @@ func plan(records []omni.Message) []task {
 			input = false
 			continue
 		}
+		afterStop := i > 0 && isStopHook(records, i-1)
 		switch {
+		case isStopHook(records, i) && len(out) > 0:
+			r, _ := hookOf(records, i)
+			t := &out[len(out)-1]
+			if !afterStop {
+				t.stops = append(t.stops, stopGroup{at: i})
+			}
+			g := &t.stops[len(t.stops)-1]
+			g.recs = append(g.recs, r)
+		case m.Type == omni.KindModel && p.Role == omni.RoleUser && p.Type == omni.TypeText && p.Sender == omni.SenderHarness && len(m.Origin) == 0:
+			if afterStop {
+				g := &out[len(out)-1].stops
+				(*g)[len(*g)-1].input = p.Text
+			} else if !inRequest && !compacting {
+				contexts = append(contexts, p.Text)
+			}
+		case !inRequest && !compacting && len(m.Origin) == 0 && isRefusal(m):
+			r, _ := parseRefusal(m)
+			out = append(out, task{kind: omni.TaskRun, input: []omni.InputPart{{Type: "text", Text: refusedPrompt}}, refusal: &r})
+			contexts = nil
 		case m.Type == omni.KindEvent && p.Type == omni.TypeAbort && len(m.Origin) == 0 && len(out) > 0:
 			out[len(out)-1].abort = abortAt(records, i)
 			inRequest, compacting = false, false
@@ -300,7 +337,8 @@ func plan(records []omni.Message) []task {
 			if input {
 				out[len(out)-1].input = append(out[len(out)-1].input, part)
 			} else {
-				out = append(out, task{kind: omni.TaskRun, input: []omni.InputPart{part}})
+				out = append(out, task{kind: omni.TaskRun, input: []omni.InputPart{part}, contexts: contexts})
+				contexts = nil
 			}
 		}
 		if m.Type != omni.KindSessionMeta {
@@ -308,6 +346,17 @@ func plan(records []omni.Message) []task {
 		}
 	}
 	return out
+}
+
+// isStopHook reports whether records[i] is a stop hook's record.
+func isStopHook(records []omni.Message, i int) bool {
+	r, ok := hookOf(records, i)
+	return ok && r.Point == omni.HookStop
+}
+
+func isRefusal(m *omni.Message) bool {
+	_, ok := parseRefusal(m)
+	return ok
 }
 
 // A decision is a recorded approval_decision and its record's index.

@@ -13,11 +13,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/rs/zerolog"
 
 	"floe.dev/cmd/floe/internal/stack"
 	"floe.dev/pkg/bus"
 	"floe.dev/pkg/omni"
+	"floe.dev/pkg/sandbox"
 	"floe.dev/pkg/trace"
 	"floe.dev/services/engine"
 	"floe.dev/services/toolrunner"
@@ -132,6 +134,11 @@ func recordCorpus(t *testing.T) {
 		// abortOn: the user aborts Task i once a record of the Session
 		// satisfies abortOn[i] (and abortDelay has passed).
 		abortOn map[int]func(omni.Message) bool
+		// hooks is the hooks file ($DIR is where its scripts are
+		// written: files), natsHooks answer its NATS hooks.
+		hooks     string
+		files     map[string]string
+		natsHooks map[string]func(name string, in map[string]string) string
 	}{
 		{name: "tools_retry", mode: omni.ApproveAllowAll, prompts: []string{"list and count", "again, briefly"}, script: map[string]any{"requests": []any{
 			map[string]any{"steps": []any{map[string]any{"thinking": "Two commands, the slow one first."}, text("Running both."),
@@ -176,6 +183,47 @@ func recordCorpus(t *testing.T) {
 				map[string]any{"steps": []any{text("Running it."), call("call_slow", "echo started; sleep 30")}},
 				map[string]any{"expect_last_user": "and now?", "steps": []any{text("Both were stopped.")}},
 			}}},
+		{name: "hooks", mode: omni.ApproveAllowAll, prompts: []string{"tidy up", "forget it", "one more"},
+			hooks: `{"hooks": {
+				"user_prompt": [{"name": "facts", "command": "$DIR/facts.sh"}],
+				"pre_tool_use": [{"name": "audit", "command": "$DIR/audit.sh"},
+					{"name": "no-rm", "command": "$DIR/no-rm.sh", "match": "exec_command", "required": true},
+					{"name": "policy", "nats": true}],
+				"stop": [{"name": "ralph", "nats": true}]}}`,
+			files: map[string]string{
+				"facts.sh": "#!/bin/sh\nin=$(cat)\ncase \"$in\" in *forget*) echo '{\"decision\":\"deny\",\"reason\":\"nothing is forgotten\"}';; *) echo '{\"context\":\"The repo is small.\"}';; esac\n",
+				"audit.sh": "#!/bin/sh\ncat >/dev/null\necho '{\"output\":{\"seen\":true,\"n\":1}}'\n",
+				"no-rm.sh": "#!/bin/sh\nin=$(cat)\ncase \"$in\" in *'rm '*) echo '{\"decision\":\"deny\",\"reason\":\"no rm here\"}';; esac\n",
+			},
+			natsHooks: func() map[string]func(string, map[string]string) string {
+				stops := 0
+				return map[string]func(string, map[string]string) string{
+					omni.HookPreToolUse: func(_ string, in map[string]string) string {
+						if in["tool_call_id"] == "call_ls" {
+							return ""
+						}
+						return `{"decision":"allow","reason":"looked"}`
+					},
+					omni.HookStop: func(_ string, in map[string]string) string {
+						switch stops++; stops {
+						case 1:
+							return `{"decision":"continue","input":"check again","reason":"not yet"}`
+						case 2:
+							return `{"decision":"stop","reason":"done","output":{"rounds":2}}`
+						}
+						return ""
+					},
+				}
+			}(),
+			script: map[string]any{"requests": []any{
+				map[string]any{"expect_last_user": "tidy up", "steps": []any{call("call_ls", "echo listed"), call("call_rm", "rm notes.txt"),
+					// The denied call's output lands before the stream
+					// ends (the engine publishes it beside the stream).
+					map[string]any{"delay_ms": 300}}},
+				map[string]any{"steps": []any{text("Listed; the rm was refused.")}},
+				map[string]any{"expect_last_user": "check again", "steps": []any{text("Checked again.")}},
+				map[string]any{"expect_last_user": "one more", "steps": []any{text("Sure.")}},
+			}}},
 		{name: "max_turns", mode: omni.ApproveAllowAll, maxTurns: 2, prompts: []string{"loop"}, script: map[string]any{"requests": []any{
 			map[string]any{"steps": []any{call("call_1", "echo one")}},
 			map[string]any{"steps": []any{call("call_2", "echo two")}},
@@ -192,12 +240,31 @@ func recordCorpus(t *testing.T) {
 		script := filepath.Join(home, "script.json")
 		os.WriteFile(script, b, 0o644)
 		eng := engine.Config{Home: home, RetryBase: 10 * time.Millisecond, RetryCap: 10 * time.Millisecond, RetryMax: 5, DefaultMaxTurns: s.maxTurns}
+		if s.hooks != "" {
+			for name, body := range s.files {
+				os.WriteFile(filepath.Join(home, name), []byte(body), 0o755)
+			}
+			eng.Hooks.File = filepath.Join(home, "hooks.json")
+			os.WriteFile(eng.Hooks.File, []byte(strings.ReplaceAll(s.hooks, "$DIR", home)), 0o644)
+			eng.Hooks.Sandbox = sandbox.Config{Backend: sandbox.Off}
+		}
 		tr := tracer.DefaultConfig()
 		tr.Home = home
 		trc := toolrunner.Config{RunnerID: "corpus"}
 		st, err := stack.Start(ctxT(t), stack.Options{Home: home, Listen: "off", Engine: &eng, Tracer: &tr, Toolrunner: &trc}, zerolog.Nop())
 		if err != nil {
 			t.Fatal(err)
+		}
+		for point, answer := range s.natsHooks {
+			sub, err := st.Conn.Subscribe(omni.HookSubject(point), func(m *nats.Msg) {
+				var in map[string]string
+				json.Unmarshal(m.Data, &in)
+				m.Respond([]byte(answer(m.Header.Get(hookHeader), in)))
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer sub.Unsubscribe()
 		}
 		now := time.Now()
 		sid := omni.NewSessionID(now, "c0000001")
