@@ -2,7 +2,10 @@ package toolrunner
 
 import (
 	"context"
+	"encoding/json"
 	"strings"
+	"sync/atomic"
+	"time"
 
 	"floe.dev/pkg/omni"
 	"floe.dev/services/toolrunner/internal/tools"
@@ -25,6 +28,14 @@ type Replay struct {
 	Outputs map[string]ReplayOutput // by tool_call_id
 	Wait    func(ctx context.Context, sessionID string, n int) error
 	Stalled func(sessionID, toolCallID string)
+	// Servers are the MCP servers of the record's first
+	// mcp_connect_begin; Connects the results of its mcp_connect_ends,
+	// in order: the n-th full tool list answers the n-th (the last one
+	// once they run out). No MCP server starts.
+	Servers  []string
+	Connects [][]omni.MCPConnectResult
+
+	lists atomic.Int64
 }
 
 // ReplayOutput is one recorded complete tool output and where it was in
@@ -40,13 +51,25 @@ type ReplayOutput struct {
 }
 
 // NewReplay collects the tools (the last tool_list_ready, without
-// run_subagent, which the engine adds itself) and the complete tool
-// outputs of a recorded Session.
+// run_subagent, which the engine adds itself), the MCP connections and
+// the complete tool outputs of a recorded Session (its own records: a
+// subagent's forwarded ones are its child's).
 func NewReplay(records []omni.Message) *Replay {
 	rp := &Replay{Outputs: make(map[string]ReplayOutput)}
 	for i := range records {
 		p := &records[i].Payload
+		if len(records[i].Origin) > 0 {
+			continue
+		}
 		switch {
+		case records[i].Type == omni.KindEvent && p.Type == omni.TypeMCPConnectBegin && rp.Servers == nil:
+			if json.Unmarshal(p.Field("servers"), &rp.Servers) != nil || rp.Servers == nil {
+				rp.Servers = []string{}
+			}
+		case records[i].Type == omni.KindEvent && p.Type == omni.TypeMCPConnectEnd:
+			var res []omni.MCPConnectResult
+			_ = json.Unmarshal(p.Field("results"), &res) // unreadable: none
+			rp.Connects = append(rp.Connects, res)
 		case records[i].Type == omni.KindEvent && p.Type == omni.TypeToolListReady:
 			specs, err := p.ToolSpecs()
 			if err != nil {
@@ -68,14 +91,21 @@ func NewReplay(records []omni.Message) *Replay {
 	return rp
 }
 
+// replayStallMax bounds how long a replayed call waits for its abort.
+const replayStallMax = time.Minute
+
 // replayBox is the runner.Toolbox of a Replay.
 type replayBox struct{ rp *Replay }
 
 func (b replayBox) List(context.Context) ([]omni.ToolSpec, []omni.MCPConnectResult) {
-	return b.rp.Tools, nil
+	if len(b.rp.Connects) == 0 {
+		return b.rp.Tools, nil
+	}
+	n := min(int(b.rp.lists.Add(1))-1, len(b.rp.Connects)-1)
+	return b.rp.Tools, b.rp.Connects[n]
 }
 
-func (b replayBox) Servers() []string { return nil }
+func (b replayBox) Servers() []string { return b.rp.Servers }
 
 func (b replayBox) Execute(ctx context.Context, call tools.Call, emit tools.Emit) tools.Result {
 	var sid, id string
@@ -100,8 +130,13 @@ func (b replayBox) Execute(ctx context.Context, call tools.Call, emit tools.Emit
 		if b.rp.Stalled != nil {
 			b.rp.Stalled(sid, id)
 		}
-		<-ctx.Done()
-		return tools.Result{Output: omni.InterruptedOutput, Failed: true}
+		// Bounded: a replay that parted from the record (its abort
+		// came before this call ran) must not hold the runner.
+		select {
+		case <-ctx.Done():
+		case <-time.After(replayStallMax):
+		}
+		return tools.Result{Output: out.Output, Failed: true}
 	}
 	if b.rp.Wait != nil {
 		_ = b.rp.Wait(ctx, sid, out.Index)

@@ -93,10 +93,21 @@ func (p *pacer) stalled(sid, callID string) {
 	p.mu.Unlock()
 }
 
+// waitAbort is wait with the bound of waitStall: an abort sent early
+// would cut the replay short (a busy machine can take seconds to start
+// the replay's first Task).
+func (p *pacer) waitAbort(ctx context.Context, n int) error {
+	return p.untilFor(ctx, 10*p.bound, func() bool { return p.n >= n })
+}
+
 // waitStall returns once the call key has stalled, after the bound, or
 // when ctx ends (then with its error).
+//
+// Its bound is ten times the pacer's: a call the replay dispatches late (a
+// busy machine, a toolrunner still starting) must not be aborted before
+// it runs; one the replay never dispatches costs that wait once.
 func (p *pacer) waitStall(ctx context.Context, key string) error {
-	return p.until(ctx, func() bool { return p.stall[key] })
+	return p.untilFor(ctx, 10*p.bound, func() bool { return p.stall[key] })
 }
 
 // follow counts the Session's Trace-class messages until ctx ends.
@@ -120,7 +131,11 @@ func (p *pacer) wait(ctx context.Context, _ string, n int) error {
 // until returns once done (called under p.mu) holds, after the bound, or
 // when ctx ends (then with its error).
 func (p *pacer) until(ctx context.Context, done func() bool) error {
-	timer := time.NewTimer(p.bound)
+	return p.untilFor(ctx, p.bound, done)
+}
+
+func (p *pacer) untilFor(ctx context.Context, bound time.Duration, done func() bool) error {
+	timer := time.NewTimer(bound)
 	defer timer.Stop()
 	for {
 		p.mu.Lock()

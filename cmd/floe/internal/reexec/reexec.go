@@ -13,9 +13,11 @@
 // automatic ones (with the Session's compaction settings, or settings
 // inferred from the record: InferCompaction), the max-turns
 // notice, steering (sent once the replay reaches the request before the
-// steering record: the engine takes it before its next request). User
-// aborts, hooks and subagents are not replayed: such a record parts from
-// the replay where they happened.
+// steering record: the engine takes it before its next request), user
+// aborts (sent where the record shows them, the provider or the tool
+// stalled there: abortPoint), hooks (NATS hooks answered from the
+// record, hooks.go) and MCP connect events and tool outputs (the replay
+// toolrunner's).
 package reexec
 
 import (
@@ -404,7 +406,7 @@ func runTask(ctx context.Context, st *stack.Stack, sid, id string, t task, decis
 		steering.Add(1)
 		go func() {
 			defer steering.Done()
-			if pc.wait(sctx, sid, ap.at) != nil {
+			if pc.waitAbort(sctx, ap.at) != nil {
 				return
 			}
 			for _, id := range ap.calls {

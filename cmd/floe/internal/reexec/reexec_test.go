@@ -6,6 +6,8 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"slices"
@@ -13,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/nats-io/nats.go"
 	"github.com/rs/zerolog"
 
@@ -139,6 +142,10 @@ func recordCorpus(t *testing.T) {
 		hooks     string
 		files     map[string]string
 		natsHooks map[string]func(name string, in map[string]string) string
+		// mcp: the Session's toolrunner has MCP servers: "notes" (a
+		// real MCP server over HTTP) and "gone" (a command that does
+		// not exist: its connect fails).
+		mcp bool
 	}{
 		{name: "tools_retry", mode: omni.ApproveAllowAll, prompts: []string{"list and count", "again, briefly"}, script: map[string]any{"requests": []any{
 			map[string]any{"steps": []any{map[string]any{"thinking": "Two commands, the slow one first."}, text("Running both."),
@@ -224,6 +231,15 @@ func recordCorpus(t *testing.T) {
 				map[string]any{"expect_last_user": "check again", "steps": []any{text("Checked again.")}},
 				map[string]any{"expect_last_user": "one more", "steps": []any{text("Sure.")}},
 			}}},
+		{name: "mcp", mode: omni.ApproveAllowAll, prompts: []string{"look up a", "and b?"}, mcp: true,
+			script: map[string]any{"requests": []any{
+				map[string]any{"expect_last_user": "look up a", "steps": []any{map[string]any{"tool_call": map[string]any{
+					"name": "mcp__notes__lookup", "id": "call_a", "arguments": map[string]any{"key": "a"}}}}},
+				map[string]any{"expect_last_user": "found: a", "steps": []any{text("a is there.")}},
+				map[string]any{"expect_last_user": "and b?", "steps": []any{map[string]any{"tool_call": map[string]any{
+					"name": "mcp__notes__lookup", "id": "call_b", "arguments": map[string]any{"key": "b"}}}}},
+				map[string]any{"steps": []any{text("b too.")}},
+			}}},
 		{name: "max_turns", mode: omni.ApproveAllowAll, maxTurns: 2, prompts: []string{"loop"}, script: map[string]any{"requests": []any{
 			map[string]any{"steps": []any{call("call_1", "echo one")}},
 			map[string]any{"steps": []any{call("call_2", "echo two")}},
@@ -251,6 +267,9 @@ func recordCorpus(t *testing.T) {
 		tr := tracer.DefaultConfig()
 		tr.Home = home
 		trc := toolrunner.Config{RunnerID: "corpus"}
+		if s.mcp {
+			trc.MCPConfig = mcpNotes(t, home)
+		}
 		st, err := stack.Start(ctxT(t), stack.Options{Home: home, Listen: "off", Engine: &eng, Tracer: &tr, Toolrunner: &trc}, zerolog.Nop())
 		if err != nil {
 			t.Fatal(err)
@@ -314,6 +333,31 @@ func recordCorpus(t *testing.T) {
 		t.Logf("recorded %s: %d records", s.name, len(recs))
 	}
 	_ = bus.ErrStop
+}
+
+// mcpNotes starts the "notes" MCP server (its lookup tool answers
+// "found: <key>") and writes an MCP config naming it and a server whose
+// command does not exist.
+func mcpNotes(t *testing.T, dir string) string {
+	srv := sdk.NewServer(&sdk.Implementation{Name: "notes", Version: "1"}, nil)
+	srv.AddTool(&sdk.Tool{Name: "lookup", Description: "Looks a key up in the notes.",
+		InputSchema: json.RawMessage(`{"type":"object","properties":{"key":{"type":"string"}},"required":["key"]}`)},
+		func(_ context.Context, req *sdk.CallToolRequest) (*sdk.CallToolResult, error) {
+			var a struct{ Key string }
+			_ = json.Unmarshal(req.Params.Arguments, &a)
+			return &sdk.CallToolResult{Content: []sdk.Content{&sdk.TextContent{Text: "found: " + a.Key}}}, nil
+		})
+	hs := httptest.NewServer(sdk.NewStreamableHTTPHandler(func(*http.Request) *sdk.Server { return srv }, nil))
+	t.Cleanup(hs.Close)
+	b, _ := json.Marshal(map[string]any{"servers": map[string]any{
+		"notes": map[string]any{"url": hs.URL + "/mcp"},
+		"gone":  map[string]any{"command": "/nonexistent/floe-mcp-server"},
+	}})
+	p := filepath.Join(dir, "mcp.json")
+	if err := os.WriteFile(p, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return p
 }
 
 // abortWhen aborts the Session's running Task half a second after a
