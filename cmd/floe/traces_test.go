@@ -118,9 +118,10 @@ func TestImportExportThroughServer(t *testing.T) {
 // returns its stdout (stderr appended when it fails) and exit status.
 func floeStdout(t *testing.T, home string, extra []string, args ...string) (string, int) {
 	t.Helper()
+	bin := buildFloe(t) // before the deadline: a busy machine builds slowly
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, buildFloe(t), args...)
+	cmd := exec.CommandContext(ctx, bin, args...)
 	cmd.Env = append(cleanEnv(home), extra...)
 	cmd.Dir = home
 	var stderr strings.Builder
