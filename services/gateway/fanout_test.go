@@ -394,14 +394,17 @@ func publishEach(t testing.TB, env *bustest.Env, sids []string, n int) {
 // A detached stream (DetachSSE) is cut off like any other when it stops
 // reading, without slowing a reading client, and ends its connection.
 func TestDetachedSlowClientIsDisconnectedOthersUnaffected(t *testing.T) {
-	// Not parallel, and a buffer of 48 events for the reading client:
-	// under -race on a loaded machine it fell 16 events behind once. The
-	// flood (480 events, 7.5 MiB) still overflows the silent client's
-	// buffer behind its full socket.
+	// Not parallel, and a buffer of 96 events for the reading client:
+	// under -race on a loaded machine it fell 16 events behind once, and
+	// more than 48 once at load 23. The silent client is cut off either way
+	// behind its full socket: its buffer fills, or a write waits longer
+	// than WriteTimeout (both count as slow disconnects); the flood (480
+	// events, 7.5 MiB, under NATS's payload limit as one complete message)
+	// is more than its socket (about 4 MiB here) and buffer (1.5 MiB) hold.
 	env := newBus(t)
 	startEngine(t, env, func(e *fakeEngine) { e.Deltas = 480; e.DeltaBytes = 16 << 10 })
 	g := startGateway(t, env, "", func(c *gateway.Config) {
-		c.ClientBuffer = 48
+		c.ClientBuffer = 96
 		c.WriteTimeout = time.Second
 		c.DetachSSE = true
 	})
@@ -424,6 +427,33 @@ func TestDetachedSlowClientIsDisconnectedOthersUnaffected(t *testing.T) {
 	slow.conn.SetReadDeadline(time.Now().Add(waitLimit))
 	if _, err := io.Copy(io.Discard, slow.body); err != nil && !errors.Is(err, io.ErrUnexpectedEOF) {
 		t.Fatalf("slow client's connection was not closed: %v", err)
+	}
+}
+
+// A client whose buffer never fills but that takes no write for
+// WriteTimeout is cut off as slow too, and counted with them.
+func TestClientTakingNoWriteIsCountedSlow(t *testing.T) {
+	t.Parallel()
+	env := newBus(t)
+	startEngine(t, env, func(e *fakeEngine) { e.Deltas = 480; e.DeltaBytes = 16 << 10 })
+	g := startGateway(t, env, "", func(c *gateway.Config) {
+		c.ClientBuffer = 4096 // more than the flood: only the write timeout can cut it off
+		c.WriteTimeout = time.Second
+		c.DetachSSE = true
+	})
+	s := createSession(t, g.Alice, client.CreateSession{})
+	silent, err := dialRaw(strings.TrimPrefix(g.URL, "http://"), s.ID, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer silent.close()
+	submit(t, g.Alice, s.ID, "flood")
+	eventually(t, "silent client cut off as slow", func() bool {
+		return strings.Contains(metricsText(t, g), "floe_gateway_sse_slow_disconnects_total 1")
+	})
+	silent.conn.SetReadDeadline(time.Now().Add(waitLimit))
+	if _, err := io.Copy(io.Discard, silent.body); err != nil && !errors.Is(err, io.ErrUnexpectedEOF) {
+		t.Fatalf("silent client's connection was not closed: %v", err)
 	}
 }
 

@@ -43,7 +43,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		sseReplayed:   prometheus.NewCounter(prometheus.CounterOpts{Name: "floe_gateway_sse_replayed_events_total", Help: "SSE events sent while replaying a Last-Event-ID gap."}),
 		sseResyncs:    prometheus.NewCounter(prometheus.CounterOpts{Name: "floe_gateway_sse_resync_total", Help: "SSE reconnects answered with resync_required."}),
 		sseReconnects: prometheus.NewCounter(prometheus.CounterOpts{Name: "floe_gateway_sse_reconnects_total", Help: "SSE connections that came with a Last-Event-ID."}),
-		sseSlow:       prometheus.NewCounter(prometheus.CounterOpts{Name: "floe_gateway_sse_slow_disconnects_total", Help: "SSE clients disconnected because their buffer filled."}),
+		sseSlow:       prometheus.NewCounter(prometheus.CounterOpts{Name: "floe_gateway_sse_slow_disconnects_total", Help: "SSE clients disconnected as too slow: their buffer filled or a write took longer than the write timeout."}),
 		sseCatchUps:   prometheus.NewCounter(prometheus.CounterOpts{Name: "floe_gateway_sse_catch_ups_total", Help: "Times a connection still replaying its gap fell more than its buffer behind and caught up from JetStream again."}),
 		sseLatency: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "floe_gateway_publish_to_sse_seconds",

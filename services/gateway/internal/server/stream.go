@@ -7,6 +7,7 @@ import (
 	"errors"
 	"net"
 	"net/http"
+	"os"
 	"strconv"
 	"strings"
 	"sync"
@@ -492,6 +493,11 @@ func (k *sseConn) flush() error {
 	}
 	err := k.out.write(k.buf)
 	k.release()
+	if errors.Is(err, os.ErrDeadlineExceeded) {
+		// The client took no write for WriteTimeout: as slow as one whose
+		// buffer filled, and counted with them.
+		k.slow.Store(true)
+	}
 	return err
 }
 
