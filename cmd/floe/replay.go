@@ -30,7 +30,7 @@ func cmdReplay(ctx context.Context, _ context.CancelFunc, name string, args []st
 	from := fs.Uint64("from-seq", 0, "first stream sequence to print")
 	verbose := fs.Bool("v", false, "prefix each line with its sequence and subject")
 	follow := fs.Bool("follow", false, "keep printing new messages")
-	execute := fs.Bool("execute", false, "re-run the Session through the engine from its own record and compare the new Trace with it (exit 1 when they differ)")
+	execute := fs.Bool("execute", false, "re-run the Session through the engine from its own record and compare the new Trace with it (exit 1 when they differ, 2 when it cannot replay)")
 	diff := fs.Bool("diff", false, "with --execute: print the first record where the Traces part, with context")
 	traceFile := fs.String("trace", "", "with --execute: the recorded Trace file to re-run (default: the Session's Trace under --home)")
 	if err := parse(fs, args); err != nil {

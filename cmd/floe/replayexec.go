@@ -19,7 +19,12 @@ import (
 // given, or the Session's Trace files under c.home (whose Session record,
 // when the store can be opened, gives its maxTurns and compaction
 // settings). It prints whether the new Trace equals the recorded one
-// (with diff, the first difference with context) and exits 1 when not.
+// (with diff, the first difference with context) and exits 1 when not,
+// 2 when it could not replay (as diff(1)): a script that gates on the
+// exit status never reads "cannot open the store" as "behaviour changed".
+// exitTrouble is replay --execute's exit status when it could not replay.
+const exitTrouble = 2
+
 func replayExecute(ctx context.Context, c *common, sid, traceFile string, diff bool) (int, error) {
 	var records []omni.Message
 	log, closeLog := c.quietLogger("replay")
@@ -28,21 +33,21 @@ func replayExecute(ctx context.Context, c *common, sid, traceFile string, diff b
 	if traceFile != "" {
 		msgs, err := reexec.ReadFile(traceFile)
 		if err != nil {
-			return 1, err
+			return exitTrouble, err
 		}
 		records = msgs
 	} else {
 		files, err := trace.Files(c.home, sid)
 		if err != nil {
-			return 1, err
+			return exitTrouble, err
 		}
 		if len(files) == 0 {
-			return 1, fmt.Errorf("session %s has no Trace under %s", sid, c.home)
+			return exitTrouble, fmt.Errorf("session %s has no Trace under %s", sid, c.home)
 		}
 		for _, f := range files {
 			msgs, err := reexec.ReadFile(f)
 			if err != nil {
-				return 1, err
+				return exitTrouble, err
 			}
 			records = append(records, msgs...)
 		}
@@ -54,7 +59,7 @@ func replayExecute(ctx context.Context, c *common, sid, traceFile string, diff b
 	}
 	res, err := reexec.Run(ctx, records, opt)
 	if err != nil {
-		return 1, err
+		return exitTrouble, err
 	}
 	if res.Equal() {
 		fmt.Printf("equal: %d records replayed exactly\n", len(records))

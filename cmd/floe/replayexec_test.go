@@ -34,3 +34,24 @@ func TestReplayExecuteTraceFile(t *testing.T) {
 		t.Fatalf("replay --execute of a changed record: exit %d\n%s", code, out)
 	}
 }
+
+// floe replay --execute that cannot replay (no Trace for the id, a Trace
+// file that is missing or not a Trace) exits 2, not 1: 1 says "the engine
+// behaves differently", and a gate must not read trouble as that.
+func TestReplayExecuteTroubleExits2(t *testing.T) {
+	home := t.TempDir()
+	garbage := filepath.Join(home, "garbage.jsonl")
+	if err := os.WriteFile(garbage, []byte("not a trace\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, args := range [][]string{
+		{"replay", "--execute", "session-2026-01-01-00-00-00-00000000"},
+		{"replay", "--execute", "--trace", filepath.Join(home, "missing.jsonl")},
+		{"replay", "--execute", "--trace", garbage},
+	} {
+		out, code := floeStdout(t, home, nil, args...)
+		if code != 2 || strings.Contains(out, "equal: ") || strings.Contains(out, "different: ") {
+			t.Errorf("floe %v: exit %d, want 2\n%s", args, code, out)
+		}
+	}
+}
