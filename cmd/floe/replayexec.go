@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 
 	"github.com/rs/zerolog"
 
@@ -30,7 +31,9 @@ func replayExecute(ctx context.Context, c *common, sid, traceFile string, diff b
 	log, closeLog := c.quietLogger("replay")
 	defer closeLog()
 	opt := reexec.Options{Log: log}
+	find := reexec.HomeFinder(c.home)
 	if traceFile != "" {
+		find = reexec.DirFinder(filepath.Dir(traceFile))
 		msgs, err := reexec.ReadFile(traceFile)
 		if err != nil {
 			return exitTrouble, err
@@ -57,6 +60,12 @@ func replayExecute(ctx context.Context, c *common, sid, traceFile string, diff b
 			fmt.Fprintf(os.Stderr, "floe replay: the Session's settings are not readable (%v); replaying with the defaults\n", err)
 		}
 	}
+	// Subagent children replay from their own Traces.
+	kids, err := reexec.LoadChildren(records, find)
+	if err != nil {
+		return 1, err
+	}
+	opt.Children = kids
 	res, err := reexec.Run(ctx, records, opt)
 	if err != nil {
 		return exitTrouble, err
@@ -65,9 +74,20 @@ func replayExecute(ctx context.Context, c *common, sid, traceFile string, diff b
 		fmt.Printf("equal: %d records replayed exactly\n", len(records))
 		return 0, nil
 	}
-	fmt.Printf("different: the replay parts from the record at record %d of %d\n", res.Diff+1, len(records))
-	if diff {
-		reexec.PrintDiff(os.Stdout, records, res.Records, res.Diff, 3)
+	if res.Diff >= 0 {
+		fmt.Printf("different: the replay parts from the record at record %d of %d\n", res.Diff+1, len(records))
+		if diff {
+			reexec.PrintDiff(os.Stdout, records, res.Records, res.Diff, 3)
+		}
+	}
+	for _, k := range res.Children {
+		if k.Diff < 0 {
+			continue
+		}
+		fmt.Printf("different: subagent %s parts from its record at record %d of %d\n", k.Recorded, k.Diff+1, len(k.Want))
+		if diff {
+			reexec.PrintDiff(os.Stdout, k.Want, k.Records, k.Diff, 3)
+		}
 	}
 	return 1, nil
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -34,8 +35,43 @@ type Replay struct {
 	// once they run out). No MCP server starts.
 	Servers  []string
 	Connects [][]omni.MCPConnectResult
+	// Children, when set, gives a subagent child Session's own record
+	// (nil for the replay's own Session): a child's calls are answered
+	// from it.
+	Children func(ctx context.Context, sessionID string) []omni.Message
 
 	lists atomic.Int64
+	mu    sync.Mutex
+	child map[string]*Replay // a child Session → its record's outputs
+}
+
+// outputsOf is the Replay of sessionID's record.
+func (rp *Replay) outputsOf(ctx context.Context, sessionID string) *Replay {
+	if rp.Children == nil {
+		return rp
+	}
+	rp.mu.Lock()
+	c, seen := rp.child[sessionID]
+	rp.mu.Unlock()
+	if !seen {
+		if recs := rp.Children(ctx, sessionID); recs != nil {
+			c = NewReplay(recs)
+		}
+		rp.mu.Lock()
+		if rp.child == nil {
+			rp.child = make(map[string]*Replay)
+		}
+		if prev, ok := rp.child[sessionID]; ok {
+			c = prev
+		} else {
+			rp.child[sessionID] = c
+		}
+		rp.mu.Unlock()
+	}
+	if c == nil {
+		return rp
+	}
+	return c
 }
 
 // ReplayOutput is one recorded complete tool output and where it was in
@@ -116,7 +152,7 @@ func (b replayBox) Execute(ctx context.Context, call tools.Call, emit tools.Emit
 			id = v
 		}
 	}
-	out, ok := b.rp.Outputs[id]
+	out, ok := b.rp.outputsOf(ctx, sid).Outputs[id]
 	if !ok {
 		return tools.Result{Output: "replay: the record holds no output of tool call " + id, Failed: true}
 	}

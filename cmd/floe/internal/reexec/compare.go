@@ -66,66 +66,121 @@ func PrintDiff(w io.Writer, want, got []omni.Message, at, context int) {
 	}
 }
 
-// A pacer counts the replayed Session's Trace-class messages as the
+// A pacer counts each replayed Session's Trace-class messages as the
 // stream takes them, so the replay provider and toolrunner can wait for
-// a record's recorded position.
+// a record's recorded position. It follows the replay's Session from the
+// start and a subagent child once something waits on it, and keeps the
+// subagent pointers each Session published (the children, in order).
 //
 // It also keeps which replayed tool calls have stalled for an abort (the
 // replay toolrunner's Stalled), keyed "<session>/<tool_call_id>".
 type pacer struct {
 	bound time.Duration
 	mu    sync.Mutex
-	n     int
-	grew  chan struct{} // closed and replaced whenever n or stalls grows
+	n     map[string]int      // by Session
+	kids  map[string][]string // by Session: its children, in pointer order
+	grew  chan struct{}       // closed and replaced whenever any of it grows
 	stall map[string]bool
+
+	ctx      context.Context // set by start: where follows run
+	st       *stack.Stack
+	followed map[string]bool
+	follows  sync.WaitGroup
 }
 
 func newPacer(bound time.Duration) *pacer {
-	return &pacer{bound: bound, grew: make(chan struct{}), stall: make(map[string]bool)}
+	return &pacer{bound: bound, grew: make(chan struct{}), n: make(map[string]int), kids: make(map[string][]string),
+		stall: make(map[string]bool), followed: make(map[string]bool)}
+}
+
+// start follows sessionID on st until ctx ends (and later any Session
+// waited on); stop with ctx, then join with done.
+func (p *pacer) start(ctx context.Context, st *stack.Stack, sessionID string) {
+	p.mu.Lock()
+	p.ctx, p.st = ctx, st
+	p.mu.Unlock()
+	p.ensure(sessionID)
+}
+
+// done waits for every follow to end (after start's ctx ended).
+func (p *pacer) done() { p.follows.Wait() }
+
+// ensure follows sessionID if it is not followed yet.
+func (p *pacer) ensure(sessionID string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.st == nil || p.followed[sessionID] || p.ctx.Err() != nil {
+		return
+	}
+	p.followed[sessionID] = true
+	p.follows.Add(1)
+	go func() {
+		defer p.follows.Done()
+		p.follow(p.ctx, p.st, sessionID)
+	}()
+}
+
+// broadcastLocked wakes every waiter; p.mu is held.
+func (p *pacer) broadcastLocked() {
+	close(p.grew)
+	p.grew = make(chan struct{})
 }
 
 // stalled records that a replayed call waits for its abort.
 func (p *pacer) stalled(sid, callID string) {
 	p.mu.Lock()
 	p.stall[sid+"/"+callID] = true
-	close(p.grew)
-	p.grew = make(chan struct{})
+	p.broadcastLocked()
 	p.mu.Unlock()
+}
+
+// count is how many records of sessionID the stream holds so far.
+func (p *pacer) count(sessionID string) int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.n[sessionID]
 }
 
 // waitAbort is wait with the bound of waitStall: an abort sent early
 // would cut the replay short (a busy machine can take seconds to start
 // the replay's first Task).
-func (p *pacer) waitAbort(ctx context.Context, n int) error {
-	return p.untilFor(ctx, 10*p.bound, func() bool { return p.n >= n })
+func (p *pacer) waitAbort(ctx context.Context, sid string, n int) error {
+	p.ensure(sid)
+	return p.untilFor(ctx, 10*p.bound, func() bool { return p.n[sid] >= n })
 }
 
-// waitStall returns once the call key has stalled, after the bound, or
-// when ctx ends (then with its error).
-//
-// Its bound is ten times the pacer's: a call the replay dispatches late (a
-// busy machine, a toolrunner still starting) must not be aborted before
-// it runs; one the replay never dispatches costs that wait once.
+// waitStall returns once the call key has stalled, after ten times the
+// bound, or when ctx ends (then with its error): a call the replay
+// dispatches late (a busy machine, a toolrunner still starting) must not
+// be aborted before it runs; one the replay never dispatches costs that
+// wait once.
 func (p *pacer) waitStall(ctx context.Context, key string) error {
 	return p.untilFor(ctx, 10*p.bound, func() bool { return p.stall[key] })
 }
 
-// follow counts the Session's Trace-class messages until ctx ends.
-func (p *pacer) follow(ctx context.Context, st *stack.Stack, sid string) {
-	_ = bus.FollowUntil(ctx, st.JS, sid, omni.TraceClasses, 0, false, func(bus.StreamMsg) error {
+// follow counts sessionID's Trace-class messages until ctx ends.
+func (p *pacer) follow(ctx context.Context, st *stack.Stack, sessionID string) {
+	_ = bus.FollowUntil(ctx, st.JS, sessionID, omni.TraceClasses, 0, false, func(sm bus.StreamMsg) error {
+		var child string
+		if m, err := omni.Decode(sm.Data); err == nil && m.Type == omni.KindEvent && m.Payload.Type == omni.TypeSubagent && len(m.Origin) == 0 {
+			child = m.Payload.SessionID
+		}
 		p.mu.Lock()
-		p.n++
-		close(p.grew)
-		p.grew = make(chan struct{})
+		p.n[sessionID]++
+		if child != "" {
+			p.kids[sessionID] = append(p.kids[sessionID], child)
+		}
+		p.broadcastLocked()
 		p.mu.Unlock()
 		return nil
 	})
 }
 
-// wait returns once n records are in the stream, after the bound, or when
-// ctx ends (then with its error).
-func (p *pacer) wait(ctx context.Context, _ string, n int) error {
-	return p.until(ctx, func() bool { return p.n >= n })
+// wait returns once sessionID's stream holds n records, after the bound,
+// or when ctx ends (then with its error).
+func (p *pacer) wait(ctx context.Context, sessionID string, n int) error {
+	p.ensure(sessionID)
+	return p.until(ctx, func() bool { return p.n[sessionID] >= n })
 }
 
 // until returns once done (called under p.mu) holds, after the bound, or

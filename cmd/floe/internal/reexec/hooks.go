@@ -228,9 +228,7 @@ func (hp *hookPlayer) answer(ctx context.Context, point, name string, body []byt
 		// The first group at or after the replay's position: wait
 		// until the replay reaches it. A stop point that left no record
 		// never does (the Task waits for this answer): no opinion.
-		hp.pc.mu.Lock()
-		have := hp.pc.n
-		hp.pc.mu.Unlock()
+		have := hp.pc.count(hp.sid)
 		i := slices.IndexFunc(t.stops, func(g stopGroup) bool { return g.at >= have })
 		if i < 0 {
 			return nil
@@ -239,9 +237,7 @@ func (hp *hookPlayer) answer(ctx context.Context, point, name string, body []byt
 		if hp.pc.wait(ctx, hp.sid, g.at) != nil {
 			return nil
 		}
-		hp.pc.mu.Lock()
-		have = hp.pc.n
-		hp.pc.mu.Unlock()
+		have = hp.pc.count(hp.sid)
 		if have != g.at {
 			return nil
 		}

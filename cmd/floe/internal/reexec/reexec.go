@@ -16,8 +16,9 @@
 // steering record: the engine takes it before its next request), user
 // aborts (sent where the record shows them, the provider or the tool
 // stalled there: abortPoint), hooks (NATS hooks answered from the
-// record, hooks.go) and MCP connect events and tool outputs (the replay
-// toolrunner's).
+// record, hooks.go), MCP connect events and tool outputs (the replay
+// toolrunner's) and subagents (each child from its own record and
+// compared with it, children.go).
 package reexec
 
 import (
@@ -29,6 +30,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"sort"
 	"strings"
 	"sync"
 	"time"
@@ -57,6 +59,9 @@ type Options struct {
 	// (default 3 s): past it the replay goes on, and the difference shows.
 	Pace time.Duration
 	Log  zerolog.Logger
+	// Children are the records of the Session's subagent children (and
+	// theirs), by recorded Session id (LoadChildren).
+	Children map[string][]omni.Message
 }
 
 // Result is a re-execution's new Trace and how it compares.
@@ -65,10 +70,30 @@ type Result struct {
 	// Diff is the index of the first record where the two part (-1 when
 	// they are equal); the shorter one may simply end there.
 	Diff int
+	// Children compare each subagent child's new Trace with its record,
+	// in the order of the recorded ids.
+	Children []ChildResult
 }
 
-// Equal reports whether the new Trace equals the recorded one.
-func (r *Result) Equal() bool { return r.Diff < 0 }
+// A ChildResult is a subagent child's comparison: Records is its new
+// Trace (nil when the replay never created it).
+type ChildResult struct {
+	Recorded string // the recorded child's Session id
+	Want     []omni.Message
+	Records  []omni.Message
+	Diff     int
+}
+
+// Equal reports whether the new Trace equals the recorded one, and each
+// child's its record.
+func (r *Result) Equal() bool {
+	for _, c := range r.Children {
+		if c.Diff >= 0 {
+			return false
+		}
+	}
+	return r.Diff < 0
+}
 
 // Run re-executes the Session recorded in records (its Trace files in
 // order, as read).
@@ -108,11 +133,15 @@ func Run(ctx context.Context, records []omni.Message, opt Options) (*Result, err
 		}
 	}
 
+	now := time.Now()
+	sid := omni.NewSessionID(now, randHex(4))
 	pc := newPacer(opt.Pace)
+	kids := newChildRecords(pc, sid, records, opt.Children)
 	// The product's ladder (5 reconnects), without its waits: a wait is
 	// timing, not behaviour (the comparison ignores retry_in_ms).
 	eng := engine.Config{Home: home, RetryBase: time.Millisecond, RetryCap: time.Millisecond, RetryMax: 5}
 	eng.Providers.ReplayWait = pc.wait
+	eng.Providers.ReplayChildren = kids.of
 	if opt.Engine != nil {
 		opt.Engine(&eng)
 	}
@@ -125,14 +154,13 @@ func Run(ctx context.Context, records []omni.Message, opt Options) (*Result, err
 	trc := toolrunner.Config{RunnerID: "replay", Replay: toolrunner.NewReplay(records)}
 	trc.Replay.Wait = pc.wait
 	trc.Replay.Stalled = pc.stalled
+	trc.Replay.Children = kids.of
 	st, err := stack.Start(ctx, stack.Options{Home: home, Listen: "off", Engine: &eng, Tracer: &tr, Toolrunner: &trc}, opt.Log)
 	if err != nil {
 		return nil, fmt.Errorf("reexec: start: %w", err)
 	}
 	defer st.Stop()
 
-	now := time.Now()
-	sid := omni.NewSessionID(now, randHex(4))
 	rec := &omni.SessionRecord{ID: sid, Model: "replay:" + recPath, Workspace: ws, ApprovalMode: omni.ApproveAlwaysAsk,
 		SystemPrompt: meta.SystemPrompt, MaxTurns: opt.MaxTurns, Compaction: opt.Compaction,
 		State: omni.StateIdle, CreatedUnixMs: now.UnixMilli()}
@@ -140,13 +168,8 @@ func Run(ctx context.Context, records []omni.Message, opt Options) (*Result, err
 		return nil, fmt.Errorf("reexec: create session: %w", err)
 	}
 	fctx, stopFollow := context.WithCancel(ctx)
-	var following sync.WaitGroup
-	following.Add(1)
-	go func() {
-		defer following.Done()
-		pc.follow(fctx, st, sid)
-	}()
-	defer func() { stopFollow(); following.Wait() }()
+	pc.start(fctx, st, sid)
+	defer func() { stopFollow(); pc.done() }()
 
 	if eng.Hooks.File != "" {
 		stopHooks, err := newHookPlayer(records, tasks, pc).serve(ctx, st.Conn, sid)
@@ -157,7 +180,7 @@ func Run(ctx context.Context, records []omni.Message, opt Options) (*Result, err
 	}
 	decisions := approvals(records)
 	for i, t := range tasks {
-		if err := runTask(ctx, st, sid, fmt.Sprintf("replay-%d", i+1), t, decisions, pc); err != nil {
+		if err := runTask(ctx, st, sid, fmt.Sprintf("replay-%d", i+1), t, decisions, pc, kids); err != nil {
 			return nil, err
 		}
 	}
@@ -165,7 +188,27 @@ func Run(ctx context.Context, records []omni.Message, opt Options) (*Result, err
 	if err != nil {
 		return nil, err
 	}
-	return &Result{Records: got, Diff: FirstDiff(records, got)}, nil
+	res := &Result{Records: got, Diff: FirstDiff(records, got)}
+	replayed := map[string]string{} // recorded child → its replay
+	for child, rec := range kids.pairs() {
+		replayed[rec] = child
+	}
+	ids := make([]string, 0, len(opt.Children))
+	for id := range opt.Children {
+		ids = append(ids, id)
+	}
+	sort.Strings(ids)
+	for _, id := range ids {
+		c := ChildResult{Recorded: id, Want: opt.Children[id]}
+		if child, ok := replayed[id]; ok {
+			if c.Records, err = newTrace(ctx, st, home, child); err != nil {
+				return nil, err
+			}
+		}
+		c.Diff = FirstDiff(c.Want, c.Records)
+		res.Children = append(res.Children, c)
+	}
+	return res, nil
 }
 
 // InferCompaction returns compaction settings under which the engine
@@ -385,7 +428,7 @@ func approvals(records []omni.Message) map[string]decision {
 
 // runTask submits one Task and answers its approval requests until it
 // ends.
-func runTask(ctx context.Context, st *stack.Stack, sid, id string, t task, decisions map[string]decision, pc *pacer) error {
+func runTask(ctx context.Context, st *stack.Stack, sid, id string, t task, decisions map[string]decision, pc *pacer, kids *childRecords) error {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
 	defer cancel()
 	last, err := bus.LastSeq(ctx, st.JS)
@@ -406,7 +449,7 @@ func runTask(ctx context.Context, st *stack.Stack, sid, id string, t task, decis
 		steering.Add(1)
 		go func() {
 			defer steering.Done()
-			if pc.waitAbort(sctx, ap.at) != nil {
+			if pc.waitAbort(sctx, sid, ap.at) != nil {
 				return
 			}
 			for _, id := range ap.calls {
@@ -438,6 +481,13 @@ func runTask(ctx context.Context, st *stack.Stack, sid, id string, t task, decis
 		switch {
 		case ev.Type == omni.ServerTaskState && ev.State == omni.StateIdle && ev.TaskID == id:
 			return bus.ErrStop
+		case ev.Type == omni.ServerApprovalRequest && len(ev.Origin) > 0:
+			// A subagent child's call, answered from the child's record.
+			steering.Add(1)
+			go func() {
+				defer steering.Done()
+				answerChild(sctx, st, ev, pc, kids)
+			}()
 		case ev.Type == omni.ServerApprovalRequest && len(ev.Origin) == 0:
 			var call omni.Message
 			if omni.Unmarshal(ev.ToolCall, &call) != nil {
@@ -467,6 +517,32 @@ func runTask(ctx context.Context, st *stack.Stack, sid, id string, t task, decis
 		return fmt.Errorf("reexec: task %s: %w", id, err)
 	}
 	return nil
+}
+
+// answerChild answers a subagent child's approval request (forwarded with
+// its origin) as the child's record did, sent to the child that asks
+// (the last of the origin chain).
+func answerChild(ctx context.Context, st *stack.Stack, ev omni.ServerEvent, pc *pacer, kids *childRecords) {
+	var call omni.Message
+	if omni.Unmarshal(ev.ToolCall, &call) != nil {
+		return
+	}
+	child := ev.Origin[len(ev.Origin)-1]
+	d := omni.DecisionAllow
+	if recs := kids.of(ctx, child); recs != nil {
+		if rd, ok := approvals(recs)[call.Payload.ToolCallID]; ok {
+			if rd.decision == omni.DecisionDeny {
+				d = omni.DecisionDeny
+			}
+			if pc.wait(ctx, child, rd.index) != nil {
+				return
+			}
+		}
+	}
+	body, err := omni.Pack(&omni.Control{ToolCallID: call.Payload.ToolCallID, Decision: d})
+	if err == nil {
+		_, _ = st.Conn.RequestWithContext(ctx, omni.ControlSubject(child, omni.CtlApprove), body)
+	}
 }
 
 // newTrace waits until the tracer has written everything of the Session

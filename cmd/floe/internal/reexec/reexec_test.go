@@ -36,7 +36,15 @@ var (
 
 func corpus(t *testing.T) []string {
 	t.Helper()
-	files, err := filepath.Glob(filepath.Join("testdata", "corpus", "*.jsonl"))
+	all, err := filepath.Glob(filepath.Join("testdata", "corpus", "*.jsonl"))
+	// Subagent children's Trace files (session-…_NNN.jsonl) are replayed
+	// with their parent.
+	var files []string
+	for _, f := range all {
+		if !strings.HasPrefix(filepath.Base(f), "session-") {
+			files = append(files, f)
+		}
+	}
 	if err != nil || len(files) == 0 {
 		t.Fatalf("no corpus under testdata/corpus (%v); record it with go test -run TestCorpus -update", err)
 	}
@@ -62,13 +70,24 @@ func TestCorpusReplaysExactly(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			res, err := Run(ctxT(t), want, Options{Log: zerolog.Nop(), MaxTurns: corpusMaxTurns[filepath.Base(path)]})
+			kids, err := LoadChildren(want, DirFinder(filepath.Dir(path)))
 			if err != nil {
 				t.Fatal(err)
+			}
+			res, err := Run(ctxT(t), want, Options{Log: zerolog.Nop(), MaxTurns: corpusMaxTurns[filepath.Base(path)], Children: kids})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(res.Children) != len(kids) {
+				t.Fatalf("%d children compared, want %d", len(res.Children), len(kids))
 			}
 			if !res.Equal() {
 				var b bytes.Buffer
 				PrintDiff(&b, want, res.Records, res.Diff, 3)
+				for _, c := range res.Children {
+					fmt.Fprintf(&b, "subagent %s: ", c.Recorded)
+					PrintDiff(&b, c.Want, c.Records, c.Diff, 3)
+				}
 				t.Fatalf("%s does not replay:\n%s", path, b.String())
 			}
 		})
@@ -240,6 +259,19 @@ func recordCorpus(t *testing.T) {
 					"name": "mcp__notes__lookup", "id": "call_b", "arguments": map[string]any{"key": "b"}}}}},
 				map[string]any{"steps": []any{text("b too.")}},
 			}}},
+		// The child inherits the scripted model, which counts requests
+		// per Session: it plays the same entries. Its run_subagent call
+		// fails (nesting depth), then it runs the command and answers.
+		{name: "subagent", mode: omni.ApproveAllowAll, prompts: []string{"count the files with a subagent"},
+			script: map[string]any{"requests": []any{
+				map[string]any{"steps": []any{map[string]any{"tool_call": map[string]any{"name": "run_subagent", "id": "call_sub",
+					"arguments": map[string]any{"description": "count", "prompt": "count the files"}}},
+					// The child's failed call's output lands before the
+					// stream ends (the engine publishes it beside it).
+					map[string]any{"delay_ms": 300}}},
+				map[string]any{"steps": []any{call("call_count", "echo 3")}},
+				map[string]any{"steps": []any{text("Counted: 3.")}},
+			}}},
 		{name: "max_turns", mode: omni.ApproveAllowAll, maxTurns: 2, prompts: []string{"loop"}, script: map[string]any{"requests": []any{
 			map[string]any{"steps": []any{call("call_1", "echo one")}},
 			map[string]any{"steps": []any{call("call_2", "echo two")}},
@@ -297,7 +329,7 @@ func recordCorpus(t *testing.T) {
 			pc = newPacer(30 * time.Second)
 			fctx, stop := context.WithCancel(ctxT(t))
 			defer stop()
-			go pc.follow(fctx, st, sid)
+			pc.start(fctx, st, sid)
 		}
 		for i, p := range s.prompts {
 			tk := task{kind: omni.TaskRun, input: []omni.InputPart{{Type: "text", Text: p}}}
@@ -310,7 +342,7 @@ func recordCorpus(t *testing.T) {
 			if on := s.abortOn[i]; on != nil {
 				abortWhen(t, st, sid, on)
 			}
-			if err := runTask(ctxT(t), st, sid, fmt.Sprintf("corpus-%d", i), tk, s.decide, pc); err != nil {
+			if err := runTask(ctxT(t), st, sid, fmt.Sprintf("corpus-%d", i), tk, s.decide, pc, nil); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -329,6 +361,18 @@ func recordCorpus(t *testing.T) {
 		os.MkdirAll(filepath.Join("testdata", "corpus"), 0o755)
 		if err := os.WriteFile(filepath.Join("testdata", "corpus", s.name+".jsonl"), data, 0o644); err != nil {
 			t.Fatal(err)
+		}
+		// A subagent child's Trace files go beside it, by their names.
+		kids, err := LoadChildren(recs, HomeFinder(home))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for kid := range kids {
+			files, _ := trace.Files(home, kid)
+			for _, f := range files {
+				b, _ := os.ReadFile(f)
+				os.WriteFile(filepath.Join("testdata", "corpus", filepath.Base(f)), b, 0o644)
+			}
 		}
 		t.Logf("recorded %s: %d records", s.name, len(recs))
 	}
@@ -402,5 +446,49 @@ func TestAutomaticCompactionReplaysFromTheTraceAlone(t *testing.T) {
 		var b bytes.Buffer
 		PrintDiff(&b, want, res.Records, res.Diff, 3)
 		t.Fatalf("without the threshold the replay parts at record %d, want %d (the compaction_begin):\n%s", res.Diff, at, b.String())
+	}
+}
+
+// A subagent's child replays from its own record and is compared record
+// for record: a child record the engine would write differently (the
+// failed nested call's output) parts there, in the child's comparison,
+// while the parent stays equal.
+func TestSubagentChildIsComparedRecordForRecord(t *testing.T) {
+	path := filepath.Join("testdata", "corpus", "subagent.jsonl")
+	want, err := ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kids, err := LoadChildren(want, DirFinder(filepath.Dir(path)))
+	if err != nil || len(kids) != 1 {
+		t.Fatalf("LoadChildren = %d children, %v; want 1", len(kids), err)
+	}
+	var child string
+	for id := range kids {
+		child = id
+	}
+	recs := slices.Clone(kids[child])
+	at := slices.IndexFunc(recs, func(m omni.Message) bool {
+		return m.Payload.Type == omni.TypeToolCallOutput && strings.Contains(m.Payload.Output, "nesting depth")
+	})
+	if at < 0 {
+		t.Fatal("the child's record has no failed nested call")
+	}
+	recs[at].Payload.Output = "a changed engine rule"
+	kids[child] = recs
+	res, err := Run(ctxT(t), want, Options{Log: zerolog.Nop(), Children: kids, Pace: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Diff >= 0 || len(res.Children) != 1 || res.Children[0].Diff != at || res.Equal() {
+		var b bytes.Buffer
+		PrintDiff(&b, want, res.Records, res.Diff, 2)
+		t.Fatalf("parent diff %d (want -1), children %d, child diff at %d (want %d):\n%s", res.Diff, len(res.Children),
+			func() int {
+				if len(res.Children) == 0 {
+					return -2
+				}
+				return res.Children[0].Diff
+			}(), at, b.String())
 	}
 }

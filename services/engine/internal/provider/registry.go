@@ -26,6 +26,9 @@ type Config struct {
 	// ReplayWait paces the replay provider (replay:<trace path>, floe
 	// replay --execute) to the replayed Session's Trace; nil: no pacing.
 	ReplayWait replay.Wait
+	// ReplayChildren gives the replay provider a subagent child's own
+	// record (nil for a Session that is not one).
+	ReplayChildren replay.Children
 }
 
 // Registry resolves and caches providers. Safe for concurrent use.
@@ -75,6 +78,7 @@ func (r *Registry) Resolve(ref string) (model.Provider, model.Info, error) {
 			if p, err = replay.Open(id, r.cfg.ReplayWait); err != nil {
 				return nil, model.Info{}, err
 			}
+			p.SetChildren(r.cfg.ReplayChildren)
 			r.replays[id] = p
 		}
 		return p, p.Info(), nil

@@ -25,14 +25,68 @@ import (
 // record still ends and shows where). nil: no pacing.
 type Wait func(ctx context.Context, sessionID string, n int) error
 
-// Provider serves the recorded attempts in order, per Session.
+// Children returns the record of a subagent child Session of the
+// replay (its own Trace), or nil when sessionID is not one: the replay's
+// own Session. It may wait for the replay to create the child.
+type Children func(ctx context.Context, sessionID string) []omni.Message
+
+// Provider serves the recorded attempts in order, per Session. A
+// subagent's child Session (the replay's child inherits its model) is
+// served from its own record, given by Children.
 type Provider struct {
 	info     model.Info
 	attempts []attempt
 	wait     Wait
 
-	mu   sync.Mutex
-	next map[string]int // Session → its next attempt
+	mu       sync.Mutex
+	next     map[string]int // Session → its next attempt
+	children Children
+	child    map[string]*Provider // a child Session → its record's provider (nil: this one)
+}
+
+// SetChildren sets how a child Session's record is found (nil: every
+// Session is served from this record).
+func (p *Provider) SetChildren(c Children) {
+	p.mu.Lock()
+	p.children = c
+	p.mu.Unlock()
+}
+
+// source is the provider of sessionID's record.
+func (p *Provider) source(ctx context.Context, sessionID string) *Provider {
+	p.mu.Lock()
+	c := p.children
+	src, seen := p.child[sessionID]
+	p.mu.Unlock()
+	if c == nil || seen {
+		if src == nil {
+			return p
+		}
+		return src
+	}
+	if recs := c(ctx, sessionID); recs != nil {
+		if cp, err := New(recs, p.wait); err == nil {
+			// The child serves itself; its own children are found
+			// the same way.
+			cp.children = c
+			cp.child = map[string]*Provider{sessionID: nil}
+			src = cp
+		}
+	}
+	p.mu.Lock()
+	if p.child == nil {
+		p.child = make(map[string]*Provider)
+	}
+	if prev, ok := p.child[sessionID]; ok {
+		src = prev
+	} else {
+		p.child[sessionID] = src
+	}
+	p.mu.Unlock()
+	if src == nil {
+		return p
+	}
+	return src
 }
 
 // A recorded request attempt.
@@ -113,6 +167,9 @@ func (p *Provider) Attempts() int { return len(p.attempts) }
 func (p *Provider) Stream(ctx context.Context, req *model.Request, emit func(model.Delta) error) (model.Result, error) {
 	if req.Purpose == model.PurposeTitle {
 		return model.Result{StopReason: omni.StatusFailed}, &model.Error{Status: omni.StatusFailed, Message: "replay: a Trace records no title requests"}
+	}
+	if src := p.source(ctx, req.SessionID); src != p {
+		return src.Stream(ctx, req, emit)
 	}
 	p.mu.Lock()
 	n := p.next[req.SessionID]
