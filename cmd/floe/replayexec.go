@@ -63,7 +63,7 @@ func replayExecute(ctx context.Context, c *common, sid, traceFile string, diff b
 	// Subagent children replay from their own Traces.
 	kids, err := reexec.LoadChildren(records, find)
 	if err != nil {
-		return 1, err
+		return exitTrouble, err
 	}
 	opt.Children = kids
 	res, err := reexec.Run(ctx, records, opt)

@@ -44,7 +44,17 @@ func TestReplayExecuteTroubleExits2(t *testing.T) {
 	if err := os.WriteFile(garbage, []byte("not a trace\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
+	// A subagent's parent without its child's Trace beside it.
+	sub, err := os.ReadFile(filepath.Join("internal", "reexec", "testdata", "corpus", "subagent.jsonl"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	orphan := filepath.Join(home, "orphan.jsonl")
+	if err := os.WriteFile(orphan, sub, 0o644); err != nil {
+		t.Fatal(err)
+	}
 	for _, args := range [][]string{
+		{"replay", "--execute", "--trace", orphan},
 		{"replay", "--execute", "session-2026-01-01-00-00-00-00000000"},
 		{"replay", "--execute", "--trace", filepath.Join(home, "missing.jsonl")},
 		{"replay", "--execute", "--trace", garbage},
