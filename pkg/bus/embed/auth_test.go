@@ -206,3 +206,39 @@ func permString(p *server.Permissions) string {
 	}
 	return "pub[" + s(p.Publish) + "] sub[" + s(p.Subscribe) + "]" + map[bool]string{true: " responses", false: ""}[p.Response != nil]
 }
+
+// The engine asks a NATS hook service on floe.hook.<point> (protocol.md §7
+// "Hooks"): with the roles on, its request must reach a service and come
+// back. Without the permission the publish was a silent violation, so
+// every NATS hook under `floe serve` timed out (10 s) as "hook failed".
+func TestEngineReachesANATSHookService(t *testing.T) {
+	s, _, _ := startAuthed(t)
+	svc, err := s.Connect() // admin: a hook service of the deployment
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer svc.Close()
+	if _, err := svc.QueueSubscribe("floe.hook.pre_tool_use", "policy", func(m *nats.Msg) {
+		m.Respond([]byte(`{"decision":"deny","reason":"` + m.Header.Get("Floe-Hook-Name") + `"}`))
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := svc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	eng, err := s.ConnectAs(UserEngine)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer eng.Close()
+	m := nats.NewMsg("floe.hook.pre_tool_use")
+	m.Header.Set("Floe-Hook-Name", "policy")
+	m.Data = []byte(`{"hook":"pre_tool_use"}`)
+	reply, err := eng.RequestMsg(m, 10*time.Second)
+	if err != nil {
+		t.Fatalf("engine's hook request: %v", err)
+	}
+	if got := string(reply.Data); got != `{"decision":"deny","reason":"policy"}` {
+		t.Fatalf("hook answer %q", got)
+	}
+}

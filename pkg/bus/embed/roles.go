@@ -30,6 +30,7 @@ func rolePermissions(user string) *server.Permissions {
 			"floe.toollist.*",
 			"floe.cancel.*",
 			"floe.ctl.*.*",
+			"floe.hook.*",
 			"$KV.floe_sessions.>",
 			"$JS.API.STREAM.INFO.KV_floe_sessions",
 			"$JS.API.DIRECT.GET.KV_floe_sessions.>",
