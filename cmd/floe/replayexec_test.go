@@ -65,3 +65,36 @@ func TestReplayExecuteTroubleExits2(t *testing.T) {
 		}
 	}
 }
+
+// floe replay --execute <id> replays a Session from the Trace files under
+// $FLOE_HOME, its subagent child from its own Trace there (the corpus
+// Session and its child, laid out as the tracer writes them).
+func TestReplayExecuteSessionWithASubagentFromHome(t *testing.T) {
+	home := t.TempDir()
+	corpus := filepath.Join("internal", "reexec", "testdata", "corpus")
+	dir := filepath.Join(home, "floe", "traces", "2026-12-03")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	const parent, child = "session-2026-12-03-18-35-53-c0000001", "session-2026-12-03-18-35-53-30983001"
+	for name, from := range map[string]string{parent: "subagent.jsonl", child: child + "_001.jsonl"} {
+		b, err := os.ReadFile(filepath.Join(corpus, from))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, name+"_001.jsonl"), b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	out, code := floeStdout(t, home, nil, "replay", "--execute", "--diff", parent)
+	if code != 0 || !strings.Contains(out, "equal: 20 records") {
+		t.Fatalf("replay --execute %s: exit %d\n%s", parent, code, out)
+	}
+	// Without the child's Trace it cannot replay.
+	if err := os.Remove(filepath.Join(dir, child+"_001.jsonl")); err != nil {
+		t.Fatal(err)
+	}
+	if out, code := floeStdout(t, home, nil, "replay", "--execute", parent); code != 2 || !strings.Contains(out, child) {
+		t.Fatalf("replay --execute without the child's Trace: exit %d, want 2 naming %s\n%s", code, child, out)
+	}
+}
