@@ -2,6 +2,7 @@ package reexec
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"sync"
@@ -14,8 +15,10 @@ import (
 
 // Normalize is a record as the comparison sees it: its JSON without the
 // timestamp, the Session's own ids (session_meta's session_id and
-// workspace, a subagent pointer's child id) and the retry wait (the
-// ladder's timing, not behaviour).
+// workspace and forked_from, a subagent pointer's child id) and the retry
+// wait (the ladder's timing, not behaviour). forked_from names the parent
+// a fork was cut from (protocol.md §3): the replay's Session is not a fork,
+// and that pointer is an id, not behaviour.
 func Normalize(m omni.Message) string {
 	m.Timestamp = ""
 	switch {
@@ -30,7 +33,28 @@ func Normalize(m omni.Message) string {
 	if err != nil {
 		return fmt.Sprintf("<unencodable: %v>", err)
 	}
+	if m.Type == omni.KindSessionMeta {
+		return withoutForkedFrom(b)
+	}
 	return string(b)
+}
+
+// withoutForkedFrom drops payload.forked_from from a session_meta's JSON
+// (every session_meta goes through it, so both sides of a comparison
+// have its keys sorted alike).
+func withoutForkedFrom(b []byte) string {
+	var rec map[string]any
+	if err := json.Unmarshal(b, &rec); err != nil {
+		return string(b)
+	}
+	if p, ok := rec["payload"].(map[string]any); ok {
+		delete(p, "forked_from")
+	}
+	out, err := json.Marshal(rec)
+	if err != nil {
+		return string(b)
+	}
+	return string(out)
 }
 
 // FirstDiff returns the index of the first record where want and got

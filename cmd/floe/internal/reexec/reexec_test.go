@@ -492,3 +492,32 @@ func TestSubagentChildIsComparedRecordForRecord(t *testing.T) {
 			}(), at, b.String())
 	}
 }
+
+// A fork's Trace (protocol.md §3: session_meta carries forked_from) replays
+// equal: forked_from points at the parent, an id the replay's Session
+// cannot have. Before, every fork parted at record 1.
+func TestForkedTraceReplaysExactly(t *testing.T) {
+	want, err := ReadFile(filepath.Join("testdata", "corpus", "tools_retry.jsonl"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want[0] = omni.ForkMeta(&want[0], want[0].Payload.SessionID, omni.ForkedFrom{SessionID: "session-2026-01-01-00-00-00-0000abcd", Seq: 42})
+	if _, ok := want[0].Payload.ForkedFrom(); !ok {
+		t.Fatal("the head carries no forked_from")
+	}
+	res, err := Run(ctxT(t), want, Options{Log: zerolog.Nop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !res.Equal() {
+		var b bytes.Buffer
+		PrintDiff(&b, want, res.Records, res.Diff, 3)
+		t.Fatalf("a fork's Trace does not replay exactly:\n%s", b.String())
+	}
+	// Only forked_from is set aside: another model still parts at record 1.
+	other := want[0]
+	other.Payload.ModelID = "another-model"
+	if Normalize(other) == Normalize(want[0]) {
+		t.Fatal("a session_meta with another model normalizes equal")
+	}
+}
