@@ -42,8 +42,8 @@ func (d *Deps) pubJS() jetstream.JetStream {
 //
 // Nested forwarding of a subagent gets a producer of its own per child
 // (nested). Everything published on pub or out is folded into the
-// history; a request attempt's loss is recovered here (recoverAttempt,
-// publishDecision).
+// history; a request's end and an attempt's loss are recovered here
+// (closeRequest, publishDecision).
 //
 // Concurrency: any goroutine of the Task may publish; pkg/bus/publish
 // orders each producer's messages. The fields are set by newProducers and
@@ -367,34 +367,47 @@ func (p *producers) attemptMsgID(from uint64, attempt int) string {
 	return fmt.Sprintf("%s/%s/a%d-%d", p.taskID, p.lease.tokenOf(), from, attempt)
 }
 
-// recoverAttempt runs after the Task's stream lost a message of the
-// attempt that started after sequence from: it resumes the producer,
-// closes the attempt's open segments with what the stream holds, and
-// publishes the attempt's token_usage and request_end (idempotently:
-// Msg-Ids of the attempt), retrying the whole until the stream takes it or
-// a minute passes. It returns the tool calls of the attempt the stream
-// holds.
-func (p *producers) recoverAttempt(ctx context.Context, from uint64, attempt int, tu, end *omni.Message) map[string]bool {
-	base := p.attemptMsgID(from, attempt)
+// closeRequest stores the end of a request attempt that started after
+// sequence from: its token_usage (tu, nil for none) and request_end, each
+// with a Msg-Id of base, so a try whose ack was lost is stored once.
+// Every end goes out this way and is confirmed before the caller goes on:
+// a request_end lost with its batch (an ack timeout while the stream's
+// leader changed) left the stream inside a request, and the retry's (or
+// the next request's) request_begin followed it (a kill9 failover run).
+//
+// When lost (a message of the attempt was not stored), and before every
+// try after a failed one, it resumes the producer and closes the
+// attempt's open segments with what the stream holds (closeUnfinished),
+// then publishes the end. It retries the whole until the stream takes it,
+// the lease is lost, ctx ends or a minute passes, and returns the tool
+// calls of the attempt the stream holds (nil when it never read them back)
+// and, when the end is not stored, why: the caller must not begin another
+// request then (a later Task closes this one, as one a dead engine left
+// open).
+func (p *producers) closeRequest(ctx context.Context, from uint64, base string, tu, end *omni.Message, lost bool) (map[string]bool, error) {
+	readBack := lost
 	stored, err := retry.Do(ctx, retry.Exponential(200*time.Millisecond, 2*time.Second), time.Minute, func() (map[string]bool, error) {
-		p.pub.Resume()
-		stored, err := p.closeUnfinished(ctx, from)
+		var stored map[string]bool
+		var err error
+		if readBack {
+			p.pub.Resume()
+			stored, err = p.closeUnfinished(ctx, from)
+		}
+		readBack = true
+		if err == nil && tu != nil {
+			_, err = p.publishOnce(ctx, tu, base+"/usage")
+		}
 		if err == nil {
-			if _, err = p.publishOnce(ctx, tu, base+"/usage"); err == nil {
-				_, err = p.publishOnce(ctx, end, base+"/end")
-			}
+			_, err = p.publishOnce(ctx, end, base+"/end")
 		}
 		if errors.Is(err, publish.ErrFenced) || (err != nil && ctx.Err() != nil) {
 			return stored, retry.Permanent(err)
 		}
 		return stored, err
 	}, func(err error, _ time.Duration) {
-		p.log.Warn().Err(err).Msg("closing the failed attempt; retrying")
+		p.log.Warn().Err(err).Msg("request_end not stored; closing the request again")
 	})
-	if err != nil {
-		p.log.Error().Err(err).Msg("could not close the failed attempt on the stream")
-	}
-	return stored
+	return stored, err
 }
 
 // errCallLost: the stream lost a call's own message (its attempt failed).

@@ -203,3 +203,77 @@ func cutCall(ctx context.Context, l *lossyFirst, r *Runner, emit func(model.Delt
 	_ = emit(call)
 	return model.Result{StopReason: omni.StatusCompleted, Usage: omni.Usage{Output: 3, Total: 10}}, nil
 }
+
+// The stream refuses a completed request's token_usage and request_end,
+// sent after every other message of the attempt was stored (its leader
+// changed just then): they are published again (their Msg-Ids) until
+// stored, before anything else of the Task, so the next request's
+// request_begin never lands inside an open request (a kill9 failover run
+// stored one after "batch message 1 ack timeout"). Each is stored once;
+// the call ran once and the Task completes.
+func TestALostRequestEndIsStoredBeforeTheNextBegin(t *testing.T) {
+	const sid = "endlost"
+	h := newHarness(t, `{"requests": [{"expect_tool_outputs": ["call_1"], "steps": [{"text": "Done."}]}]}`,
+		func(s *Settings) { s.PublishSyncDeadline = 300 * time.Millisecond })
+	restored := make(chan bool, 1)
+	play := func(ctx context.Context, l *lossyFirst, r *Runner, emit func(model.Delta) error) (model.Result, error) {
+		if err := emit(model.Delta{Type: omni.TypeToolCall, Name: "exec_command", ToolCallID: "call_1", Text: `{"cmd":"make"}`, End: true}); err != nil {
+			return model.Result{}, err
+		}
+		// The call's decision and output are stored before the cut: only
+		// the request's end meets it.
+		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+			msgs := l.h.messages(sid)
+			if index(msgs, isType(omni.TypeApprovalDecision, "call_1")) >= 0 && index(msgs, isType(omni.TypeToolCallOutput, "call_1")) >= 0 {
+				break
+			}
+			if time.Now().After(deadline) {
+				l.h.t.Errorf("call_1 not decided and answered%s", dump(msgs))
+				break
+			}
+		}
+		if _, err := r.prod.pub.Settle(ctx); err != nil {
+			l.h.t.Errorf("settle before the cut: %v", err)
+		}
+		losses := r.prod.pub.Token() >> 1
+		restore := l.h.refuse(omni.SessionsStream)
+		go func() {
+			// The stream takes messages again once the Task's stream
+			// counted the end lost.
+			deadline := time.Now().Add(30 * time.Second)
+			for r.prod.pub.Token()>>1 == losses && time.Now().Before(deadline) {
+				time.Sleep(5 * time.Millisecond)
+			}
+			restore()
+			restored <- r.prod.pub.Token()>>1 > losses
+		}()
+		return model.Result{StopReason: omni.StatusCompleted, Usage: omni.Usage{Output: 3, Total: 10}}, nil
+	}
+	lp := &lossyFirst{Provider: h.prov, h: h, play: play}
+	h.deps.Resolve = func(string) (model.Provider, model.Info, error) { return lp, h.prov.Info(), nil }
+	h.session(sid, omni.ApproveAllowAll)
+	fr := h.runner(sid, echo)
+	r, done := h.start(sid, "t1", "go")
+	lp.r.Store(r)
+	st := h.wait(done)
+	if !<-restored {
+		t.Fatal("the stream never refused the request's end")
+	}
+	msgs := h.messages(sid)
+	if st != Completed {
+		t.Fatalf("status %q%s", st, dump(msgs))
+	}
+	checkBrackets(t, msgs)
+	if got := requestEnds(msgs); len(got) != 2 || got[0] != (endWant{omni.StatusCompleted, 0, 0}) || got[1] != (endWant{omni.StatusCompleted, 0, 0}) {
+		t.Fatalf("request_ends %v, want two completed%s", got, dump(msgs))
+	}
+	if n := count(msgs, isType(omni.TypeTokenUsage, "")); n != 2 {
+		t.Fatalf("%d token_usage, want 2%s", n, dump(msgs))
+	}
+	if got := fr.ran(); len(got) != 1 {
+		t.Fatalf("runs %v, want call_1 once", got)
+	}
+	if errs := h.prov.Mismatches(); len(errs) > 0 {
+		t.Fatalf("model saw: %v", errs)
+	}
+}

@@ -134,9 +134,6 @@ func (r *Runner) attempt(ctx, actx context.Context, attempt int, retried, retryO
 	// was lost and nothing after it was stored.
 	perr := r.prod.settleStream(ctx)
 	lost := perr != nil && !errors.Is(perr, publish.ErrFenced) && ctx.Err() == nil
-	if !lost {
-		r.prod.endAttempt()
-	}
 	if lost && status == omni.StatusCompleted {
 		// Part of the attempt never reached the stream (no leader
 		// during an election, a dropped connection): fail it, so its
@@ -162,26 +159,26 @@ func (r *Runner) attempt(ctx, actx context.Context, attempt int, retried, retryO
 	default:
 		end = omni.RequestEnd(status, errMsg, int64(attempt), wait.Milliseconds())
 	}
-	switch {
-	case lost:
-		// Close the attempt's open segments with what the stream
-		// holds, then its token_usage and request_end; calls whose
-		// complete message was lost never ran and are not awaited.
-		stored := r.prod.recoverAttempt(ctx, from+1, attempt, &tu, &end)
+	// The token_usage and request_end are stored (Msg-Ids of the attempt)
+	// before anything else of the Task goes out; after a loss the
+	// attempt's open segments are closed first with what the stream holds,
+	// and its calls whose complete message was lost never ran and are not
+	// awaited. The attempt stays in flight meanwhile: an approval decision
+	// lost with the end waits for this recovery (publishDecision).
+	stored, cerr := r.prod.closeRequest(ctx, from+1, r.prod.attemptMsgID(from+1, attempt), &tu, &end, lost)
+	r.prod.endAttempt()
+	if lost {
 		calls = r.calls.keepStored(calls, stored)
-		r.prod.endAttempt()
-	case status == omni.StatusCompleted:
-		r.prod.publish(&tu, "")
-		r.prod.publish(&end, "")
-	default:
-		if err := r.prod.publishSync(ctx, &tu, ""); err != nil {
-			r.log.Error().Err(err).Msg("could not publish token_usage")
+	}
+	if cerr != nil {
+		<-approvalsDone
+		if ctx.Err() != nil || errors.Is(cerr, publish.ErrFenced) {
+			return statusShutdown, nil, "", true
 		}
-		if status == omni.StatusAborted {
-			r.prod.publish(&end, "")
-		} else if err := r.prod.publishSync(ctx, &end, ""); err != nil {
-			r.log.Error().Err(err).Msg("could not publish request_end")
-		}
+		// No other request may begin while this one is open on the
+		// stream: the Task ends failed, and the next Task closes it.
+		r.log.Error().Err(cerr).Str("status", status).Int("attempt", attempt).Msg("request_end not stored; the Task stops")
+		return omni.StatusFailed, nil, "", true
 	}
 
 	if status == omni.StatusCompleted {

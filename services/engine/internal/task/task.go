@@ -561,9 +561,10 @@ func (r *Runner) run(ctx, actx context.Context) string {
 	var openRequest bool
 	r.hist.read(func(fc *fold.Context) { openRequest = fc.OpenRequest() })
 	if openRequest {
-		r.closeDeadSegments(ctx)
-		end := omni.RequestEnd(omni.StatusFailed, "the engine running this request stopped", 1, 0)
-		r.prod.publish(&end, "")
+		if err := r.closeDeadRequest(ctx); err != nil {
+			r.log.Error().Err(err).Msg("could not close the request a dead engine left open")
+			return Failed
+		}
 		r.retryNext = true
 	}
 	var open []string
@@ -812,14 +813,16 @@ func (r *Runner) publishInput(ctx, actx context.Context) (redelivered, refused b
 	return redelivered, false, nil
 }
 
-// closeDeadSegments ends the model segment a dead engine left open (a
-// start, maybe deltas, no stop): stop, then its complete message with what
-// was streamed and stop_reason failed, so the streaming discipline holds
-// across a takeover. Tool-output segments belong to runners and are left.
-func (r *Runner) closeDeadSegments(ctx context.Context) {
-	if _, err := r.prod.closeUnfinished(ctx, 0); err != nil {
-		r.log.Warn().Err(err).Msg("could not read the dead request's partials")
-	}
+// closeDeadRequest closes the request a dead engine left open: the model
+// segment it left open (a start, maybe deltas, no stop) gets a stop, then
+// its complete message with what was streamed and stop_reason failed, so
+// the streaming discipline holds across a takeover (tool-output segments
+// belong to runners and are left); then the request_end, stored (with a
+// Msg-Id of this delivery) before the retry's request_begin.
+func (r *Runner) closeDeadRequest(ctx context.Context) error {
+	end := omni.RequestEnd(omni.StatusFailed, "the engine running this request stopped", 1, 0)
+	_, err := r.prod.closeRequest(ctx, 0, r.prod.attemptMsgID(0, 0), nil, &end, true)
+	return err
 }
 
 // sessionMeta builds the head of a context: the first Task's and every
