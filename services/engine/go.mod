@@ -9,6 +9,7 @@ require (
 	floe.dev/pkg/sandbox v0.0.0
 	github.com/nats-io/nats.go v1.55.0
 	github.com/rs/zerolog v1.35.1
+	golang.org/x/sys v0.50.0
 )
 
 require (
@@ -48,7 +49,6 @@ require (
 	go.opentelemetry.io/proto/otlp v1.11.0 // indirect
 	golang.org/x/crypto v0.58.0 // indirect
 	golang.org/x/net v0.60.0 // indirect
-	golang.org/x/sys v0.50.0 // indirect
 	golang.org/x/text v0.43.0 // indirect
 	golang.org/x/time v0.16.0 // indirect
 	google.golang.org/genproto/googleapis/api v0.0.0-20260928230214-8a89bd6388cc // indirect

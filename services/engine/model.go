@@ -3,10 +3,19 @@ package engine
 import (
 	"fmt"
 	"strings"
+	"time"
 
 	"floe.dev/services/engine/internal/model"
 	"floe.dev/services/engine/internal/provider"
+	"floe.dev/services/engine/internal/provider/scripted"
 )
+
+// ScriptedModelCPU is the CPU time the scripted models of this process
+// spent on their own token estimate of the requests they were sent (a
+// count over the whole request, O(context) as a real model's reading of
+// it is): a benchmark that runs a scripted model inside its process
+// subtracts it to see Floe's share (0 on systems other than Linux).
+func ScriptedModelCPU() time.Duration { return scripted.ModelCPU() }
 
 // TitleInstruction starts the text of the one-off request that names a
 // Session after its first Task (protocol.md §3, session_title): a fake

@@ -15,6 +15,7 @@ import (
 
 	"floe.dev/cmd/floe/internal/stack"
 	"floe.dev/pkg/omni"
+	"floe.dev/services/engine"
 	"floe.dev/services/gateway/client"
 )
 
@@ -33,6 +34,13 @@ type LongResult struct {
 	// measured side by side, under the same load on the machine.
 	Early, Late       time.Duration
 	EarlyCPU, LateCPU time.Duration
+	// EarlyFloeCPU and LateFloeCPU are the same medians of the CPU per
+	// Task less what the scripted model spent on its own token estimate
+	// (engine.ScriptedModelCPU): it reads the whole request, as a real
+	// model does on its side, so it grows with the context but is not
+	// Floe's. EarlyModelCPU and LateModelCPU are its medians.
+	EarlyFloeCPU, LateFloeCPU   time.Duration
+	EarlyModelCPU, LateModelCPU time.Duration
 	// SeqEarly and SeqLate are the same of the long Session alone: its
 	// Tasks 10 on and its last longBucket Tasks (minutes apart, so a
 	// busy machine moves them).
@@ -57,6 +65,12 @@ func (r *LongResult) TimeRatio() float64 { return float64(r.Late) / float64(r.Ea
 
 // CPURatio is the same of the CPU per Task.
 func (r *LongResult) CPURatio() float64 { return float64(r.LateCPU) / float64(r.EarlyCPU) }
+
+// FloeCPURatio is the same of the CPU per Task without the scripted
+// model's token estimate.
+func (r *LongResult) FloeCPURatio() float64 {
+	return float64(r.LateFloeCPU) / float64(r.EarlyFloeCPU)
+}
 
 // DiskPerTrace is disk_per_trace: the home's bytes ÷ the Trace's.
 func (r *LongResult) DiskPerTrace() float64 { return float64(r.Disk) / float64(r.TraceBytes) }
@@ -88,16 +102,18 @@ func runLong(ctx context.Context, c *Config, p *progress) (*LongResult, error) {
 	if err != nil {
 		return nil, fmt.Errorf("bench: stream: %w", err)
 	}
-	task := func(sid string, stream *client.Stream, i int) (time.Duration, time.Duration, error) {
-		t0, c0 := time.Now(), processCPU()
+	// task returns the Task's time, the process's CPU meanwhile and the
+	// scripted model's part of it.
+	task := func(sid string, stream *client.Stream, i int) (time.Duration, time.Duration, time.Duration, error) {
+		t0, c0, m0 := time.Now(), processCPU(), engine.ScriptedModelCPU()
 		id, err := e.api.SubmitTask(ctx, sid, client.TaskRequest{Input: []client.InputPart{{Type: client.InputText, Text: fmt.Sprintf("step %d: what is in this folder?", i)}}})
 		if err != nil {
-			return 0, 0, fmt.Errorf("bench: task %d: %w", i, err)
+			return 0, 0, 0, fmt.Errorf("bench: task %d: %w", i, err)
 		}
 		if err := untilIdle(ctx, stream, id); err != nil {
-			return 0, 0, fmt.Errorf("bench: task %d: %w", i, err)
+			return 0, 0, 0, fmt.Errorf("bench: task %d: %w", i, err)
 		}
-		return time.Since(t0), processCPU() - c0, nil
+		return time.Since(t0), processCPU() - c0, engine.ScriptedModelCPU() - m0, nil
 	}
 	p.logf("long: %d Tasks in one Session", n)
 	var times, cpus []time.Duration
@@ -109,7 +125,7 @@ func runLong(ctx context.Context, c *Config, p *progress) (*LongResult, error) {
 		if err := prof.at(i); err != nil {
 			return nil, err
 		}
-		d, cpu, err := task(s.ID, stream, i)
+		d, cpu, _, err := task(s.ID, stream, i)
 		if err != nil {
 			return nil, err
 		}
@@ -140,23 +156,23 @@ func runLong(ctx context.Context, c *Config, p *progress) (*LongResult, error) {
 	if err != nil {
 		return nil, fmt.Errorf("bench: stream: %w", err)
 	}
-	var et, ec, lt, lc []time.Duration
+	var et, ec, ef, em, lt, lc, lf, lm []time.Duration
 	for i := range 10 + longBucket {
-		d, cpu, err := task(short.ID, shortStream, i)
+		d, cpu, mcpu, err := task(short.ID, shortStream, i)
 		if err != nil {
 			return nil, err
 		}
 		if i < 10 {
 			continue
 		}
-		et, ec = append(et, d), append(ec, cpu)
-		if d, cpu, err = task(s.ID, stream, n+i); err != nil {
+		et, ec, ef, em = append(et, d), append(ec, cpu), append(ef, cpu-mcpu), append(em, mcpu)
+		if d, cpu, mcpu, err = task(s.ID, stream, n+i); err != nil {
 			return nil, err
 		}
-		lt, lc = append(lt, d), append(lc, cpu)
+		lt, lc, lf, lm = append(lt, d), append(lc, cpu), append(lf, cpu-mcpu), append(lm, mcpu)
 	}
-	res.Early, res.EarlyCPU = median(et), median(ec)
-	res.Late, res.LateCPU = median(lt), median(lc)
+	res.Early, res.EarlyCPU, res.EarlyFloeCPU, res.EarlyModelCPU = median(et), median(ec), median(ef), median(em)
+	res.Late, res.LateCPU, res.LateFloeCPU, res.LateModelCPU = median(lt), median(lc), median(lf), median(lm)
 
 	if err := tracerCaughtUp(ctx, e); err != nil {
 		return nil, err

@@ -39,9 +39,13 @@ type Summary struct {
 	// Issue 27, a long Session (the long scenario).
 	LateTaskRatio    *float64 `json:"late_task_ratio,omitempty"`     // time per Task at the end ÷ near the start
 	LateTaskCPURatio *float64 `json:"late_task_cpu_ratio,omitempty"` // the same of the CPU per Task
-	HistoryWindowKiB *float64 `json:"history_window_kib,omitempty"`  // GET /messages?tailTasks=50
-	HistoryWindowMs  *float64 `json:"history_window_ms,omitempty"`
-	DiskPerTrace     *float64 `json:"disk_per_trace,omitempty"` // the home's bytes ÷ the Trace's
+	// The same without the scripted model's token estimate, and that
+	// estimate's CPU in a late Task (the model's work, not Floe's).
+	LateTaskFloeCPURatio *float64 `json:"late_task_floe_cpu_ratio,omitempty"`
+	LateTaskModelCPUMs   *float64 `json:"late_task_model_cpu_ms,omitempty"`
+	HistoryWindowKiB     *float64 `json:"history_window_kib,omitempty"` // GET /messages?tailTasks=50
+	HistoryWindowMs      *float64 `json:"history_window_ms,omitempty"`
+	DiskPerTrace         *float64 `json:"disk_per_trace,omitempty"` // the home's bytes ÷ the Trace's
 	// TracerShareLowRate is one Session streaming 500 deltas/s: the
 	// process's CPU with the tracer ÷ without it (the lowrate scenario).
 	TracerShareLowRate *float64 `json:"tracer_share_low_rate,omitempty"`
@@ -93,6 +97,8 @@ func (r *Report) Summary() Summary {
 	}
 	if x := r.Long; x != nil {
 		s.LateTaskRatio, s.LateTaskCPURatio = f(x.TimeRatio()), f(x.CPURatio())
+		s.LateTaskFloeCPURatio = f(x.FloeCPURatio())
+		s.LateTaskModelCPUMs = f(float64(x.LateModelCPU.Microseconds()) / 1000)
 		s.HistoryWindowKiB = f(float64(x.WindowBytes) / 1024)
 		s.HistoryWindowMs = f(float64(x.Window.Microseconds()) / 1000)
 		s.DiskPerTrace = f(x.DiskPerTrace())

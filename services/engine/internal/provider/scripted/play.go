@@ -188,7 +188,14 @@ func split(s string, n int) []string {
 
 // estimate is the default usage of a request that streamed outChars code
 // points: output = ceil(outChars/4), total = ceil(context chars/4) + output.
+// It reads every message of the request, as a real model's tokenizer
+// does: its CPU is the model's, not Floe's, and is counted in ModelCPU.
 func estimate(req *model.Request, outChars int64) omni.Usage {
+	defer countCPU()()
+	return count(req, outChars)
+}
+
+func count(req *model.Request, outChars int64) omni.Usage {
 	ctxChars := int64(utf8.RuneCountInString(req.SystemPrompt))
 	for i := range req.Messages {
 		pl := &req.Messages[i].Payload

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -764,5 +765,24 @@ func TestLoadRefusesNonRegularAndLargeFilesBeforeReading(t *testing.T) {
 	_, err = Open(secret)
 	if err == nil || strings.Contains(err.Error(), "root") || strings.Contains(err.Error(), "SECRET") {
 		t.Errorf("Open(non-JSON file) = %v, want an error that quotes none of the file", err)
+	}
+}
+
+func TestModelCPUCountsTheEstimate(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("the thread CPU clock is read on Linux only")
+	}
+	p := mustParse(t, `{"requests": [{"steps": [{"text": "ok"}]}], "after_last": "repeat_last"}`)
+	msgs := make([]omni.Message, 0, 2000)
+	for i := range 1000 {
+		msgs = append(msgs, omni.UserText(fmt.Sprintf("question %d", i)), omni.Text(omni.RoleAssistant, strings.Repeat("é", 200)))
+	}
+	before := ModelCPU()
+	_, res, _ := run(t, p, newReq("s", msgs...))
+	if res.Usage.Total == 0 {
+		t.Fatalf("usage = %+v, want an estimate", res.Usage)
+	}
+	if after := ModelCPU(); after <= before {
+		t.Errorf("ModelCPU after estimating 2,000 messages = %v, want more than %v", after, before)
 	}
 }
