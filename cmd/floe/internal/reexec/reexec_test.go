@@ -242,13 +242,22 @@ func recordCorpus(t *testing.T) {
 				}
 			}(),
 			script: map[string]any{"requests": []any{
-				map[string]any{"expect_last_user": "tidy up", "steps": []any{call("call_ls", "echo listed"), call("call_rm", "rm notes.txt"),
-					// The denied call's output lands before the stream
-					// ends (the engine publishes it beside the stream).
-					map[string]any{"delay_ms": 300}}},
+				map[string]any{"expect_last_user": "tidy up", "steps": []any{call("call_ls", "echo listed"), call("call_rm", "rm notes.txt")}},
 				map[string]any{"steps": []any{text("Listed; the rm was refused.")}},
 				map[string]any{"expect_last_user": "check again", "steps": []any{text("Checked again.")}},
 				map[string]any{"expect_last_user": "one more", "steps": []any{text("Sure.")}},
+			}}},
+		// Calls no person decides, in a request that ends at once: the
+		// hook's deny and the policy's forbidden are decided right after
+		// their calls, before the request's token_usage.
+		{name: "denials", mode: omni.ApproveAllowAll, prompts: []string{"tidy up"},
+			hooks: `{"hooks": {"pre_tool_use": [{"name": "no-rm", "command": "$DIR/no-rm.sh", "match": "exec_command"}]}}`,
+			files: map[string]string{
+				"no-rm.sh": "#!/bin/sh\nin=$(cat)\ncase \"$in\" in *'rm notes'*) echo '{\"decision\":\"deny\",\"reason\":\"no rm here\"}';; esac\n",
+			},
+			script: map[string]any{"requests": []any{
+				map[string]any{"steps": []any{call("call_ls", "echo listed"), call("call_rm", "rm notes.txt"), call("call_rf", "rm -rf /")}},
+				map[string]any{"expect_tool_outputs": []string{"call_ls", "call_rm", "call_rf"}, "steps": []any{text("Listed; the hook refused one rm, the policy the other.")}},
 			}}},
 		{name: "mcp", mode: omni.ApproveAllowAll, prompts: []string{"look up a", "and b?"}, mcp: true,
 			script: map[string]any{"requests": []any{

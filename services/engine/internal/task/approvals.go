@@ -50,7 +50,9 @@ type approval struct {
 // approvals decide the calls of each request one at a time, in call order,
 // while the model stream goes on: the Session's command policy, then its
 // approval mode (read fresh, so a PATCH takes effect mid-run), then, when
-// the mode asks, a human's decision. An approval_decision is stored before
+// the mode asks, a human's decision. A call a pre_tool_use hook denies or
+// the policy forbids is decided on the stream's consumer instead, right
+// after the call (denyAtOnce), so its records have one place. An approval_decision is stored before
 // its job is enqueued, so no output can precede it. An allowed call is
 // dispatched (calls) or, for run_subagent, run (subagents).
 //
@@ -155,10 +157,7 @@ func (a *approvals) one(ctx, actx context.Context, tc omni.Message) error {
 		case decision == omni.DecisionForbidden:
 			text = omni.DeniedByPolicy
 		}
-		_, span := startTool(actx, a.d.Tel, a.sid, tc, decision)
-		endTool(a.d.Tel, span, omni.StatusAborted, text)
-		out := omni.ToolCallOutput(id, text, omni.StatusAborted)
-		return a.prod.publishSync(actx, &out, bus.OutputMsgID(a.sid, id))
+		return a.publishDenied(actx, tc, decision, text)
 	}
 	if tc.Payload.Name == SubagentTool {
 		a.calls.dispatched(id, 0)
@@ -173,6 +172,60 @@ func (a *approvals) one(ctx, actx context.Context, tc omni.Message) error {
 		return nil
 	}
 	return a.calls.dispatch(actx, tc, a.rec.Workspace)
+}
+
+// publishDenied writes the output of a call that was not allowed (its
+// decision is stored): text, stop_reason aborted.
+func (a *approvals) publishDenied(actx context.Context, tc omni.Message, decision, text string) error {
+	id := tc.Payload.ToolCallID
+	_, span := startTool(actx, a.d.Tel, a.sid, tc, decision)
+	endTool(a.d.Tel, span, omni.StatusAborted, text)
+	out := omni.ToolCallOutput(id, text, omni.StatusAborted)
+	return a.prod.publishSync(actx, &out, bus.OutputMsgID(a.sid, id))
+}
+
+// denyAtOnce decides, on the model stream's consumer, a call no person
+// decides: denied by a pre_tool_use hook (preToolUse ran) or forbidden by
+// the command policy. Its approval_decision and its output are stored
+// before the consumer takes the stream's next message, so they come right
+// after the call and its hook records, before the request's next call,
+// token_usage and request_end: one place, whatever the timing, as in the
+// original, whose approvals run inline on the model stream. A replay
+// (floe replay --execute) then writes them where they were recorded.
+//
+// It reports whether the call is decided; false leaves it to the approval
+// loop (queued as any call): nothing to deny at once, a user abort, or a
+// decision the stream did not confirm (the loop's publishDecision reads the
+// call back once the request's recovery ran; waiting for that here, on
+// the consumer the recovery waits for, would stall both).
+func (a *approvals) denyAtOnce(actx context.Context, tc omni.Message) bool {
+	id := tc.Payload.ToolCallID
+	if a.abort.aborted() {
+		return false
+	}
+	a.mu.Lock()
+	text := a.denials[id]
+	a.mu.Unlock()
+	decision := omni.DecisionDeny
+	if text == "" {
+		if !a.policyForbids(tc) {
+			return false
+		}
+		decision, text = omni.DecisionForbidden, omni.DeniedByPolicy
+	}
+	gen, _, ok := a.calls.lineage(id)
+	if !ok {
+		return false
+	}
+	ad := omni.ApprovalDecision(decision, id)
+	if err := a.prod.publishDecisionOnce(actx, &ad, gen); err != nil {
+		return false
+	}
+	a.takeDenial(id)
+	if err := a.publishDenied(actx, tc, decision, text); err != nil && !a.abort.aborted() {
+		a.log.Error().Err(err).Str("tool_call_id", id).Msg("approval failed")
+	}
+	return true
 }
 
 // preToolUse runs the pre_tool_use hooks on tc (protocol.md §7), before the

@@ -2,8 +2,10 @@ package task
 
 import (
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -230,5 +232,63 @@ func TestUserPromptHook(t *testing.T) {
 		return m.Payload.Role == omni.RoleAssistant && m.Payload.Text == "[prompt refused by the guard hook: no secrets]"
 	}) < 0 {
 		t.Fatalf("no refusal%s", dump(msgs))
+	}
+}
+
+// A call no person decides — denied by a pre_tool_use hook, forbidden by
+// the command policy — has its records in one place, as in the original:
+// the call, its hook records, approval_decision, the denied output, then
+// the rest of the request (the next call, token_usage, request_end), however
+// quickly the model's stream goes on. Before, the engine published the
+// denial beside the stream, and a request that ended at once could put its
+// token_usage first; replay --execute then parted there.
+func TestDenialWithoutAPersonComesRightAfterTheCall(t *testing.T) {
+	h := newHarness(t, `{"requests": [
+  {"steps": [
+    {"tool_call": {"name": "exec_command", "id": "call_rm", "arguments": {"cmd": "rm notes.txt"}}},
+    {"tool_call": {"name": "exec_command", "id": "call_rf", "arguments": {"cmd": "rm -rf /"}}},
+    {"tool_call": {"name": "exec_command", "id": "call_ls", "arguments": {"cmd": "ls"}}}
+  ]},
+  {"expect_tool_outputs": ["call_rm", "call_rf", "call_ls"], "steps": [{"text": "done"}]}
+]}`, nil)
+	h.withHooks(map[string]any{"hooks": map[string]any{"pre_tool_use": []map[string]any{
+		{"name": "no-rm", "match": "exec_command", "command": hookScript(t,
+			`if grep -q 'rm notes'; then echo '{"decision":"deny","reason":"no rm here"}'; fi`)},
+	}}})
+	for i := range 3 {
+		sid := fmt.Sprintf("deny%d", i)
+		h.sessionWith(sid, omni.ApproveAllowAll, func(r *omni.SessionRecord) {
+			r.CommandPolicy = &omni.CommandPolicy{Source: "test", Rules: []omni.CommandRule{{Name: "no-rm-rf", Pattern: `^rm\s+-rf(\s|$)`}}}
+		})
+		fr := h.runner(sid, echo)
+		if st := h.wait(h.run(sid, "t1", "tidy")); st != Completed {
+			t.Fatalf("status %q", st)
+		}
+		var got []string
+		for _, m := range h.messages(sid) {
+			p := m.Payload
+			switch {
+			case m.IsPartial():
+			case p.Type == omni.TypeToolCall, p.Type == omni.TypeApprovalDecision && p.Decision != omni.DecisionAllow:
+				got = append(got, p.Type+":"+p.ToolCallID)
+			case p.Type == omni.TypeToolCallOutput && p.StopReason == omni.StatusAborted:
+				got = append(got, p.Type+":"+p.ToolCallID)
+			case p.Type == omni.TypeHook:
+				got = append(got, p.Type+":"+p.ToolCallID)
+			case p.Type == omni.TypeTokenUsage:
+				got = append(got, p.Type)
+			}
+		}
+		want := []string{
+			"tool_call:call_rm", "hook:call_rm", "approval_decision:call_rm", "tool_call_output:call_rm",
+			"tool_call:call_rf", "approval_decision:call_rf", "tool_call_output:call_rf",
+			"tool_call:call_ls", "token_usage", "token_usage",
+		}
+		if !slices.Equal(got, want) {
+			t.Fatalf("run %d: records\n%q\nwant\n%q", i, got, want)
+		}
+		if ran := fr.ran(); !slices.Equal(ran, []string{"call_ls"}) {
+			t.Fatalf("ran %v, want [call_ls]", ran)
+		}
 	}
 }

@@ -469,6 +469,26 @@ func (p *producers) publishDecision(ctx context.Context, ad *omni.Message, id st
 	}
 }
 
+// publishDecisionOnce publishes a call's approval decision on the Task's
+// stream, waiting until it is stored, only if nothing the Task published
+// since generation gen (before the call's message was queued) was lost.
+// Unlike publishDecision it does not wait for a loss to be recovered: it
+// fails, and the caller leaves the call to the approval loop.
+func (p *producers) publishDecisionOnce(ctx context.Context, ad *omni.Message, gen uint64) error {
+	if !p.lease.valid() {
+		return ErrLeaseLost
+	}
+	nm, err := bus.SessionMsg(p.sid, ad, "")
+	if err != nil {
+		return err
+	}
+	if _, err := p.pub.SyncAfter(ctx, nm, gen); err != nil {
+		return err
+	}
+	p.hist.apply(ad)
+	return nil
+}
+
 // awaitStored returns once the Task's stream holds everything queued
 // before generation gen was taken, or, after a loss since, once the
 // attempt's recovery has read back which calls the stream holds (the

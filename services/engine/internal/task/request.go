@@ -88,6 +88,9 @@ func (r *Runner) attempt(ctx, actx context.Context, attempt int, retried, retryO
 			calls = append(calls, m.Payload.ToolCallID)
 			r.calls.add(m.Payload.ToolCallID, m.Payload.Name, gen, r.prod.attemptFrom.Load())
 			r.appr.preToolUse(actx, m)
+			if r.appr.denyAtOnce(actx, *m) {
+				return nil
+			}
 			queue <- *m
 		}
 		return nil
