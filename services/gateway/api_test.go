@@ -105,6 +105,13 @@ func TestBadInputGetsDocumentedStatusAndCode(t *testing.T) {
 		{"missing trace", "GET", base + "/traces/1", aliceToken, "", "", nil, 404, omni.CodeNotFound},
 		{"bad trace index", "GET", base + "/traces/x", aliceToken, "", "", nil, 404, omni.CodeNotFound},
 		{"unknown route", "GET", g.URL + "/api/nope", aliceToken, "", "", nil, 404, omni.CodeNotFound},
+		// An empty id is a path no route takes, whatever the mux would
+		// clean it into (before: 405 for the Session "fork").
+		{"fork without an id", "POST", g.URL + "/api/sessions//fork", aliceToken, js, `{}`, nil, 404, omni.CodeNotFound},
+		{"task without an id", "POST", g.URL + "/api/sessions//tasks", aliceToken, js, `{"input":[{"type":"text","text":"a"}]}`, nil, 404, omni.CodeNotFound},
+		{"abort without an id", "POST", g.URL + "/api/sessions//abort", aliceToken, js, "", nil, 404, omni.CodeNotFound},
+		{"messages without an id", "GET", g.URL + "/api/sessions//messages", aliceToken, "", "", nil, 404, omni.CodeNotFound},
+		{"a dot segment", "GET", base + "/../" + sess.ID, aliceToken, "", "", nil, 404, omni.CodeNotFound},
 		{"wrong method", "PUT", base, aliceToken, js, `{}`, nil, 405, omni.CodeBadRequest},
 		{"retry-now when idle", "POST", base + "/retry-now", aliceToken, js, "", nil, 200, ""},
 		{"abort when idle", "POST", base + "/abort", aliceToken, js, "", nil, 204, ""},

@@ -12,6 +12,7 @@ import (
 	"mime"
 	"net/http"
 	"os"
+	"path"
 	"strings"
 	"time"
 
@@ -273,6 +274,9 @@ var probeMethods = []string{http.MethodGet, http.MethodPost, http.MethodPatch, h
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	rec := &statusRecorder{ResponseWriter: w}
 	_, pattern := s.mux.Handler(r)
+	if uncleanAPIPath(r.URL.Path) {
+		pattern = "" // the mux would take it to another route (unmatched)
+	}
 	route := pattern
 	if route == "" {
 		route = "unmatched"
@@ -312,9 +316,29 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	s.mux.ServeHTTP(rec, r)
 }
 
+// uncleanAPIPath reports an API path with an empty, "." or ".." segment.
+// The mux would clean it into another route: POST /api/sessions//fork
+// into /api/sessions/fork (405, the Session "fork" takes no POST), GET
+// /api/sessions//messages into a redirect to the Session "messages". No
+// route has such a segment, so it is a 404 like any path no route takes.
+func uncleanAPIPath(p string) bool {
+	if !strings.HasPrefix(p, "/api/") {
+		return false
+	}
+	c := path.Clean(p)
+	if strings.HasSuffix(p, "/") {
+		c += "/"
+	}
+	return c != p
+}
+
 // unmatched answers a request no route takes: 405 when the path exists
 // with other methods, else 404.
 func (s *Server) unmatched(w http.ResponseWriter, r *http.Request) {
+	if uncleanAPIPath(r.URL.Path) {
+		writeError(w, errorf(http.StatusNotFound, omni.CodeNotFound, "no route for %s %s: a path segment is empty, . or .. (a missing id?)", r.Method, r.URL.Path))
+		return
+	}
 	var allow []string
 	for _, m := range probeMethods {
 		if m == r.Method {
