@@ -159,3 +159,41 @@ func TestBackwardAndCallIDsAgreeWithMessages(t *testing.T) {
 		}
 	}
 }
+
+// Messages hands out the same pointers request after request and in every
+// clone, the context summary and the interrupted placeholders included:
+// the providers encode only what a request does not share with the last
+// (wirecache).
+func TestMessagesArePointerStable(t *testing.T) {
+	var rec []omni.Message
+	rec = append(rec, omni.UserText("old"))
+	rec = append(rec, request(omni.StatusCompleted, omni.Text(omni.RoleAssistant, "old answer"))...)
+	rec = append(rec, omni.CompactionBegin(omni.CompactManual, omni.ModeSummarize, 10, 1),
+		omni.Text(omni.RoleAssistant, "[summary]we talked[/summary]"),
+		omni.CompactionEnd(omni.CompactManual, omni.ModeSummarize, omni.StatusCompleted),
+		omni.SessionMeta(omni.Meta{SessionID: "s"}), omni.UserText("go"))
+	rec = append(rec, request(omni.StatusCompleted, omni.ToolCall("exec_command", "{}", "slow"))...)
+	rec = append(rec, omni.Abort(""), omni.UserText("next"))
+	c := Load(rec)
+	first := c.Messages()
+	if got := summary(first); len(got) != 5 || got[3] != "tool_call_output:user:slow:"+omni.InterruptedOutput {
+		t.Fatalf("Messages() = %v, want a summary, go, the call, its placeholder, next", got)
+	}
+	st, err := c.State()
+	if err != nil {
+		t.Fatal(err)
+	}
+	restored, err := Restore(st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, again := range map[string][]*omni.Message{"again": c.Messages(), "a clone's": c.Clone().Messages()} {
+		if !slices.Equal(again, first) {
+			t.Errorf("%s Messages() = %v, want the same pointers %v", name, again, first)
+		}
+	}
+	r1, r2 := restored.Messages(), restored.Messages()
+	if !slices.Equal(r1, r2) || !slices.Equal(summary(r1), summary(first)) {
+		t.Errorf("a restored Context's Messages() twice = %v, %v, want the same pointers with %v", summary(r1), summary(r2), summary(first))
+	}
+}

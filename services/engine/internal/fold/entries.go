@@ -229,7 +229,7 @@ func (t *turn) dup(gen uint64) *turn {
 		outputs:   append([]*omni.Message(nil), t.outputs...),
 	}
 	if t.interrupted != nil {
-		d.interrupted = make(map[string]bool, len(t.interrupted))
+		d.interrupted = make(map[string]*omni.Message, len(t.interrupted))
 		for id, v := range t.interrupted {
 			d.interrupted[id] = v
 		}

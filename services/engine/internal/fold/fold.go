@@ -48,6 +48,10 @@ type Context struct {
 	compactionBegin omni.Payload
 	// Summary is the summary of the last completed summarize compaction.
 	Summary string
+	// summaryMsg is the [context_summary] message Messages opens with,
+	// made of summaryOf.
+	summaryMsg *omni.Message
+	summaryOf  string
 	// Compactions counts completed compactions.
 	Compactions int
 	// Closed is true after a completed compaction until the next
@@ -80,7 +84,20 @@ type turn struct {
 	// interrupted marks calls still without output when the run was
 	// aborted: their runners were cancelled, so no output will come; the
 	// model gets the interrupted placeholder and nobody waits for them.
-	interrupted map[string]bool
+	// The value is the call's placeholder output, made once: a request's
+	// messages are the same pointers from one request to the next (the
+	// providers' wirecache).
+	interrupted map[string]*omni.Message
+}
+
+// setSummary sets Summary and makes the message Messages opens with once,
+// so that it is the same pointer request after request, in every clone
+// (the providers' wirecache).
+func (c *Context) setSummary(s string) {
+	c.Summary, c.summaryMsg, c.summaryOf = s, nil, s
+	if s != "" {
+		c.summaryMsg = new(omni.UserText(omni.Block(omni.TagContextSummary, s)))
+	}
 }
 
 // New returns an empty Context.
@@ -147,7 +164,7 @@ func (c *Context) Apply(m *omni.Message) {
 			// compaction (the next Trace file's first user record) is the
 			// summary itself, kept once however the Trace is read.
 			if body, ok := omni.ParseBlock(p.Text, omni.TagContextSummary); ok && p.Type == omni.TypeText && c.log.length() == 0 {
-				c.Summary = body
+				c.setSummary(body)
 				return
 			}
 			mm := *m
@@ -213,10 +230,7 @@ func (c *Context) applyEvent(m *omni.Message) {
 			t := c.log.mutable(i)
 			for j, id := range t.calls {
 				if t.outputs[j] == nil {
-					if t.interrupted == nil {
-						t.interrupted = make(map[string]bool)
-					}
-					t.interrupted[id] = true
+					t.interrupt(id)
 				}
 			}
 		}
@@ -240,9 +254,9 @@ func (c *Context) applyEvent(m *omni.Message) {
 		c.open = nil
 		c.Turns = 0
 		c.LastRequestTotal = 0
-		c.Summary = ""
+		c.setSummary("")
 		if p.Mode == omni.ModeSummarize {
-			c.Summary = ExtractSummary(c.compactionText)
+			c.setSummary(ExtractSummary(c.compactionText))
 		}
 	}
 }
@@ -279,11 +293,22 @@ func (t *turn) awaits(id string) bool {
 	return false
 }
 
+// interrupt marks call id of t interrupted (t is this Context's own).
+func (t *turn) interrupt(id string) {
+	if t.interrupted == nil {
+		t.interrupted = make(map[string]*omni.Message)
+	}
+	if t.interrupted[id] == nil {
+		m := omni.ToolCallOutput(id, omni.InterruptedOutput, omni.StatusAborted)
+		t.interrupted[id] = &m
+	}
+}
+
 // running reports whether a call of t has neither an output nor the
 // interrupted mark (what an abort marks).
 func (t *turn) running() bool {
 	for i, id := range t.calls {
-		if t.outputs[i] == nil && !t.interrupted[id] {
+		if t.outputs[i] == nil && t.interrupted[id] == nil {
 			return true
 		}
 	}
@@ -319,7 +344,7 @@ func (c *Context) Unpaired() []string {
 			return
 		}
 		for i, id := range e.turn.calls {
-			if e.turn.outputs[i] == nil && !e.turn.interrupted[id] {
+			if e.turn.outputs[i] == nil && e.turn.interrupted[id] == nil {
 				ids = append(ids, id)
 			}
 		}
@@ -369,8 +394,11 @@ func (c *Context) Empty() bool { return c.log.length() == 0 && c.Summary == "" }
 func (c *Context) Messages() []*omni.Message {
 	out := make([]*omni.Message, 0, c.log.length()*2+1)
 	if c.Summary != "" {
-		m := omni.UserText(omni.Block(omni.TagContextSummary, c.Summary))
-		out = append(out, &m)
+		m := c.summaryMsg
+		if m == nil || c.summaryOf != c.Summary {
+			m = new(omni.UserText(omni.Block(omni.TagContextSummary, c.Summary)))
+		}
+		out = append(out, m)
 	}
 	add := func(es []entry) {
 		for _, e := range es {
@@ -380,9 +408,12 @@ func (c *Context) Messages() []*omni.Message {
 			}
 			out = append(out, e.turn.assistant...)
 			for i, id := range e.turn.calls {
-				if o := e.turn.outputs[i]; o != nil {
+				switch o := e.turn.outputs[i]; {
+				case o != nil:
 					out = append(out, o)
-				} else {
+				case e.turn.interrupted[id] != nil:
+					out = append(out, e.turn.interrupted[id])
+				default:
 					m := omni.ToolCallOutput(id, omni.InterruptedOutput, omni.StatusAborted)
 					out = append(out, &m)
 				}

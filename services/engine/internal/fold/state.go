@@ -126,7 +126,7 @@ func (t *turn) state() (*StateTurn, error) {
 		}
 	}
 	for _, id := range t.calls {
-		if t.interrupted[id] {
+		if t.interrupted[id] != nil {
 			st.Interrupted = append(st.Interrupted, id)
 		}
 	}
@@ -147,7 +147,7 @@ func Restore(s *State) (*Context, error) {
 	c.attemptText.WriteString(s.AttemptText)
 	c.attemptOpen = s.AttemptOpen
 	c.compactionBegin = omni.Payload{Reason: s.BeginReason, Mode: s.BeginMode}
-	c.Summary = s.Summary
+	c.setSummary(s.Summary)
 	c.Compactions = s.Compactions
 	c.Closed = s.Closed
 	c.Records = s.Records
@@ -214,10 +214,7 @@ func restoreTurn(st *StateTurn, gen uint64) (*turn, error) {
 		byID[t.calls[i]] = t.outputs[i]
 	}
 	for _, id := range st.Interrupted {
-		if t.interrupted == nil {
-			t.interrupted = make(map[string]bool)
-		}
-		t.interrupted[id] = true
+		t.interrupt(id)
 	}
 	return t, nil
 }
@@ -250,6 +247,8 @@ func (c *Context) Clone() *Context {
 		attemptOpen:      c.attemptOpen,
 		compactionBegin:  c.compactionBegin,
 		Summary:          c.Summary,
+		summaryMsg:       c.summaryMsg,
+		summaryOf:        c.summaryOf,
 		Compactions:      c.Compactions,
 		Closed:           c.Closed,
 		Records:          c.Records,

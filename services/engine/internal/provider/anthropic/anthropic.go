@@ -19,6 +19,7 @@ import (
 
 	"floe.dev/services/engine/internal/model"
 	"floe.dev/services/engine/internal/provider/sse"
+	"floe.dev/services/engine/internal/provider/wirecache"
 )
 
 // DefaultBaseURL is used when Config.BaseURL is empty.
@@ -56,8 +57,9 @@ type Config struct {
 
 // Provider streams Messages API requests. It is safe for concurrent use.
 type Provider struct {
-	ep  sse.Endpoint
-	max int
+	ep   sse.Endpoint
+	max  int
+	wire *wirecache.Cache // each Session's last request, encoded
 }
 
 var _ model.Provider = (*Provider)(nil)
@@ -69,8 +71,9 @@ func New(cfg Config) *Provider {
 		h.Set("X-Api-Key", cfg.APIKey)
 	}
 	p := &Provider{
-		ep:  sse.NewEndpoint(cfg.BaseURL, DefaultBaseURL, "/v1/messages", h, cfg.HTTPClient, cfg.IdleTimeout),
-		max: cfg.MaxTokens,
+		ep:   sse.NewEndpoint(cfg.BaseURL, DefaultBaseURL, "/v1/messages", h, cfg.HTTPClient, cfg.IdleTimeout),
+		max:  cfg.MaxTokens,
+		wire: wirecache.New(0, 0),
 	}
 	if p.max <= 0 {
 		p.max = DefaultMaxTokens
@@ -88,7 +91,7 @@ func (p *Provider) Info(modelID string) model.Info {
 // stay emitted; after a failure no block is ended. A cancelled ctx returns
 // ctx.Err() wrapped; an error from emit is returned as is.
 func (p *Provider) Stream(ctx context.Context, req *model.Request, emit func(model.Delta) error) (model.Result, error) {
-	body, err := buildRequest(req, p.max)
+	body, err := buildRequest(req, p.max, p.wire)
 	if err != nil {
 		return model.Result{}, err
 	}

@@ -4,10 +4,12 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strings"
 
 	"floe.dev/pkg/omni"
 	"floe.dev/services/engine/internal/model"
+	"floe.dev/services/engine/internal/provider/wirecache"
 )
 
 // Wire types of the request body.
@@ -113,40 +115,34 @@ var emptySchema = json.RawMessage(`{"type":"object","properties":{}}`)
 // are merged, tool_result blocks first in a user message as the API
 // requires. Prompt caching: the system prompt and the last message's last
 // block carry an ephemeral cache_control breakpoint.
-func buildRequest(req *model.Request, maxTokens int) ([]byte, error) {
-	mr := messagesRequest{Model: req.Model, MaxTokens: maxTokens, Stream: true}
+//
+// With a cache, the wire messages of the Session's last request that
+// precede its last one are copied when this request begins with the same
+// messages, and only the rest is converted and marshalled; the bytes are
+// the same either way (wirecache).
+func buildRequest(req *model.Request, maxTokens int, cache *wirecache.Cache) ([]byte, error) {
+	head := requestHead{Model: req.Model, MaxTokens: maxTokens}
+	tail := requestTail{Stream: true}
 	if req.SystemPrompt != "" {
-		mr.System = []*textBlock{{Type: "text", Text: req.SystemPrompt, CacheControl: ephemeral}}
+		head.System = []*textBlock{{Type: "text", Text: req.SystemPrompt, CacheControl: ephemeral}}
 	}
 	if budget, ok := thinkingBudgets[req.ThinkingLevel]; ok {
-		mr.Thinking = &thinking{Type: "enabled", BudgetTokens: budget}
-		mr.MaxTokens += budget
+		tail.Thinking = &thinking{Type: "enabled", BudgetTokens: budget}
+		head.MaxTokens += budget
 	}
 	for _, t := range req.Tools {
 		schema := t.Parameters
 		if len(schema) == 0 || string(schema) == "null" {
 			schema = emptySchema
 		}
-		mr.Tools = append(mr.Tools, tool{Name: t.Name, Description: t.Description, InputSchema: schema})
+		tail.Tools = append(tail.Tools, tool{Name: t.Name, Description: t.Description, InputSchema: schema})
 	}
-	for i := range req.Messages {
-		role, blk := convert(&req.Messages[i].Payload)
-		if blk == nil {
-			continue
-		}
-		if n := len(mr.Messages); n > 0 && mr.Messages[n-1].Role == role {
-			mr.Messages[n-1].Content = append(mr.Messages[n-1].Content, blk)
-			continue
-		}
-		mr.Messages = append(mr.Messages, message{Role: role, Content: []any{blk}})
+	if req.Purpose != "" {
+		cache = nil // a one-off request: not the Session's context
 	}
-	for i := range mr.Messages {
-		if mr.Messages[i].Role == "user" {
-			toolResultsFirst(mr.Messages[i].Content)
-		}
-	}
-	if n := len(mr.Messages); n > 0 {
-		c := mr.Messages[n-1].Content
+	msgs, pre, starts := groups(req.Messages, cache.Lookup(req.SessionID, req.Messages))
+	if n := len(msgs); n > 0 {
+		c := msgs[n-1].Content
 		switch b := c[len(c)-1].(type) {
 		case *textBlock:
 			b.CacheControl = ephemeral
@@ -158,11 +154,98 @@ func buildRequest(req *model.Request, maxTokens int) ([]byte, error) {
 			b.CacheControl = ephemeral
 		}
 	}
-	body, err := json.Marshal(mr)
+	h, err := json.Marshal(&head)
 	if err != nil {
 		return nil, fmt.Errorf("anthropic: encode request: %w", err)
 	}
-	return body, nil
+	t, err := json.Marshal(&tail)
+	if err != nil {
+		return nil, fmt.Errorf("anthropic: encode request: %w", err)
+	}
+	// The body is json.Marshal's of the messagesRequest: head's fields,
+	// the messages, tail's fields.
+	body := make([]byte, 0, len(h)+len(pre.Wire)+len(t)+256*len(msgs))
+	body = append(body, h[:len(h)-1]...)
+	body = append(body, `,"messages":[`...)
+	w0 := len(body)
+	body = append(body, pre.Wire...)
+	for i := range msgs {
+		if i == len(msgs)-1 && i > 0 && cache != nil {
+			// The wire messages but the last (which carries the
+			// breakpoint) begin the Session's next request. The body is
+			// never written below its length: they share it.
+			cache.Store(req.SessionID, &wirecache.Prefix{Msgs: slices.Clone(req.Messages[:starts[i]]),
+				Wire: body[w0:len(body):len(body)], Tag: msgs[i-1].Role})
+		}
+		b, err := json.Marshal(&msgs[i])
+		if err != nil {
+			return nil, fmt.Errorf("anthropic: encode request: %w", err)
+		}
+		if len(body) > w0 {
+			body = append(body, ',')
+		}
+		body = append(body, b...)
+	}
+	if len(msgs) == 0 {
+		body = append(body[:w0-1], "null,"...) // json.Marshal's nil slice
+	} else {
+		body = append(body, "],"...)
+	}
+	return append(body, t[1:]...), nil
+}
+
+// requestHead and requestTail are the fields of a request body before and
+// after its messages, in messagesRequest's order.
+type requestHead struct {
+	Model     string       `json:"model"`
+	MaxTokens int          `json:"max_tokens"`
+	System    []*textBlock `json:"system,omitempty"`
+}
+
+type requestTail struct {
+	Tools    []tool    `json:"tools,omitempty"`
+	Thinking *thinking `json:"thinking,omitempty"`
+	Stream   bool      `json:"stream"`
+}
+
+// groups converts msgs after the prefix pre (nil: none) into wire
+// messages, consecutive same-role blocks merged, tool_result blocks first
+// in a user message. It returns them, the prefix they follow (an empty
+// one when pre is nil or the first of them would merge into its last
+// message) and the index in msgs of each one's first message.
+func groups(msgs []*omni.Message, pre *wirecache.Prefix) ([]message, *wirecache.Prefix, []int) {
+	if pre == nil {
+		pre = &wirecache.Prefix{}
+	}
+	var out []message
+	var starts []int
+	for i := len(pre.Msgs); i < len(msgs); i++ {
+		role, blk := convert(&msgs[i].Payload)
+		if blk == nil {
+			continue
+		}
+		if n := len(out); n > 0 && out[n-1].Role == role {
+			out[n-1].Content = append(out[n-1].Content, blk)
+			continue
+		}
+		if len(out) == 0 && role == pre.Tag && len(pre.Msgs) > 0 {
+			// It merges into the prefix's last wire message: convert
+			// everything.
+			return groups(msgs, nil)
+		}
+		out = append(out, message{Role: role, Content: []any{blk}})
+		starts = append(starts, i)
+	}
+	if len(out) == 0 && len(pre.Msgs) > 0 {
+		// The last block is in the prefix, without its breakpoint.
+		return groups(msgs, nil)
+	}
+	for i := range out {
+		if out[i].Role == "user" {
+			toolResultsFirst(out[i].Content)
+		}
+	}
+	return out, pre, starts
 }
 
 // convert maps one complete model message to a role and content block; a

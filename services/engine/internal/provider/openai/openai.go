@@ -24,6 +24,7 @@ import (
 
 	"floe.dev/services/engine/internal/model"
 	"floe.dev/services/engine/internal/provider/sse"
+	"floe.dev/services/engine/internal/provider/wirecache"
 )
 
 // DefaultBaseURL is used when Config.BaseURL is empty.
@@ -57,8 +58,9 @@ type Config struct {
 
 // Provider streams Chat Completions. It is safe for concurrent use.
 type Provider struct {
-	ep  sse.Endpoint
-	max int
+	ep   sse.Endpoint
+	max  int
+	wire *wirecache.Cache // each Session's last request, encoded
 }
 
 var _ model.Provider = (*Provider)(nil)
@@ -70,8 +72,9 @@ func New(cfg Config) *Provider {
 		h.Set("Authorization", "Bearer "+cfg.APIKey)
 	}
 	p := &Provider{
-		ep:  sse.NewEndpoint(cfg.BaseURL, DefaultBaseURL, "/chat/completions", h, cfg.HTTPClient, cfg.IdleTimeout),
-		max: cfg.MaxTokens,
+		ep:   sse.NewEndpoint(cfg.BaseURL, DefaultBaseURL, "/chat/completions", h, cfg.HTTPClient, cfg.IdleTimeout),
+		max:  cfg.MaxTokens,
+		wire: wirecache.New(0, 0),
 	}
 	return p
 }
@@ -87,7 +90,7 @@ func (p *Provider) Info(modelID string) model.Info {
 // stay emitted; after a failure no block is ended. A cancelled ctx returns
 // ctx.Err() wrapped; an error from emit is returned as is.
 func (p *Provider) Stream(ctx context.Context, req *model.Request, emit func(model.Delta) error) (model.Result, error) {
-	body, err := buildRequest(req, p.max)
+	body, err := buildRequest(req, p.max, p.wire)
 	if err != nil {
 		return model.Result{}, err
 	}

@@ -3,10 +3,12 @@ package openai
 import (
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strings"
 
 	"floe.dev/pkg/omni"
 	"floe.dev/services/engine/internal/model"
+	"floe.dev/services/engine/internal/provider/wirecache"
 )
 
 // Wire types of the request body.
@@ -90,38 +92,123 @@ var emptySchema = json.RawMessage(`{"type":"object","properties":{}}`)
 // and is dropped); tool outputs → role tool with tool_call_id, their images
 // in one user message after the run of tool messages (tool messages cannot
 // carry images).
-func buildRequest(req *model.Request, maxTokens int) ([]byte, error) {
-	b := builder{}
-	if req.SystemPrompt != "" {
-		b.msgs = append(b.msgs, chatMessage{Role: "system", Content: req.SystemPrompt})
-	}
-	for i := range req.Messages {
-		b.add(&req.Messages[i].Payload)
-	}
-	b.flush()
-	cr := chatRequest{
-		Model:               req.Model,
-		Messages:            b.msgs,
-		Stream:              true,
-		StreamOptions:       &streamOptions{IncludeUsage: true},
-		MaxCompletionTokens: maxTokens,
-	}
+//
+// With a cache, the wire messages of the Session's last request before its
+// last user text are copied when this request begins with the same
+// messages and a user text follows them, and only the rest is converted
+// and marshalled; the bytes are the same either way (wirecache).
+func buildRequest(req *model.Request, maxTokens int, cache *wirecache.Cache) ([]byte, error) {
+	head := requestHead{Model: req.Model}
+	tail := requestTail{Stream: true, StreamOptions: &streamOptions{IncludeUsage: true}, MaxCompletionTokens: maxTokens}
 	switch req.ThinkingLevel {
 	case "low", "medium", "high":
-		cr.ReasoningEffort = req.ThinkingLevel
+		tail.ReasoningEffort = req.ThinkingLevel
 	}
 	for _, t := range req.Tools {
 		params := t.Parameters
 		if len(params) == 0 || string(params) == "null" {
 			params = emptySchema
 		}
-		cr.Tools = append(cr.Tools, chatTool{Type: "function", Function: toolFuncDef{Name: t.Name, Description: t.Description, Parameters: params}})
+		tail.Tools = append(tail.Tools, chatTool{Type: "function", Function: toolFuncDef{Name: t.Name, Description: t.Description, Parameters: params}})
 	}
-	body, err := json.Marshal(cr)
+	if req.Purpose != "" {
+		cache = nil // a one-off request: not the Session's context
+	}
+	msgs := req.Messages
+	pre := cache.Lookup(req.SessionID, msgs)
+	if pre == nil || len(pre.Msgs) >= len(msgs) || !isCut(msgs[len(pre.Msgs)]) {
+		pre = &wirecache.Prefix{}
+	}
+	// cut is the last user text after the prefix's first message (-1:
+	// none), closed how many wire messages come before it.
+	b := builder{}
+	cut, closed := -1, 0
+	for i := len(pre.Msgs); i < len(msgs); i++ {
+		if i > len(pre.Msgs) && isCut(msgs[i]) {
+			b.flush() // what adding a user text does first
+			cut, closed = i, len(b.msgs)
+		}
+		b.add(&msgs[i].Payload)
+	}
+	b.flush()
+
+	h, err := json.Marshal(&head)
 	if err != nil {
 		return nil, fmt.Errorf("openai: encode request: %w", err)
 	}
-	return body, nil
+	t, err := json.Marshal(&tail)
+	if err != nil {
+		return nil, fmt.Errorf("openai: encode request: %w", err)
+	}
+	// The body is json.Marshal's of the chatRequest: head's fields, the
+	// messages (the system prompt's, the prefix's, the rest), tail's.
+	body := make([]byte, 0, len(h)+len(req.SystemPrompt)+len(pre.Wire)+len(t)+256*len(b.msgs)+64)
+	body = append(body, h[:len(h)-1]...)
+	body = append(body, `,"messages":[`...)
+	a0 := len(body)
+	add := func(v []byte) {
+		if len(body) > a0 {
+			body = append(body, ',')
+		}
+		body = append(body, v...)
+	}
+	if req.SystemPrompt != "" {
+		v, err := json.Marshal(&chatMessage{Role: "system", Content: req.SystemPrompt})
+		if err != nil {
+			return nil, fmt.Errorf("openai: encode request: %w", err)
+		}
+		add(v)
+	}
+	w0 := -1 // where the history's wire messages begin in body
+	if len(pre.Wire) > 0 {
+		add(pre.Wire)
+		w0 = len(body) - len(pre.Wire)
+	}
+	for j := range b.msgs {
+		if j == closed && cut > 0 && cache != nil {
+			// The body is never written below its length: the next
+			// request's prefix shares it.
+			var wire []byte
+			if w0 >= 0 {
+				wire = body[w0:len(body):len(body)]
+			}
+			cache.Store(req.SessionID, &wirecache.Prefix{Msgs: slices.Clone(msgs[:cut]), Wire: wire})
+		}
+		v, err := json.Marshal(&b.msgs[j])
+		if err != nil {
+			return nil, fmt.Errorf("openai: encode request: %w", err)
+		}
+		add(v)
+		if w0 < 0 {
+			w0 = len(body) - len(v)
+		}
+	}
+	if len(body) == a0 {
+		body = append(body[:a0-1], "null,"...) // json.Marshal's nil slice
+	} else {
+		body = append(body, "],"...)
+	}
+	return append(body, t[1:]...), nil
+}
+
+// isCut reports whether m is a user text: its wire message never merges
+// with what comes before it, so the wire messages before it are complete.
+func isCut(m *omni.Message) bool {
+	return m.Payload.Role != omni.RoleAssistant && m.Payload.Type == omni.TypeText
+}
+
+// requestHead and requestTail are the fields of a request body before and
+// after its messages, in chatRequest's order.
+type requestHead struct {
+	Model string `json:"model"`
+}
+
+type requestTail struct {
+	Tools               []chatTool     `json:"tools,omitempty"`
+	ReasoningEffort     string         `json:"reasoning_effort,omitempty"`
+	MaxCompletionTokens int            `json:"max_completion_tokens,omitempty"`
+	Stream              bool           `json:"stream"`
+	StreamOptions       *streamOptions `json:"stream_options,omitempty"`
 }
 
 type builder struct {
