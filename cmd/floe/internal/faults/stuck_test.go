@@ -190,8 +190,15 @@ func TestClusterFaultsLeaveNoSessionStuck(t *testing.T) {
 	retried := c.procs.count("engine", "cannot release the session yet")
 	late := c.procs.count("engine", "task released by an earlier delivery")
 	owed := c.procs.count("engine", "end is not on the stream yet; publishing it")
-	t.Logf("%d Tasks over %d Sessions through %d faults (%s): %d stuck; statuses %v; release retries %d, deliveries after the release %d, ends published by another delivery or the next Task %d",
-		total, sessions, len(faults), strings.Join(faults, ", "), stuck, statuses, retried, late, owed)
+	// And those of a tool call (issue 28 point 3): a job's ack sent again,
+	// or given up on (the job not run there); a call failed as not started
+	// or with its runner lost.
+	ackLate := c.procs.count("toolrunner", "ack of tool job not confirmed; sending it again")
+	ackLost := c.procs.count("toolrunner", "job not run here")
+	notStarted := c.procs.count("engine", "tool job not started; call failed")
+	lost := c.procs.count("engine", "tool runner lost; call failed")
+	t.Logf("%d Tasks over %d Sessions through %d faults (%s): %d stuck; statuses %v; release retries %d, deliveries after the release %d, ends published by another delivery or the next Task %d; tool acks sent again %d, given up %d; calls failed not started %d, runner lost %d",
+		total, sessions, len(faults), strings.Join(faults, ", "), stuck, statuses, retried, late, owed, ackLate, ackLost, notStarted, lost)
 	if statuses[omni.StatusCompleted] < total/2 {
 		t.Errorf("only %d of %d Tasks completed: the faults left the cluster unable to work", statuses[omni.StatusCompleted], total)
 	}
