@@ -17,6 +17,10 @@ import (
 // subtracts it to see Floe's share (0 on systems other than Linux).
 func ScriptedModelCPU() time.Duration { return scripted.ModelCPU() }
 
+// ScriptedModelTime is the time the same estimates took: they are on a
+// request's path, so a Task waits for them.
+func ScriptedModelTime() time.Duration { return scripted.ModelTime() }
+
 // TitleInstruction starts the text of the one-off request that names a
 // Session after its first Task (protocol.md §3, session_title): a fake
 // model server tells it from the agent loop's requests by it.

@@ -34,11 +34,13 @@ type LongResult struct {
 	// measured side by side, under the same load on the machine.
 	Early, Late       time.Duration
 	EarlyCPU, LateCPU time.Duration
-	// EarlyFloeCPU and LateFloeCPU are the same medians of the CPU per
-	// Task less what the scripted model spent on its own token estimate
-	// (engine.ScriptedModelCPU): it reads the whole request, as a real
-	// model does on its side, so it grows with the context but is not
-	// Floe's. EarlyModelCPU and LateModelCPU are its medians.
+	// EarlyFloe, LateFloe, EarlyFloeCPU and LateFloeCPU are the same
+	// medians of the time and the CPU per Task less what the scripted
+	// model spent on its own token estimate (engine.ScriptedModelTime,
+	// ScriptedModelCPU): it reads the whole request, as a real model does
+	// on its side, so it grows with the context but is not Floe's.
+	// EarlyModelCPU and LateModelCPU are its CPU's medians.
+	EarlyFloe, LateFloe         time.Duration
 	EarlyFloeCPU, LateFloeCPU   time.Duration
 	EarlyModelCPU, LateModelCPU time.Duration
 	// SeqEarly and SeqLate are the same of the long Session alone: its
@@ -66,8 +68,10 @@ func (r *LongResult) TimeRatio() float64 { return float64(r.Late) / float64(r.Ea
 // CPURatio is the same of the CPU per Task.
 func (r *LongResult) CPURatio() float64 { return float64(r.LateCPU) / float64(r.EarlyCPU) }
 
-// FloeCPURatio is the same of the CPU per Task without the scripted
-// model's token estimate.
+// FloeRatio and FloeCPURatio are TimeRatio and CPURatio without the
+// scripted model's token estimate.
+func (r *LongResult) FloeRatio() float64 { return float64(r.LateFloe) / float64(r.EarlyFloe) }
+
 func (r *LongResult) FloeCPURatio() float64 {
 	return float64(r.LateFloeCPU) / float64(r.EarlyFloeCPU)
 }
@@ -102,18 +106,19 @@ func runLong(ctx context.Context, c *Config, p *progress) (*LongResult, error) {
 	if err != nil {
 		return nil, fmt.Errorf("bench: stream: %w", err)
 	}
-	// task returns the Task's time, the process's CPU meanwhile and the
-	// scripted model's part of it.
-	task := func(sid string, stream *client.Stream, i int) (time.Duration, time.Duration, time.Duration, error) {
-		t0, c0, m0 := time.Now(), processCPU(), engine.ScriptedModelCPU()
+	// task returns the Task's time and the process's CPU meanwhile, and
+	// the scripted model's part of each.
+	type cost struct{ d, cpu, md, mcpu time.Duration }
+	task := func(sid string, stream *client.Stream, i int) (cost, error) {
+		t0, c0, m0, mc0 := time.Now(), processCPU(), engine.ScriptedModelTime(), engine.ScriptedModelCPU()
 		id, err := e.api.SubmitTask(ctx, sid, client.TaskRequest{Input: []client.InputPart{{Type: client.InputText, Text: fmt.Sprintf("step %d: what is in this folder?", i)}}})
 		if err != nil {
-			return 0, 0, 0, fmt.Errorf("bench: task %d: %w", i, err)
+			return cost{}, fmt.Errorf("bench: task %d: %w", i, err)
 		}
 		if err := untilIdle(ctx, stream, id); err != nil {
-			return 0, 0, 0, fmt.Errorf("bench: task %d: %w", i, err)
+			return cost{}, fmt.Errorf("bench: task %d: %w", i, err)
 		}
-		return time.Since(t0), processCPU() - c0, engine.ScriptedModelCPU() - m0, nil
+		return cost{time.Since(t0), processCPU() - c0, engine.ScriptedModelTime() - m0, engine.ScriptedModelCPU() - mc0}, nil
 	}
 	p.logf("long: %d Tasks in one Session", n)
 	var times, cpus []time.Duration
@@ -125,12 +130,12 @@ func runLong(ctx context.Context, c *Config, p *progress) (*LongResult, error) {
 		if err := prof.at(i); err != nil {
 			return nil, err
 		}
-		d, cpu, _, err := task(s.ID, stream, i)
+		c, err := task(s.ID, stream, i)
 		if err != nil {
 			return nil, err
 		}
-		times = append(times, d)
-		cpus = append(cpus, cpu)
+		times = append(times, c.d)
+		cpus = append(cpus, c.cpu)
 		if (i+1)%500 == 0 {
 			p.logf("long: %d Tasks, the last took %v", i+1, times[i].Round(time.Microsecond))
 		}
@@ -156,23 +161,29 @@ func runLong(ctx context.Context, c *Config, p *progress) (*LongResult, error) {
 	if err != nil {
 		return nil, fmt.Errorf("bench: stream: %w", err)
 	}
-	var et, ec, ef, em, lt, lc, lf, lm []time.Duration
+	// Of each bucket: time, CPU, the same less the model's, the model's CPU.
+	var early, late [5][]time.Duration
+	add := func(b *[5][]time.Duration, c cost) {
+		for i, v := range []time.Duration{c.d, c.cpu, c.d - c.md, c.cpu - c.mcpu, c.mcpu} {
+			b[i] = append(b[i], v)
+		}
+	}
 	for i := range 10 + longBucket {
-		d, cpu, mcpu, err := task(short.ID, shortStream, i)
+		c, err := task(short.ID, shortStream, i)
 		if err != nil {
 			return nil, err
 		}
 		if i < 10 {
 			continue
 		}
-		et, ec, ef, em = append(et, d), append(ec, cpu), append(ef, cpu-mcpu), append(em, mcpu)
-		if d, cpu, mcpu, err = task(s.ID, stream, n+i); err != nil {
+		add(&early, c)
+		if c, err = task(s.ID, stream, n+i); err != nil {
 			return nil, err
 		}
-		lt, lc, lf, lm = append(lt, d), append(lc, cpu), append(lf, cpu-mcpu), append(lm, mcpu)
+		add(&late, c)
 	}
-	res.Early, res.EarlyCPU, res.EarlyFloeCPU, res.EarlyModelCPU = median(et), median(ec), median(ef), median(em)
-	res.Late, res.LateCPU, res.LateFloeCPU, res.LateModelCPU = median(lt), median(lc), median(lf), median(lm)
+	res.Early, res.EarlyCPU, res.EarlyFloe, res.EarlyFloeCPU, res.EarlyModelCPU = median(early[0]), median(early[1]), median(early[2]), median(early[3]), median(early[4])
+	res.Late, res.LateCPU, res.LateFloe, res.LateFloeCPU, res.LateModelCPU = median(late[0]), median(late[1]), median(late[2]), median(late[3]), median(late[4])
 
 	if err := tracerCaughtUp(ctx, e); err != nil {
 		return nil, err
@@ -197,6 +208,14 @@ func runLong(ctx context.Context, c *Config, p *progress) (*LongResult, error) {
 	for name, dst := range map[string]*uint64{omni.SessionsStream: &res.SessionsBytes, "KV_" + omni.SnapshotsBucket: &res.SnapshotBytes} {
 		if st, err := e.js.Stream(ctx, name); err == nil {
 			*dst = st.CachedInfo().State.Bytes
+		}
+	}
+	// What each store was written and holds: a block being written keeps
+	// every byte written to it (disk_per_trace's reason, operations.md).
+	for _, name := range []string{omni.SessionsStream, "KV_" + omni.SessionsBucket, "KV_" + omni.SnapshotsBucket} {
+		if st, err := e.js.Stream(ctx, name); err == nil {
+			s := st.CachedInfo().State
+			p.logf("long: %s: %d messages written, %d held in %d bytes", name, s.LastSeq, s.Msgs, s.Bytes)
 		}
 	}
 	return res, nil

@@ -41,6 +41,7 @@ type Summary struct {
 	LateTaskCPURatio *float64 `json:"late_task_cpu_ratio,omitempty"` // the same of the CPU per Task
 	// The same without the scripted model's token estimate, and that
 	// estimate's CPU in a late Task (the model's work, not Floe's).
+	LateTaskFloeRatio    *float64 `json:"late_task_floe_ratio,omitempty"`
 	LateTaskFloeCPURatio *float64 `json:"late_task_floe_cpu_ratio,omitempty"`
 	LateTaskModelCPUMs   *float64 `json:"late_task_model_cpu_ms,omitempty"`
 	HistoryWindowKiB     *float64 `json:"history_window_kib,omitempty"` // GET /messages?tailTasks=50
@@ -97,7 +98,7 @@ func (r *Report) Summary() Summary {
 	}
 	if x := r.Long; x != nil {
 		s.LateTaskRatio, s.LateTaskCPURatio = f(x.TimeRatio()), f(x.CPURatio())
-		s.LateTaskFloeCPURatio = f(x.FloeCPURatio())
+		s.LateTaskFloeRatio, s.LateTaskFloeCPURatio = f(x.FloeRatio()), f(x.FloeCPURatio())
 		s.LateTaskModelCPUMs = f(float64(x.LateModelCPU.Microseconds()) / 1000)
 		s.HistoryWindowKiB = f(float64(x.WindowBytes) / 1024)
 		s.HistoryWindowMs = f(float64(x.Window.Microseconds()) / 1000)

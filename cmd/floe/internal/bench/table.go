@@ -121,8 +121,8 @@ func (r *Report) Markdown(w io.Writer, command string) {
 		fmt.Fprintf(w, "| time | %s | %s | %.2f | %s | %s | %.2f |\n| CPU | %s | %s | %.2f | %s | %s | %.2f |\n\n",
 			dur(x.Early), dur(x.Late), x.TimeRatio(), dur(x.SeqEarly), dur(x.SeqLate), float64(x.SeqLate)/float64(x.SeqEarly),
 			dur(x.EarlyCPU), dur(x.LateCPU), x.CPURatio(), dur(x.SeqEarlyCPU), dur(x.SeqLateCPU), float64(x.SeqLateCPU)/float64(x.SeqEarlyCPU))
-		fmt.Fprintf(w, "Of that CPU, the scripted model's own token estimate of each request (it reads the whole context, as a real model does on its side; in this process, so measured apart: engine.ScriptedModelCPU) took %s in an early Task and %s in a late one; without it a late Task's CPU ÷ an early one's is %s ÷ %s = %.2f.\n\n",
-			dur(x.EarlyModelCPU), dur(x.LateModelCPU), dur(x.LateFloeCPU), dur(x.EarlyFloeCPU), x.FloeCPURatio())
+		fmt.Fprintf(w, "Of that CPU, the scripted model's own token estimate of each request (it reads the whole context, as a real model does on its side; in this process, so measured apart: engine.ScriptedModelCPU) took %s of CPU in an early Task and %s in a late one; without it a late Task's time ÷ an early one's is %s ÷ %s = %.2f, its CPU %s ÷ %s = %.2f.\n\n",
+			dur(x.EarlyModelCPU), dur(x.LateModelCPU), dur(x.LateFloe), dur(x.EarlyFloe), x.FloeRatio(), dur(x.LateFloeCPU), dur(x.EarlyFloeCPU), x.FloeCPURatio())
 		fmt.Fprintf(w, "History: the newest 50 Tasks (GET /messages?tailTasks=50) %s in %s; the whole history %s in %s (median of 5). Disk: the home %s, its Traces %s (%.2f×); the JetStream store %s, where FLOE_SESSIONS's messages are %s and the snapshot bucket's %s.\n\n",
 			kib(float64(x.WindowBytes)), dur(x.Window), kib(float64(x.WholeBytes)), dur(x.Whole), mib(float64(x.Disk)), mib(float64(x.TraceBytes)), x.DiskPerTrace(),
 			mib(float64(x.Store)), mib(float64(x.SessionsBytes)), mib(float64(x.SnapshotBytes)))

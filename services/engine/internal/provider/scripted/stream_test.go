@@ -777,12 +777,15 @@ func TestModelCPUCountsTheEstimate(t *testing.T) {
 	for i := range 1000 {
 		msgs = append(msgs, omni.UserText(fmt.Sprintf("question %d", i)), omni.Text(omni.RoleAssistant, strings.Repeat("é", 200)))
 	}
-	before := ModelCPU()
+	before, wall := ModelCPU(), ModelTime()
 	_, res, _ := run(t, p, newReq("s", msgs...))
 	if res.Usage.Total == 0 {
 		t.Fatalf("usage = %+v, want an estimate", res.Usage)
 	}
 	if after := ModelCPU(); after <= before {
 		t.Errorf("ModelCPU after estimating 2,000 messages = %v, want more than %v", after, before)
+	}
+	if after := ModelTime(); after <= wall {
+		t.Errorf("ModelTime after estimating 2,000 messages = %v, want more than %v", after, wall)
 	}
 }
