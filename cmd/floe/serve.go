@@ -99,15 +99,16 @@ func cmdServe(ctx context.Context, args []string) error {
 }
 
 // printNATSContexts writes the nats CLI contexts of the embedded server's
-// ops (read-only) and admin users and says how to use them.
+// ops (read-only), admin and hook (a NATS hook service's) users and says
+// how to use them.
 func printNATSContexts(st *stack.Stack, home, url string) error {
 	dir := stack.CredentialsDir(home)
-	paths, err := embed.WriteContexts(dir, url, st.Server.Credentials(), embed.UserOps, embed.UserAdmin)
+	paths, err := embed.WriteContexts(dir, url, st.Server.Credentials(), embed.UserOps, embed.UserAdmin, embed.UserHook)
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(os.Stderr, "floe serve: NATS requires a user; for the nats CLI: nats --context %s stream ls  (read-only ops; admin: %s; passwords in %s)\n",
-		paths[0], paths[1], dir)
+	fmt.Fprintf(os.Stderr, "floe serve: NATS requires a user; for the nats CLI: nats --context %s stream ls  (read-only ops; admin: %s; a NATS hook service: %s; passwords in %s)\n",
+		paths[0], paths[1], paths[2], dir)
 	return nil
 }
 

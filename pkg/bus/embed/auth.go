@@ -19,7 +19,7 @@ import (
 // deploy/nats/auth.conf. Admin may do anything (`floe setup`, the stack's
 // own connection); each service role holds least privilege and receives
 // replies on _INBOX.<role> only; ops is read-only inspection with the nats
-// CLI.
+// CLI; hook is a NATS hook service, which only answers floe.hook.*.
 const (
 	UserAdmin      = "admin"
 	UserEngine     = "engine"
@@ -27,10 +27,11 @@ const (
 	UserTracer     = "tracer"
 	UserGateway    = "gateway"
 	UserOps        = "ops"
+	UserHook       = "hook"
 )
 
 // Users lists every user an authenticated embedded server knows.
-var Users = []string{UserAdmin, UserEngine, UserToolrunner, UserTracer, UserGateway, UserOps}
+var Users = []string{UserAdmin, UserEngine, UserToolrunner, UserTracer, UserGateway, UserOps, UserHook}
 
 // Credentials maps each of Users to its password.
 type Credentials map[string]string

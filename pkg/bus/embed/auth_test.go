@@ -211,9 +211,18 @@ func permString(p *server.Permissions) string {
 // "Hooks"): with the roles on, its request must reach a service and come
 // back. Without the permission the publish was a silent violation, so
 // every NATS hook under `floe serve` timed out (10 s) as "hook failed".
+// The service runs as the hook user, which may answer and nothing more.
 func TestEngineReachesANATSHookService(t *testing.T) {
-	s, _, _ := startAuthed(t)
-	svc, err := s.Connect() // admin: a hook service of the deployment
+	s, creds, _ := startAuthed(t)
+	// The hook user: a hook service of the deployment.
+	violations := make(chan string, 16)
+	svc, err := nats.Connect(s.ClientURL(), nats.UserInfo(UserHook, creds[UserHook]),
+		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
+			select {
+			case violations <- err.Error():
+			default:
+			}
+		}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -240,5 +249,40 @@ func TestEngineReachesANATSHookService(t *testing.T) {
 	}
 	if got := string(reply.Data); got != `{"decision":"deny","reason":"policy"}` {
 		t.Fatalf("hook answer %q", got)
+	}
+
+	// Least privilege: the hook user answers hook requests and does
+	// nothing else. Each attempt is a permissions violation naming its
+	// subject; the answer above still went through (a reply).
+	for _, a := range []struct{ verb, subject string }{
+		{"publish", "floe.task.session-x"},
+		{"publish", "floe.session.session-x.model"},
+		{"publish", "floe.ctl.session-x.abort"},
+		{"publish", "floe.hook.pre_tool_use"},
+		{"publish", "$JS.API.STREAM.INFO.FLOE_SESSIONS"},
+		{"publish", "$KV.floe_sessions.session-x"},
+		{"subscribe", "floe.session.>"},
+		{"subscribe", "floe.ctl.*.*"},
+		{"subscribe", "_INBOX.engine.>"},
+		{"subscribe", "$JS.API.>"},
+	} {
+		var err error
+		if a.verb == "subscribe" {
+			_, err = svc.Subscribe(a.subject, func(*nats.Msg) {})
+		} else {
+			err = svc.Publish(a.subject, []byte("forged"))
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		svc.Flush()
+		select {
+		case v := <-violations:
+			if !strings.Contains(v, "Permissions Violation") || !strings.Contains(v, a.subject) {
+				t.Errorf("hook user: %s %s: %s, want a permissions violation on it", a.verb, a.subject, v)
+			}
+		case <-time.After(10 * time.Second):
+			t.Errorf("hook user: %s %s: no permissions violation", a.verb, a.subject)
+		}
 	}
 }

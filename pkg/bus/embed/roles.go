@@ -173,6 +173,15 @@ func rolePermissions(user string) *server.Permissions {
 				Deny:  []string{"_INBOX.engine.>", "_INBOX.toolrunner.>", "_INBOX.tracer.>", "_INBOX.gateway.>"},
 			},
 		}
+	case UserHook:
+		// It answers the engine's hook requests and publishes nothing
+		// else: replies only (allow_responses).
+		p := &server.Permissions{
+			Publish:   &server.SubjectPermission{Deny: []string{">"}},
+			Subscribe: &server.SubjectPermission{Allow: []string{"floe.hook.*", "$SRV.>"}},
+		}
+		p.Response = responses
+		return p
 	}
 	return nil
 }

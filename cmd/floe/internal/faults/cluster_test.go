@@ -27,7 +27,7 @@ import (
 
 // users are the NATS users of deploy/nats/auth.conf; each service runs as
 // the user of its name.
-var users = []string{"admin", "engine", "toolrunner", "tracer", "gateway", "ops"}
+var users = []string{"admin", "engine", "toolrunner", "tracer", "gateway", "ops", "hook"}
 
 // cluster is one test's NATS node(s), Floe processes, shared FLOE_HOME and
 // Workspace, and an admin connection for setting up and reading back.

@@ -26,7 +26,8 @@ import (
 // SSE, history, Traces, listing and deletion. The server logs no
 // permission violation. Then the users are shown to be fenced: a runner
 // cannot submit Tasks or write Session records, the tracer and the gateway
-// cannot forge model messages, a wrong password is refused.
+// cannot forge model messages, a hook service's user can do nothing but
+// answer, a wrong password is refused.
 func TestServicesWorkUnderLeastPrivilegeUsers(t *testing.T) {
 	c := newCluster(t, 1, 1)
 	c.serviceBin(bins.tracer, nil, "tracer", "tracer")
@@ -132,6 +133,10 @@ func TestServicesWorkUnderLeastPrivilegeUsers(t *testing.T) {
 	c.denied("tracer", omni.SessionSubject(sid, omni.ClassModel), omni.SessionsStream)
 	c.denied("gateway", omni.SessionSubject(sid, omni.ClassModel), omni.SessionsStream)
 	c.denied("ops", omni.TaskSubject(sid), omni.TasksStream)
+	// A NATS hook service's user answers floe.hook.* and publishes
+	// nothing else.
+	c.denied("hook", omni.TaskSubject(sid), omni.TasksStream)
+	c.denied("hook", omni.SessionSubject(sid, omni.ClassModel), omni.SessionsStream)
 	// Deleting a Session purged its messages above, through the tracer:
 	// the gateway, which serves HTTP, may not purge the stream itself.
 	c.deniedPurge("gateway", omni.SessionsStream)
