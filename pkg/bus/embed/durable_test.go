@@ -11,19 +11,22 @@ import (
 
 // The engine's and the gateway's consumer permissions on FLOE_SESSIONS do
 // not reach the tracer's durable: they can neither delete it, re-create it
-// with another configuration, reset it nor pull its messages, while their
-// own consumers work.
+// with another configuration (by its name in the subject or in the body),
+// reset it nor pull its messages, while their own consumers work.
 func TestOnlyTheTracerTouchesItsDurable(t *testing.T) {
 	s, creds, _ := startAuthed(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	connect := func(user string) jetstream.JetStream {
+	conn := func(user string) *nats.Conn {
 		nc, err := nats.Connect(s.ClientURL(), nats.UserInfo(user, creds[user]), nats.CustomInboxPrefix("_INBOX."+user))
 		if err != nil {
 			t.Fatalf("%s: %v", user, err)
 		}
 		t.Cleanup(nc.Close)
-		js, _ := jetstream.New(nc)
+		return nc
+	}
+	connect := func(user string) jetstream.JetStream {
+		js, _ := jetstream.New(conn(user))
 		return js
 	}
 	admin := connect(UserAdmin)
@@ -38,7 +41,8 @@ func TestOnlyTheTracerTouchesItsDurable(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, user := range []string{UserEngine, UserGateway} {
-		js := connect(user)
+		nc := conn(user)
+		js, _ := jetstream.New(nc)
 		short := func() (context.Context, context.CancelFunc) { return context.WithTimeout(ctx, 2*time.Second) }
 		c1, cancel1 := short()
 		if err := js.DeleteConsumer(c1, "FLOE_SESSIONS", "floe-tracer"); err == nil {
@@ -52,6 +56,13 @@ func TestOnlyTheTracerTouchesItsDurable(t *testing.T) {
 			t.Errorf("%s re-configured the tracer's durable", user)
 		}
 		cancel2()
+		// The unnamed (legacy ephemeral) create names the consumer in the
+		// body: with "name": "floe-tracer" it replaced the durable's
+		// filter.
+		body := `{"stream_name":"FLOE_SESSIONS","config":{"name":"floe-tracer","ack_policy":"all","filter_subject":"floe.session.nothing.>"}}`
+		if m, err := nc.Request("$JS.API.CONSUMER.CREATE.FLOE_SESSIONS", []byte(body), 2*time.Second); err == nil {
+			t.Errorf("%s re-configured the tracer's durable through the unnamed create: %s", user, m.Data)
+		}
 		c3, cancel3 := short()
 		if _, err := js.ResetConsumer(c3, "FLOE_SESSIONS", "floe-tracer"); err == nil {
 			t.Errorf("%s reset the tracer's durable", user)

@@ -4,8 +4,13 @@ import "github.com/nats-io/nats-server/v2/server"
 
 // tracerDurable is the tracer's durable consumer, which the engine's and
 // the gateway's consumer permissions on FLOE_SESSIONS would otherwise
-// cover: neither may delete it, re-create it or pull from it.
+// cover: neither may delete it, re-create it or pull from it. The
+// unnamed create (the legacy ephemeral endpoint) takes the consumer's
+// name from the request body, so a "name": "floe-tracer" there
+// re-configured the durable (its filter replaced): neither role may use
+// it (the jetstream package always names its consumers).
 var tracerDurable = []string{
+	"$JS.API.CONSUMER.CREATE.FLOE_SESSIONS",
 	"$JS.API.CONSUMER.CREATE.FLOE_SESSIONS.floe-tracer",
 	"$JS.API.CONSUMER.CREATE.FLOE_SESSIONS.floe-tracer.>",
 	"$JS.API.CONSUMER.DELETE.FLOE_SESSIONS.floe-tracer",
@@ -44,7 +49,6 @@ func rolePermissions(user string) *server.Permissions {
 			"$JS.API.CONSUMER.MSG.NEXT.FLOE_TASKS.*",
 			"$JS.ACK.FLOE_TASKS.>",
 			"$JS.API.STREAM.INFO.FLOE_SESSIONS",
-			"$JS.API.CONSUMER.CREATE.FLOE_SESSIONS",
 			"$JS.API.CONSUMER.CREATE.FLOE_SESSIONS.>",
 			"$JS.API.CONSUMER.INFO.FLOE_SESSIONS.*",
 			"$JS.API.CONSUMER.DELETE.FLOE_SESSIONS.*",
@@ -125,7 +129,6 @@ func rolePermissions(user string) *server.Permissions {
 			"$JS.API.DIRECT.GET.KV_floe_protocols.>",
 			"$JS.API.STREAM.MSG.GET.KV_floe_protocols",
 			"$JS.API.STREAM.INFO.FLOE_SESSIONS",
-			"$JS.API.CONSUMER.CREATE.FLOE_SESSIONS",
 			"$JS.API.CONSUMER.CREATE.FLOE_SESSIONS.>",
 			"$JS.API.CONSUMER.INFO.FLOE_SESSIONS.*",
 			"$JS.API.CONSUMER.DELETE.FLOE_SESSIONS.*",
