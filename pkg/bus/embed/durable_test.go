@@ -79,6 +79,19 @@ func TestOnlyTheTracerTouchesItsDurable(t *testing.T) {
 		}
 		cancel4()
 	}
+	// ops reads with ephemeral consumers of its own; pulling from the
+	// tracer's durable would hold its messages from the tracer (ops
+	// cannot ack them) until their ack wait ends.
+	opsJS := connect(UserOps)
+	c5, cancel5 := context.WithTimeout(ctx, 2*time.Second)
+	if tc, err := opsJS.Consumer(c5, "FLOE_SESSIONS", "floe-tracer"); err != nil {
+		t.Errorf("ops cannot look at the tracer's durable: %v", err)
+	} else if b, err := tc.Fetch(1, jetstream.FetchMaxWait(time.Second)); err == nil {
+		for m := range b.Messages() {
+			t.Errorf("ops pulled %q from the tracer's durable", m.Data())
+		}
+	}
+	cancel5()
 	info, err := admin.Consumer(ctx, "FLOE_SESSIONS", "floe-tracer")
 	if err != nil {
 		t.Fatalf("the tracer's durable is gone: %v", err)

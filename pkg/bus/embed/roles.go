@@ -169,6 +169,7 @@ func rolePermissions(user string) *server.Permissions {
 				Deny: []string{
 					"$JS.API.CONSUMER.CREATE.FLOE_SESSIONS.floe-tracer",
 					"$JS.API.CONSUMER.CREATE.FLOE_SESSIONS.floe-tracer.>",
+					"$JS.API.CONSUMER.MSG.NEXT.FLOE_SESSIONS.floe-tracer",
 				},
 			},
 			Subscribe: &server.SubjectPermission{
