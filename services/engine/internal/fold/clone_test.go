@@ -153,6 +153,15 @@ func TestBackwardAndCallIDsAgreeWithMessages(t *testing.T) {
 			if got := slices.Collect(c.CallIDs()); !slices.Equal(got, ids) {
 				t.Fatalf("%s at %d: CallIDs = %v, want %v", name, k, got, ids)
 			}
+			clone := c.Clone()
+			for _, id := range ids {
+				if !c.HasCall(id) || !clone.HasCall(id) {
+					t.Fatalf("%s at %d: HasCall(%q) = %v, in a clone %v, want true", name, k, id, c.HasCall(id), clone.HasCall(id))
+				}
+			}
+			if c.HasCall("no such call") {
+				t.Fatalf("%s at %d: HasCall of an id not in the context = true", name, k)
+			}
 			for range c.Backward() {
 				break // stopping early is fine
 			}
@@ -195,5 +204,37 @@ func TestMessagesArePointerStable(t *testing.T) {
 	r1, r2 := restored.Messages(), restored.Messages()
 	if !slices.Equal(r1, r2) || !slices.Equal(summary(r1), summary(first)) {
 		t.Errorf("a restored Context's Messages() twice = %v, %v, want the same pointers with %v", summary(r1), summary(r2), summary(first))
+	}
+}
+
+// HasCall knows every tool_call of a committed turn, an incomplete one
+// too, and a clone knows only the calls of its own part.
+func TestHasCallOfCompleteAndIncompleteCalls(t *testing.T) {
+	cut := omni.ToolCall("exec_command", `{"cmd":`, "cut")
+	cut.Payload.StopReason = omni.StatusAborted
+	rec := []omni.Message{omni.UserText("go")}
+	rec = append(rec, request(omni.StatusCompleted, omni.ToolCall("exec_command", "{}", "done"), cut)...)
+	c := Load(rec)
+	for _, id := range []string{"done", "cut"} {
+		if !c.HasCall(id) {
+			t.Errorf("HasCall(%q) = false, want true", id)
+		}
+	}
+	clone := c.Clone()
+	later := append([]omni.Message{omni.UserText("more")}, request(omni.StatusCompleted, omni.ToolCall("exec_command", "{}", "later"), cut)...)
+	for i := range later {
+		c.Apply(&later[i])
+	}
+	if !c.HasCall("later") || clone.HasCall("later") {
+		t.Errorf("HasCall(later) = %v, in the earlier clone %v, want true and false", c.HasCall("later"), clone.HasCall("later"))
+	}
+	if !clone.HasCall("cut") || !clone.HasCall("done") {
+		t.Errorf("the clone lost its own calls")
+	}
+	for i := range later {
+		clone.Apply(&later[i])
+	}
+	if !clone.HasCall("later") {
+		t.Errorf("HasCall(later) in the clone after folding it = false, want true")
 	}
 }

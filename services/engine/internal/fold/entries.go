@@ -28,6 +28,9 @@ type entries struct {
 	owner bool // appends go to sp (else to tail)
 	tail  []entry
 	calls map[string]int // a tail turn's call id → its entry index (n + i)
+	// others is the same of a tail turn's tool_call messages that are not
+	// calls (incomplete ones): rare, nil without one.
+	others map[string]int
 	gen   uint64         // turns with this gen are this Context's own
 }
 
@@ -38,8 +41,11 @@ type entries struct {
 type spine struct {
 	mu      sync.RWMutex
 	entries []entry
-	// calls maps a committed call id to the last entry index with it.
-	calls map[string]int
+	// calls maps a committed call id to the last entry index with it;
+	// others the same of the tool_call messages of committed turns that
+	// are not calls (incomplete ones; nil without one).
+	calls  map[string]int
+	others map[string]int
 	// frozen: entries below it are read by clones and never overwritten.
 	frozen int
 }
@@ -105,6 +111,7 @@ func (l *entries) add(e entry) {
 			for _, id := range e.turn.calls {
 				l.calls[id] = i
 			}
+			l.others = e.turn.indexOthers(l.others, i)
 		}
 		return
 	}
@@ -116,8 +123,66 @@ func (l *entries) add(e entry) {
 		for _, id := range e.turn.calls {
 			sp.calls[id] = l.n
 		}
+		sp.others = e.turn.indexOthers(sp.others, l.n)
 	}
 	l.n++
+}
+
+// findOther reports whether a committed turn has a tool_call message with
+// id that is not one of its calls (an incomplete one).
+func (l *entries) findOther(id string) bool {
+	if _, ok := l.others[id]; ok {
+		return true
+	}
+	sp := l.sp
+	sp.mu.RLock()
+	defer sp.mu.RUnlock()
+	i, ok := sp.others[id]
+	if !ok {
+		return false
+	}
+	if i < l.n {
+		return true
+	}
+	// The owner has since committed another with the same id: look in
+	// this Context's part.
+	for j := l.n - 1; j >= 0; j-- {
+		if t := sp.entries[j].turn; t != nil && t.hasOther(id) {
+			return true
+		}
+	}
+	return false
+}
+
+// indexOthers adds the ids of t's tool_call messages that are not calls to
+// m (made when needed) at entry index i, and returns m.
+func (t *turn) indexOthers(m map[string]int, i int) map[string]int {
+	if t.toolCalls <= len(t.calls) {
+		return m // every tool_call message is a call
+	}
+	for _, msg := range t.assistant {
+		if msg.Payload.Type == omni.TypeToolCall && !t.has(msg.Payload.ToolCallID) {
+			if m == nil {
+				m = map[string]int{}
+			}
+			m[msg.Payload.ToolCallID] = i
+		}
+	}
+	return m
+}
+
+// hasOther reports whether t has a tool_call message with id that is not
+// one of its calls.
+func (t *turn) hasOther(id string) bool {
+	if t.toolCalls <= len(t.calls) {
+		return false
+	}
+	for _, msg := range t.assistant {
+		if msg.Payload.Type == omni.TypeToolCall && msg.Payload.ToolCallID == id && !t.has(id) {
+			return true
+		}
+	}
+	return false
 }
 
 // find returns the index of the last committed turn with call id, or -1.
@@ -187,6 +252,7 @@ func (l *entries) detach() {
 			for _, id := range e.turn.calls {
 				sp.calls[id] = i
 			}
+			sp.others = e.turn.indexOthers(sp.others, i)
 		}
 	})
 	*l = entries{sp: sp, n: len(sp.entries), owner: true, gen: l.gen}

@@ -460,6 +460,13 @@ func (c *Context) Backward() iter.Seq[*omni.Message] {
 	}
 }
 
+// HasCall reports whether a committed tool_call message of the context
+// has id (one of the ids CallIDs yields), in O(1) whatever the context's
+// length.
+func (c *Context) HasCall(id string) bool {
+	return c.log.find(id) >= 0 || c.log.findOther(id)
+}
+
 // CallIDs yields the ids of the committed tool calls in the context (those
 // of the tool_call messages Messages returns), oldest first.
 func (c *Context) CallIDs() iter.Seq[string] {

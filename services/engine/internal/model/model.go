@@ -122,6 +122,16 @@ type IDAllocator struct {
 	mu   sync.Mutex
 	seen map[string]bool
 	n    int
+	used func(id string) bool // mu; nil: none
+}
+
+// SetUsed makes Assign ask used too whether an id is taken: the
+// Session's context, looked up in O(1), instead of every id of it
+// Observed at the Task's start. used must not call back into a.
+func (a *IDAllocator) SetUsed(used func(id string) bool) {
+	a.mu.Lock()
+	a.used = used
+	a.mu.Unlock()
 }
 
 // Assign returns id if it is non-empty and not yet used in the Session,
@@ -132,14 +142,15 @@ func (a *IDAllocator) Assign(id string) string {
 	if a.seen == nil {
 		a.seen = make(map[string]bool)
 	}
-	if id != "" && !a.seen[id] {
+	taken := func(id string) bool { return a.seen[id] || a.used != nil && a.used(id) }
+	if id != "" && !taken(id) {
 		a.seen[id] = true
 		return id
 	}
 	for {
 		a.n++
 		fresh := "call_" + strconv.Itoa(a.n)
-		if !a.seen[fresh] {
+		if !taken(fresh) {
 			a.seen[fresh] = true
 			return fresh
 		}

@@ -50,6 +50,13 @@ func (h *history) read(f func(fc *fold.Context)) {
 	f(h.fc)
 }
 
+// hasCall reports whether a committed tool_call of the context has id.
+func (h *history) hasCall(id string) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.fc.HasCall(id)
+}
+
 // messages is the model context folded so far.
 func (h *history) messages() []*omni.Message {
 	h.mu.Lock()

@@ -288,12 +288,10 @@ func (r *Runner) Run(ctx context.Context) (status string, err error) {
 		r.log.Warn().Int("skipped", bad).Msg("undecodable records in session history skipped")
 	}
 	r.prod.replayed = lastSeq
-	r.hist.read(func(fc *fold.Context) {
-		r.llm.usage = fc.Usage
-		for id := range fc.CallIDs() {
-			r.llm.ids.Observe(id)
-		}
-	})
+	r.hist.read(func(fc *fold.Context) { r.llm.usage = fc.Usage })
+	// The context's call ids are taken: looked up when an id is assigned
+	// (O(1)), not listed at every Task's start (O(history)).
+	r.llm.ids.SetUsed(r.hist.hasCall)
 
 	outputs, err := r.calls.follow(actx, lastSeq+1)
 	if err != nil {
