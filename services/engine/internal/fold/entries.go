@@ -31,7 +31,7 @@ type entries struct {
 	// others is the same of a tail turn's tool_call messages that are not
 	// calls (incomplete ones): rare, nil without one.
 	others map[string]int
-	gen   uint64         // turns with this gen are this Context's own
+	gen    uint64 // turns with this gen are this Context's own
 }
 
 // spine is an array of entries shared by the Context that owns it and its
