@@ -742,14 +742,20 @@ func (p *Proc) mountProc(ns *pidNS, dir string) error {
 	if err != nil {
 		return fmt.Errorf("fsmount proc: %w", err)
 	}
+	defer unix.Close(m)
 	if err := unix.MoveMount(m, "", unix.AT_FDCWD, dir, unix.MOVE_MOUNT_F_EMPTY_PATH); err != nil {
-		unix.Close(m)
 		return fmt.Errorf("move_mount proc: %w", err)
+	}
+	// The handle is a directory opened on the mount (fsmount's is a path
+	// only), which the watcher reads again and again.
+	d, err := unix.Openat(m, ".", unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("open the call's /proc: %w", err)
 	}
 	if p.procFD >= 0 {
 		unix.Close(p.procFD)
 	}
-	p.procFD = m
+	p.procFD = d
 	return nil
 }
 
@@ -771,21 +777,9 @@ func (l *limits) alone(nsPid int) bool {
 	if nsPid < 2 {
 		return false
 	}
-	d, err := os.Open(l.w.proc)
-	if err != nil {
-		return false
-	}
-	names, err := d.Readdirnames(-1)
-	d.Close()
-	if err != nil {
-		return false
-	}
-	for _, n := range names {
-		if pid, err := strconv.Atoi(n); err == nil && pid != 1 && pid != nsPid {
-			return false
-		}
-	}
-	return true
+	others := false
+	ok := l.w.each(func(pid int, _ []byte) { others = others || pid != nsPid })
+	return ok && !others
 }
 
 // close releases the call's /proc, once the watcher has ended.
@@ -801,8 +795,7 @@ func (p *Proc) watchLimits() {
 	p.limits = l
 	fd, proc := p.procFD, p.Cmd.Process
 	p.procFD = -1
-	w := watcher{self: -1, proc: fmt.Sprintf("/proc/self/fd/%d", fd),
-		memory: int64(p.sb.cfg.MemoryMB) << 20, pids: p.sb.cfg.Pids}
+	w := watcher{dir: fd, self: -1, memory: int64(p.sb.cfg.MemoryMB) << 20, pids: p.sb.cfg.Pids}
 	l.fd, l.w = fd, &w
 	p.sb.sp.wg.Add(1)
 	go func() {

@@ -1,8 +1,12 @@
 package sandbox
 
 import (
+	"bytes"
+	"encoding/binary"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -11,6 +15,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -112,7 +117,11 @@ func runInit(arg string) int {
 	if err != nil {
 		return fail(err)
 	}
-	w := watcher{self: os.Getpid(), memory: int64(spec.MemoryMB) << 20, pids: spec.Pids}
+	procDir, err := unix.Open("/proc", unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return fail(err)
+	}
+	w := watcher{dir: procDir, self: os.Getpid(), memory: int64(spec.MemoryMB) << 20, pids: spec.Pids}
 	tick := time.NewTicker(watchEvery)
 	defer tick.Stop()
 	var st status
@@ -322,40 +331,31 @@ const watchEvery = 10 * time.Millisecond
 // watcher measures every process of the call's PID namespace through its
 // /proc (the namespace's own): how many there are and their private
 // resident memory (statm resident - shared, so shared libraries are not
-// counted once per process).
+// counted once per process). It runs every watchEvery for as long as the
+// call does, so a check costs no path lookup and no allocation: the
+// /proc directory stays open (dir) and is read again from its first
+// process entry (procPidsOffset), each statm opened relative to it.
 type watcher struct {
-	proc   string // the namespace's /proc ("" for /proc)
+	dir    int // the namespace's /proc, an open directory
 	self   int
 	memory int64 // bytes, 0 = no limit
 	pids   int   // 0 = no limit
-	buf    []byte
+	dents  []byte
+	statm  []byte
+	name   [24]byte
 }
 
 // check returns "memory" or "processes" when a limit is exceeded.
 func (w *watcher) check() string {
-	proc := w.proc
-	if proc == "" {
-		proc = "/proc"
-	}
-	d, err := os.Open(proc)
-	if err != nil {
-		return ""
-	}
-	names, _ := d.Readdirnames(-1)
-	d.Close()
 	n := 0
 	var mem int64
 	page := int64(os.Getpagesize())
-	for _, name := range names {
-		pid, err := strconv.Atoi(name)
-		if err != nil || pid == w.self || pid == 1 {
-			continue
-		}
+	w.each(func(pid int, name []byte) {
 		n++
 		if w.memory > 0 {
-			mem += w.private(proc+"/"+name) * page
+			mem += w.private(name) * page
 		}
-	}
+	})
 	switch {
 	case w.pids > 0 && n > w.pids:
 		return "processes"
@@ -365,21 +365,121 @@ func (w *watcher) check() string {
 	return ""
 }
 
-func (w *watcher) private(dir string) int64 {
-	if w.buf == nil {
-		w.buf = make([]byte, 128)
+// each calls f with every process of the namespace (pid and its /proc
+// entry's name) but its init and the watcher itself; false when /proc
+// could not be read.
+func (w *watcher) each(f func(pid int, name []byte)) bool {
+	if w.dents == nil {
+		w.dents = make([]byte, 8192)
 	}
-	f, err := os.Open(dir + "/statm")
+	if _, err := unix.Seek(w.dir, procPidsOffset(), io.SeekStart); err != nil {
+		return false
+	}
+	for {
+		n, err := unix.Getdents(w.dir, w.dents)
+		if errors.Is(err, unix.EINTR) {
+			continue
+		}
+		if err != nil {
+			return false
+		}
+		if n <= 0 {
+			return true
+		}
+		for b := w.dents[:n]; len(b) >= direntName; {
+			// struct linux_dirent64: ino u64, off s64, reclen u16,
+			// type u8, name NUL-terminated.
+			reclen := int(binary.NativeEndian.Uint16(b[16:18]))
+			if reclen < direntName || reclen > len(b) {
+				return false
+			}
+			name := b[direntName:reclen]
+			if i := bytes.IndexByte(name, 0); i >= 0 {
+				name = name[:i]
+			}
+			if pid := atoiPid(name); pid > 1 && pid != w.self {
+				f(pid, name)
+			}
+			b = b[reclen:]
+		}
+	}
+}
+
+// direntName is the offset of the name in a linux_dirent64.
+const direntName = 19
+
+// atoiPid parses a /proc entry's name as a pid: 0 when it is none.
+func atoiPid(b []byte) int {
+	if len(b) == 0 || len(b) > 10 {
+		return 0
+	}
+	n := 0
+	for _, c := range b {
+		if c < '0' || c > '9' {
+			return 0
+		}
+		n = n*10 + int(c-'0')
+	}
+	return n
+}
+
+// procPidsOffset is where a readdir of a procfs root starts to list
+// processes: procfs lists its fixed entries (about 60: cpuinfo, sys, …)
+// at positions below 256 (FIRST_PROCESS_ENTRY), then "self",
+// "thread-self" and the processes, so a watcher that seeks there skips
+// the fixed entries, the larger part of each readdir. Checked once on
+// this host's /proc: 0 (the whole listing) unless the seek lands on
+// "self" and the listing from there shows this process.
+var procPidsOffset = sync.OnceValue(func() int64 {
+	const first = 256
+	fd, err := unix.Open("/proc", unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return 0
 	}
-	n, _ := f.Read(w.buf)
-	f.Close()
-	fields := strings.Fields(string(w.buf[:n]))
-	if len(fields) < 3 {
+	defer unix.Close(fd)
+	if _, err := unix.Seek(fd, first, io.SeekStart); err != nil {
 		return 0
 	}
-	res, _ := strconv.ParseInt(fields[1], 10, 64)
-	shared, _ := strconv.ParseInt(fields[2], 10, 64)
+	buf := make([]byte, 1<<16)
+	var names []string
+	for {
+		n, err := unix.Getdents(fd, buf)
+		if err != nil {
+			return 0
+		}
+		if n <= 0 {
+			break
+		}
+		_, _, names = unix.ParseDirent(buf[:n], -1, names)
+	}
+	if len(names) == 0 || names[0] != "self" || !slices.Contains(names, strconv.Itoa(os.Getpid())) {
+		return 0
+	}
+	return first
+})
+
+// private is the private resident memory of the process whose /proc
+// entry is name, in pages.
+func (w *watcher) private(name []byte) int64 {
+	if w.statm == nil {
+		w.statm = make([]byte, 128)
+	}
+	p := append(append(w.name[:0], name...), "/statm"...)
+	fd, err := unix.Openat(w.dir, string(p), unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return 0
+	}
+	n, _ := unix.Read(fd, w.statm)
+	unix.Close(fd)
+	if n <= 0 {
+		return 0
+	}
+	// size resident shared …
+	f := bytes.Fields(w.statm[:n])
+	if len(f) < 3 {
+		return 0
+	}
+	res, _ := strconv.ParseInt(string(f[1]), 10, 64)
+	shared, _ := strconv.ParseInt(string(f[2]), 10, 64)
 	return res - shared
 }

@@ -380,9 +380,11 @@ func (s *Sandbox) Command(ctx context.Context, spec Spec) (*Proc, error) {
 	}
 	if s.sp != nil && s.sp.direct && !spec.External {
 		// Started by Proc.Start from the spawner thread (direct.go); a
-		// Cmd.Start fails rather than run anything unconfined.
-		cmd := exec.CommandContext(ctx, spec.Argv[0], spec.Argv[1:]...)
-		cmd.Env = spec.Env
+		// Cmd.Start fails rather than run anything unconfined. The
+		// command is looked up there, in the call's view: "/" spares a
+		// lookup on the host's PATH here.
+		cmd := exec.CommandContext(ctx, "/")
+		cmd.Args, cmd.Env = slices.Clone(spec.Argv), spec.Env
 		cmd.Err = errors.New("sandbox: a confined process is started with Proc.Start")
 		cmd.Cancel = func() error { return cmd.Process.Kill() }
 		return &Proc{Cmd: cmd, sb: s, spec: initSpec{Argv: spec.Argv, Dir: dir}, ws: spec.Workspace, read: spec.Read, direct: true, procFD: -1}, nil
