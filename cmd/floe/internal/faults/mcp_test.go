@@ -23,8 +23,13 @@ func TestToolrunnerKilledMidMCPCall(t *testing.T) {
 	entry := mcptest.Everything(t)
 	const hbTimeout = 3 * time.Second
 	c := newCluster(t, 1, 1)
+	// The server daemonizes a sleep before it starts (setsid nohup, its
+	// parent gone): that grandchild must die with the runner too. The
+	// entry is bash's $0, so that the sandbox lets the server read it.
+	mark := fmt.Sprintf("1000.%d32", os.Getpid())
 	cfg, _ := json.Marshal(map[string]any{"servers": map[string]any{
-		"everything": map[string]any{"command": "node", "args": []string{entry, "stdio"}}}})
+		"everything": map[string]any{"command": "bash", "args": []string{"-c",
+			fmt.Sprintf(`(setsid nohup sleep %s >/dev/null 2>&1 &); exec node "$0" stdio`, mark), entry}}}})
 	cfgPath := filepath.Join(t.TempDir(), "mcp.json")
 	if err := os.WriteFile(cfgPath, cfg, 0o600); err != nil {
 		t.Fatal(err)
@@ -64,7 +69,19 @@ func TestToolrunnerKilledMidMCPCall(t *testing.T) {
 		return false
 	})
 	t.Cleanup(func() { _ = syscall.Kill(-server, syscall.SIGKILL) })
+	var daemon int
+	eventually(t, 10*time.Second, "the server's daemonized sleep", func() bool {
+		for _, pid := range procfs.WithArgs("sleep", mark) {
+			if procfs.DescendsFrom(pid, victim.pid()) {
+				daemon = pid
+				return true
+			}
+		}
+		return false
+	})
+	t.Cleanup(func() { _ = syscall.Kill(daemon, syscall.SIGKILL) })
 	victim.kill(t)
+	eventually(t, 10*time.Second, "the killed runner's MCP server's daemonized sleep to end", func() bool { return !procfs.Alive(daemon) })
 
 	rs, status := c.wait(sid, task, 90*time.Second, nil)
 	if status != omni.StatusCompleted {

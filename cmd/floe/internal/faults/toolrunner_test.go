@@ -2,6 +2,8 @@ package faults
 
 import (
 	"fmt"
+	"os"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -19,6 +21,8 @@ import (
 func TestToolrunnerKilledMidTool(t *testing.T) {
 	const hbTimeout = 3 * time.Second
 	c := newCluster(t, 1, 1)
+	mark := fmt.Sprintf("1000.%d31", os.Getpid())
+	daemon := fmt.Sprintf("(setsid nohup sleep %s >/dev/null 2>&1 &)", mark)
 	c.service("tracer", "tracer")
 	runners := map[int]*proc{}
 	for _, name := range []string{"toolrunner-1", "toolrunner-2"} {
@@ -28,7 +32,9 @@ func TestToolrunnerKilledMidTool(t *testing.T) {
 	c.service("engine", "engine", fmt.Sprintf("FLOE_HEARTBEAT_TIMEOUT_MS=%d", hbTimeout.Milliseconds()))
 
 	ref := c.script(map[string]any{"requests": []any{
-		map[string]any{"steps": []any{text("Starting the long job.", 2, 0), execCall("call_long", logCmd+"; sleep 20")}},
+		// It daemonizes a sleep first (setsid nohup, its parent gone):
+		// that one must die with the runner too.
+		map[string]any{"steps": []any{text("Starting the long job.", 2, 0), execCall("call_long", daemon+"; "+logCmd+"; sleep 20")}},
 		map[string]any{"steps": []any{text("It was lost; one more step.", 2, 0), execCall("call_next", logCmd+"; echo after")}},
 		map[string]any{"steps": []any{text("Done.", 1, 0)}},
 	}})
@@ -50,6 +56,10 @@ func TestToolrunnerKilledMidTool(t *testing.T) {
 	for _, pid := range tree {
 		t.Cleanup(func() { _ = syscall.Kill(-pid, syscall.SIGKILL) })
 	}
+	daemons := procfs.WithArgs("sleep", mark)
+	if len(daemons) != 1 || !slices.Contains(tree, daemons[0]) {
+		t.Fatalf("the daemonized sleep: pids %v, want one in the runner's tree %v", daemons, tree)
+	}
 	victim.kill(t)
 	killedAt := time.Now()
 	eventually(t, 2*time.Second, "the killed runner's tool processes to end", func() bool {
@@ -60,6 +70,9 @@ func TestToolrunnerKilledMidTool(t *testing.T) {
 		}
 		return true
 	})
+	if pids := procfs.WithArgs("sleep", mark); len(pids) != 0 {
+		t.Errorf("the daemonized sleep %v outlived its runner", pids)
+	}
 
 	rs, status := c.wait(sid, task, 90*time.Second, nil)
 	if status != omni.StatusCompleted {
