@@ -35,6 +35,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/rs/zerolog"
 
 	"floe.dev/cmd/floe/internal/stack"
@@ -404,31 +405,95 @@ func isRefusal(m *omni.Message) bool {
 	return ok
 }
 
-// A decision is a recorded approval_decision and its record's index.
+// A decision is a recorded approval_decision and its record's index; ""
+// and -1 for an asked call the record has no decision for (its Task was
+// aborted, or its Session forked, before one).
 type decision struct {
 	decision string
 	index    int
 }
 
-// approvals maps each recorded tool call to its decision (allow or deny;
-// forbidden comes from the policy and is never asked). The replay asks
-// for every call (always-ask) and answers each when the replay has reached
-// the decision's recorded position: an approval runs beside the model
-// stream, so where it lands is part of the record.
-func approvals(records []omni.Message) map[string]decision {
-	out := make(map[string]decision)
+// asks are the recorded decisions of the calls the replay's engine asks
+// about (always-ask), per tool call id in record order: an id may recur
+// (a scripted model's ids, a fork continuing a call it carries), and the
+// k-th request for an id is answered by its k-th asked call. Calls the
+// engine decides without asking (forbidden by the command policy, denied
+// by a pre_tool_use hook) are not in it.
+//
+// Concurrency: runTask's follower callback is its only user.
+type asks struct {
+	byID map[string][]decision
+	used map[string]int
+}
+
+// approvals finds the asked calls of records and their decisions.
+func approvals(records []omni.Message) *asks {
+	a := &asks{byID: map[string][]decision{}, used: map[string]int{}}
+	open := map[string]int{}  // id → its latest call still without a decision
+	skip := map[string]bool{} // "id/k": decided without asking
 	for i := range records {
-		p := &records[i].Payload
-		if records[i].Type == omni.KindEvent && p.Type == omni.TypeApprovalDecision {
-			out[p.ToolCallID] = decision{p.Decision, i}
+		m := &records[i]
+		p := &m.Payload
+		if len(m.Origin) > 0 {
+			continue
+		}
+		id := p.ToolCallID
+		switch {
+		case m.Type == omni.KindModel && p.Type == omni.TypeToolCall && p.Stop() == omni.StatusCompleted:
+			a.byID[id] = append(a.byID[id], decision{index: -1})
+			open[id] = len(a.byID[id]) - 1
+		case m.Type == omni.KindEvent && p.Type == omni.TypeApprovalDecision:
+			if k, ok := open[id]; ok {
+				a.byID[id][k] = decision{p.Decision, i}
+				if p.Decision == omni.DecisionForbidden {
+					skip[fmt.Sprint(id, "/", k)] = true
+				}
+				delete(open, id)
+			}
+		case m.Type == omni.KindModel && p.Type == omni.TypeToolCallOutput && strings.HasPrefix(p.Output, "Tool call denied by the "):
+			if n := len(a.byID[id]); n > 0 {
+				skip[fmt.Sprint(id, "/", n-1)] = true // a hook's denial
+			}
 		}
 	}
-	return out
+	for id, ds := range a.byID {
+		kept := ds[:0]
+		for k, d := range ds {
+			if !skip[fmt.Sprint(id, "/", k)] {
+				kept = append(kept, d)
+			}
+		}
+		a.byID[id] = kept
+	}
+	return a
+}
+
+// next returns the decision for the next request about call id; ok is
+// false when the record has no further asked call of that id.
+func (a *asks) next(id string) (decision, bool) {
+	k := a.used[id]
+	if k >= len(a.byID[id]) {
+		return decision{}, false
+	}
+	a.used[id] = k + 1
+	return a.byID[id][k], true
+}
+
+// last returns the last recorded decision for call id (a subagent
+// child's call, answered from the child's record).
+func (a *asks) last(id string) (decision, bool) {
+	ds := a.byID[id]
+	for k := len(ds) - 1; k >= 0; k-- {
+		if ds[k].decision != "" {
+			return ds[k], true
+		}
+	}
+	return decision{}, false
 }
 
 // runTask submits one Task and answers its approval requests until it
 // ends.
-func runTask(ctx context.Context, st *stack.Stack, sid, id string, t task, decisions map[string]decision, pc *pacer, kids *childRecords) error {
+func runTask(ctx context.Context, st *stack.Stack, sid, id string, t task, decisions *asks, pc *pacer, kids *childRecords) error {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
 	defer cancel()
 	last, err := bus.LastSeq(ctx, st.JS)
@@ -493,7 +558,12 @@ func runTask(ctx context.Context, st *stack.Stack, sid, id string, t task, decis
 			if omni.Unmarshal(ev.ToolCall, &call) != nil {
 				return nil
 			}
-			rd, ok := decisions[call.Payload.ToolCallID]
+			rd, ok := decisions.next(call.Payload.ToolCallID)
+			if ok && rd.decision == "" {
+				// The recorded call got no decision: its Task was
+				// aborted (or forked) first. Nothing answers it.
+				return nil
+			}
 			d := omni.DecisionAllow
 			if ok && rd.decision == omni.DecisionDeny {
 				d = omni.DecisionDeny
@@ -507,7 +577,14 @@ func runTask(ctx context.Context, st *stack.Stack, sid, id string, t task, decis
 			if err != nil {
 				return err
 			}
-			if _, err := st.Conn.RequestWithContext(ctx, omni.ControlSubject(sid, omni.CtlApprove), body); err != nil {
+			_, err = st.Conn.RequestWithContext(ctx, omni.ControlSubject(sid, omni.CtlApprove), body)
+			if errors.Is(err, nats.ErrNoResponders) {
+				// The Task no longer runs (a replay that parted from
+				// the record ended it): nobody waits for the answer,
+				// and the difference shows in the comparison.
+				return nil
+			}
+			if err != nil {
 				return fmt.Errorf("reexec: answer approval of %s: %w", call.Payload.ToolCallID, err)
 			}
 		}
@@ -530,7 +607,7 @@ func answerChild(ctx context.Context, st *stack.Stack, ev omni.ServerEvent, pc *
 	child := ev.Origin[len(ev.Origin)-1]
 	d := omni.DecisionAllow
 	if recs := kids.of(ctx, child); recs != nil {
-		if rd, ok := approvals(recs)[call.Payload.ToolCallID]; ok {
+		if rd, ok := approvals(recs).last(call.Payload.ToolCallID); ok {
 			if rd.decision == omni.DecisionDeny {
 				d = omni.DecisionDeny
 			}

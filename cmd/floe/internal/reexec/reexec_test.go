@@ -351,7 +351,7 @@ func recordCorpus(t *testing.T) {
 			if on := s.abortOn[i]; on != nil {
 				abortWhen(t, st, sid, on)
 			}
-			if err := runTask(ctxT(t), st, sid, fmt.Sprintf("corpus-%d", i), tk, s.decide, pc, nil); err != nil {
+			if err := runTask(ctxT(t), st, sid, fmt.Sprintf("corpus-%d", i), tk, decided(s.decide), pc, nil); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -386,6 +386,52 @@ func recordCorpus(t *testing.T) {
 		t.Logf("recorded %s: %d records", s.name, len(recs))
 	}
 	_ = bus.ErrStop
+}
+
+// decided answers each call id's approval with its decision in m
+// (allow when it has none), as runTask answers a replay's.
+func decided(m map[string]decision) *asks {
+	a := &asks{byID: map[string][]decision{}, used: map[string]int{}}
+	for id, d := range m {
+		a.byID[id] = []decision{d}
+	}
+	return a
+}
+
+// The k-th approval request for a call id is answered by the k-th call of
+// that id the record asked about: an id recurs (a scripted model's ids,
+// a fork continuing a call it carries cut without a decision), and calls
+// decided without asking (the policy, a hook) take no answer.
+func TestApprovalsAreMatchedPerAskedCall(t *testing.T) {
+	call := func(id string) omni.Message { return omni.ToolCall("exec_command", `{}`, id) }
+	dec := func(d, id string) omni.Message { return omni.ApprovalDecision(d, id) }
+	out := func(id, text string) omni.Message { return omni.ToolCallOutput(id, text, omni.StatusAborted) }
+	recs := []omni.Message{
+		omni.SessionMeta(omni.Meta{SessionID: "s"}),
+		call("call_1"), // cut by an abort: no decision
+		call("call_1"), dec(omni.DecisionDeny, "call_1"), out("call_1", omni.DeniedByUser),
+		call("call_rm"), dec(omni.DecisionForbidden, "call_rm"), out("call_rm", omni.DeniedByPolicy),
+		call("call_rm"), dec(omni.DecisionDeny, "call_rm"), out("call_rm", omni.DeniedByHook("no-rm", "no")),
+		call("call_rm"), dec(omni.DecisionAllow, "call_rm"),
+		call("call_1"), dec(omni.DecisionAllow, "call_1"),
+	}
+	a := approvals(recs)
+	for _, want := range []struct {
+		id   string
+		d    decision
+		more bool
+	}{
+		{"call_1", decision{"", -1}, true},
+		{"call_rm", decision{omni.DecisionAllow, 12}, true},
+		{"call_1", decision{omni.DecisionDeny, 3}, true},
+		{"call_1", decision{omni.DecisionAllow, 14}, true},
+		{"call_1", decision{}, false},
+		{"call_rm", decision{}, false},
+	} {
+		if d, ok := a.next(want.id); d != want.d || ok != want.more {
+			t.Errorf("next(%s) = %+v, %v; want %+v, %v", want.id, d, ok, want.d, want.more)
+		}
+	}
 }
 
 // mcpNotes starts the "notes" MCP server (its lookup tool answers
