@@ -12,6 +12,7 @@ import (
 	"floe.dev/cmd/floe/internal/reexec"
 	"floe.dev/cmd/floe/internal/stack"
 	"floe.dev/pkg/bus"
+	"floe.dev/pkg/bus/embed"
 	"floe.dev/pkg/omni"
 	"floe.dev/pkg/trace"
 )
@@ -56,6 +57,12 @@ func replayExecute(ctx context.Context, c *common, sid, traceFile string, diff b
 		}
 		if rec, err := sessionRecord(ctx, c, sid, log); err == nil {
 			opt.MaxTurns, opt.Compaction = rec.MaxTurns, rec.Compaction
+		} else if errors.Is(err, embed.ErrStoreInUse) {
+			// A running server holds the store (protocol.md §8: stop it
+			// first): replaying without the Session's settings could
+			// part from the record for that alone, read as a changed
+			// engine.
+			return exitTrouble, err
 		} else {
 			fmt.Fprintf(os.Stderr, "floe replay: the Session's settings are not readable (%v); replaying with the defaults\n", err)
 		}

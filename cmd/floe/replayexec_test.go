@@ -1,11 +1,17 @@
 package main
 
 import (
+	"context"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"floe.dev/cmd/floe/internal/stack"
 )
 
 // floe replay --execute --trace reproduces a corpus Session (exit 0); a
@@ -96,5 +102,38 @@ func TestReplayExecuteSessionWithASubagentFromHome(t *testing.T) {
 	}
 	if out, code := floeStdout(t, home, nil, "replay", "--execute", parent); code != 2 || !strings.Contains(out, child) {
 		t.Fatalf("replay --execute without the child's Trace: exit %d, want 2 naming %s\n%s", code, child, out)
+	}
+}
+
+// floe replay --execute <id> while a server holds $FLOE_HOME's store
+// cannot read the Session's settings (maxTurns, compaction): it exits 2
+// and says to stop the server, instead of replaying with the defaults,
+// which could part from the record for that alone (exit 1, read as a
+// changed engine).
+func TestReplayExecuteWhileTheStoreIsHeldExits2(t *testing.T) {
+	home := t.TempDir()
+	floeHome := filepath.Join(home, "floe")
+	dir := filepath.Join(floeHome, "traces", "2026-12-03")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(filepath.Join("internal", "reexec", "testdata", "corpus", "max_turns.jsonl"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	const sid = "session-2026-12-03-11-47-22-c0000001"
+	if err := os.WriteFile(filepath.Join(dir, sid+"_001.jsonl"), b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	st, err := stack.Start(ctx, stack.Options{Home: floeHome, Listen: "off"}, zerolog.Nop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Stop()
+	out, code := floeStdout(t, home, nil, "replay", "--execute", sid)
+	if code != 2 || strings.Contains(out, "equal: ") || strings.Contains(out, "different: ") {
+		t.Fatalf("replay --execute with the store held: exit %d, want 2\n%s", code, out)
 	}
 }
