@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -10,6 +11,7 @@ import (
 
 	"floe.dev/cmd/floe/internal/render"
 	"floe.dev/pkg/omni"
+	"floe.dev/pkg/sandbox"
 	"floe.dev/pkg/trace"
 	"floe.dev/services/gateway/client"
 )
@@ -386,6 +388,9 @@ func TestChatSlashCommands(t *testing.T) {
 	p.expect("first answer")
 	p.expect("> ")
 	p.send("/session\r")
+	// The backend the toolrunner's auto takes on this host, never off
+	// (protocol.md §7: the Session shows it).
+	p.expect(fmt.Sprintf("sandbox %s, network on", autoBackend(t)))
 	p.expect("trace " + filepath.Join(filepath.Dir(ws), "floe", "traces"))
 	p.expect("resume: floe chat --resume session-")
 	p.send("/compact\r")
@@ -403,6 +408,21 @@ func TestChatSlashCommands(t *testing.T) {
 }
 
 // A second Ctrl-C within 2 s leaves, whatever the first one did.
+// autoBackend is the sandbox backend auto takes on this host; the test
+// fails when it is none (CI runs the tools confined).
+func autoBackend(t *testing.T) sandbox.Backend {
+	t.Helper()
+	sb, err := sandbox.New(sandbox.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sb.Close()
+	if sb.Backend() == sandbox.Off {
+		t.Fatalf("no sandbox backend on this host: %s", sb.Warning())
+	}
+	return sb.Backend()
+}
+
 func TestChatDoubleCtrlCLeaves(t *testing.T) {
 	p, _ := chatInLongTool(t, "Done.")
 	p.send("\x03")

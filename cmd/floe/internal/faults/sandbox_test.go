@@ -41,9 +41,15 @@ func TestToolReachesNoSecretAndNoFloePort(t *testing.T) {
 	gwAddr := fmt.Sprintf("FLOE_HTTP_ADDR=127.0.0.1:%d", gwPort)
 	clusterPorts := fmt.Sprintf("FLOE_SANDBOX_DENY_PORTS=%d,%d", nd.route, nd.monitor)
 	c.service("tracer", "tracer")
-	c.service("toolrunner", "toolrunner", gwAddr, clusterPorts, "OPENAI_API_KEY=sk-probe-key-77")
+	tr := c.service("toolrunner", "toolrunner", gwAddr, clusterPorts, "OPENAI_API_KEY=sk-probe-key-77")
 	c.service("engine", "engine")
 	c.service("gateway", "gateway", gwAddr, "FLOE_API_TOKEN="+token)
+	// It said at start which backend confines its tools, once, and that
+	// one is not "none".
+	tr.waitLog(t, `"message":"tool sandbox"`, 10*time.Second)
+	if log := tr.log(); strings.Count(log, `"message":"tool sandbox`) != 1 || strings.Contains(log, "NONE AVAILABLE") {
+		t.Errorf("the toolrunner's start log, want one \"tool sandbox\" line naming a backend:\n%s", tr.tail(30))
+	}
 
 	var probe strings.Builder
 	probe.WriteString(`cat /proc/[0-9]*/environ 2>/dev/null | tr '\0' '\n' | grep -E 'PASSWORD|TOKEN|KEY' ; `)
