@@ -8,6 +8,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -115,7 +116,11 @@ func TestClusterScriptUpStatusDown(t *testing.T) {
 func portBase(t *testing.T, offsets []int) int {
 	t.Helper()
 	for range 200 {
-		base := 20000 + rand.IntN(20000)
+		// Below the kernel's ephemeral range (32768 on), which every
+		// other test's free port and every outgoing connection draws
+		// from: a base found free there was taken again before the
+		// cluster bound it (a monitor port, "address already in use").
+		base := 10000 + rand.IntN(ephemeralStart()-10000-4100)
 		ok := true
 		for _, o := range offsets {
 			l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", base+o))
@@ -131,6 +136,25 @@ func portBase(t *testing.T, offsets []int) int {
 	}
 	t.Fatal("no free port range")
 	return 0
+}
+
+// ephemeralStart is the first port of the kernel's ephemeral range
+// (net.ipv4.ip_local_port_range), 32768 when it cannot be read or leaves no
+// room below it.
+func ephemeralStart() int {
+	b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
+	if err != nil {
+		return 32768
+	}
+	f := strings.Fields(string(b))
+	if len(f) == 0 {
+		return 32768
+	}
+	n, err := strconv.Atoi(f[0])
+	if err != nil || n < 20000 {
+		return 32768
+	}
+	return n
 }
 
 func readEnvFile(t *testing.T, path string) map[string]string {
