@@ -1,6 +1,7 @@
 package fold
 
 import (
+	"slices"
 	"sync"
 	"sync/atomic"
 
@@ -32,6 +33,11 @@ type entries struct {
 	// calls (incomplete ones): rare, nil without one.
 	others map[string]int
 	gen    uint64 // turns with this gen are this Context's own
+	// pending is the indices, ascending, of the turns with a call that
+	// has neither an output nor the interrupted mark (turn.running): what
+	// Unpaired and an abort read instead of every entry. This Context's
+	// own (a clone copies it: it is short, empty between Tasks).
+	pending []int
 }
 
 // spine is an array of entries shared by the Context that owns it and its
@@ -100,6 +106,9 @@ func (l *entries) add(e entry) {
 		// A turn another Context may hold (an open request begun before a
 		// Clone): this Context's copy from now on.
 		e.turn = e.turn.dup(l.gen)
+	}
+	if e.turn != nil && e.turn.running() {
+		l.pending = append(l.pending, l.length())
 	}
 	if !l.owner {
 		i := l.length()
@@ -255,7 +264,7 @@ func (l *entries) detach() {
 			sp.others = e.turn.indexOthers(sp.others, i)
 		}
 	})
-	*l = entries{sp: sp, n: len(sp.entries), owner: true, gen: l.gen}
+	*l = entries{sp: sp, n: len(sp.entries), owner: true, gen: l.gen, pending: l.pending}
 }
 
 // clone returns entries that share l's: the returned and l fold on
@@ -272,7 +281,17 @@ func (l *entries) clone() entries {
 	sp.mu.Unlock()
 	// Both get a new gen: the turns made so far are shared now.
 	l.gen = newGen()
-	return entries{sp: sp, n: l.n, gen: newGen()}
+	return entries{sp: sp, n: l.n, gen: newGen(), pending: slices.Clone(l.pending)}
+}
+
+// settled drops entry i from pending if its turn no longer runs (an
+// output or the interrupted mark reached its last open call).
+func (l *entries) settled(i int) {
+	k, ok := slices.BinarySearch(l.pending, i)
+	if !ok || l.at(i).turn.running() {
+		return
+	}
+	l.pending = slices.Delete(l.pending, k, k+1)
 }
 
 // has reports whether t has a call id.

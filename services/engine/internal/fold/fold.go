@@ -220,12 +220,8 @@ func (c *Context) applyEvent(m *omni.Message) {
 		}
 	case omni.TypeAbort:
 		c.open = nil
-		var running []int
-		c.log.each(func(i int, e entry) {
-			if e.turn != nil && e.turn.running() {
-				running = append(running, i)
-			}
-		})
+		running := c.log.pending
+		c.log.pending = nil
 		for _, i := range running {
 			t := c.log.mutable(i)
 			for j, id := range t.calls {
@@ -268,6 +264,7 @@ func (c *Context) attachOutput(m *omni.Message) {
 	if i := c.log.find(id); i >= 0 {
 		if c.log.at(i).turn.awaits(id) {
 			c.log.mutable(i).attach(id, m)
+			c.log.settled(i)
 		}
 	} else if c.open != nil && c.open.awaits(id) {
 		c.openTurn().attach(id, m)
@@ -338,17 +335,17 @@ func (t *turn) attach(id string, m *omni.Message) {
 // were not interrupted by an abort (so an output may still come), in call
 // order.
 func (c *Context) Unpaired() []string {
+	// O(turns with such a call), not O(context): the fold keeps their
+	// indices as it goes (entries.pending).
 	var ids []string
-	c.log.each(func(_ int, e entry) {
-		if e.turn == nil {
-			return
-		}
-		for i, id := range e.turn.calls {
-			if e.turn.outputs[i] == nil && e.turn.interrupted[id] == nil {
+	for _, i := range c.log.pending {
+		t := c.log.at(i).turn
+		for j, id := range t.calls {
+			if t.outputs[j] == nil && t.interrupted[id] == nil {
 				ids = append(ids, id)
 			}
 		}
-	})
+	}
 	return ids
 }
 
