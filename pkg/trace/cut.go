@@ -1,6 +1,7 @@
 package trace
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -32,10 +33,12 @@ type Cut struct {
 	// messages) stay: Close drops them from the model context.
 	Records [][]byte
 	// Close are the records that end what was open at the cut, as an
-	// interrupt would have: request_end{aborted} for a request (and a
-	// compaction attempt) still open, compaction_end{aborted} for an open
-	// compaction, then abort when anything was open (a committed tool call
-	// still without output then gets the interrupted placeholder).
+	// interrupt would have: token_usage and request_end{aborted, attempt}
+	// for a request still open (the engine's records of a user abort),
+	// request_end{aborted} for a compaction attempt and compaction_end
+	// {aborted} for an open compaction, then abort when anything was open
+	// (a committed tool call still without output then gets the
+	// interrupted placeholder).
 	Close []omni.Message
 	// Seq is the stream sequence the history was taken up to: the one
 	// asked for, or, when none was, the last record's (0 when nothing of
@@ -94,7 +97,7 @@ func CutAt(ctx context.Context, js jetstream.JetStream, home, sessionID string, 
 			return noHead(h.Records, seq)
 		}
 		out := &Cut{Head: c.head, Records: c.records, Seq: seq}
-		out.Close, out.Children = c.st.close()
+		out.Close, out.Children = c.st.close(c.records)
 		return out, nil
 	}
 	recs, err := placeInFiles(ctx, js, sessionID, atSeq, h, nFile)
@@ -134,7 +137,7 @@ func CutAtRecord(ctx context.Context, js jetstream.JetStream, home, sessionID st
 		return noHead(h.Records, c.seq)
 	}
 	out := &Cut{Head: c.head, Records: c.records, Seq: c.seq}
-	out.Close, out.Children = c.st.close()
+	out.Close, out.Children = c.st.close(c.records)
 	return out, nil
 }
 
@@ -286,7 +289,7 @@ func Close(recs []Record, seq uint64) (*Cut, error) {
 		return nil, fmt.Errorf("trace: cut: %w", ErrNoHead)
 	}
 	out := &Cut{Head: c.head, Seq: seq, Records: c.records}
-	out.Close, out.Children = c.st.close()
+	out.Close, out.Children = c.st.close(c.records)
 	return out, nil
 }
 
@@ -296,11 +299,15 @@ func Close(recs []Record, seq uint64) (*Cut, error) {
 // request_end completed; an abort interrupts every call without output;
 // a completed compaction starts a new context).
 type openState struct {
-	request    bool
-	compacting bool
-	attempt    bool // a compaction attempt's request is open
-	reason     string
-	mode       string
+	request bool
+	// attempt is the open request's attempt (the reconnect ladder's, as
+	// the engine numbers it), next the one a request_begin starts: 1,
+	// or after a failed attempt whose retry was planned, the one after.
+	attempt, next  int64
+	compacting     bool
+	compactAttempt bool // a compaction attempt's request is open
+	reason         string
+	mode           string
 	// calls are the committed calls still without output, in call
 	// order; requestCalls those of the open request.
 	calls, requestCalls []string
@@ -327,24 +334,28 @@ func (s *openState) apply(i int, m *omni.Message) {
 		s.requestBegin()
 	case p.Type == omni.TypeRequestEnd:
 		if s.compacting {
-			s.attempt = false
+			s.compactAttempt = false
 		} else if s.request {
 			if p.Status == omni.StatusCompleted {
 				s.calls = append(s.calls, s.requestCalls...)
 			}
 			s.request, s.requestCalls = false, nil
+			s.next = 0
+			if p.Status != omni.StatusCompleted && p.Status != omni.StatusAborted && p.RetryInMs > 0 {
+				s.next = max(p.Attempt, 1) + 1 // its retry follows
+			}
 		}
 	case p.Type == omni.TypeAbort:
 		// Every call without output is interrupted: none of them gets a
 		// subagent pointer after this.
 		s.request, s.calls, s.requestCalls, s.order = false, nil, nil, nil
 	case p.Type == omni.TypeCompactionBegin:
-		s.compacting, s.attempt, s.reason, s.mode = true, false, p.Reason, p.Mode
+		s.compacting, s.compactAttempt, s.reason, s.mode = true, false, p.Reason, p.Mode
 	case p.Type == omni.TypeCompactionEnd:
 		if s.compacting && p.Status == omni.StatusCompleted {
 			s.request, s.calls, s.requestCalls, s.order = false, nil, nil, nil
 		}
-		s.compacting, s.attempt = false, false
+		s.compacting, s.compactAttempt = false, false
 	case p.Type == omni.TypeSubagent:
 		for _, id := range s.order {
 			if _, ok := s.pointed[id]; !ok {
@@ -384,24 +395,32 @@ func (s *openState) output(id string) {
 
 func (s *openState) requestBegin() {
 	if s.compacting {
-		s.attempt = true
+		s.compactAttempt = true
 	} else {
 		s.request, s.requestCalls = true, nil
+		s.attempt, s.next = max(s.next, 1), 0
 	}
 }
 
 // close returns the records that close what s has open, and the subagent
-// pointers whose run was open.
-func (s *openState) close() (out []omni.Message, children []Child) {
+// pointers whose run was open. records are the context's records (for
+// the Session's token usage so far).
+//
+// An open request is closed as the engine closes one a user aborts:
+// token_usage (the Session's usage so far, nothing for the request), then
+// request_end{aborted, attempt}, so a fork's Trace is one the engine
+// could have written, and floe replay --execute of the fork replays it.
+func (s *openState) close(records [][]byte) (out []omni.Message, children []Child) {
 	open := s.request || s.compacting || len(s.calls) > 0
 	if s.compacting {
-		if s.attempt {
+		if s.compactAttempt {
 			out = append(out, omni.RequestEnd(omni.StatusAborted, "", 0, 0))
 		}
 		out = append(out, omni.CompactionEnd(s.reason, s.mode, omni.StatusAborted))
 	}
 	if s.request {
-		out = append(out, omni.RequestEnd(omni.StatusAborted, "", 0, 0))
+		out = append(out, omni.TokenUsage(lastUsage(records), omni.Usage{}),
+			omni.RequestEnd(omni.StatusAborted, "", s.attempt, 0))
 	}
 	if open {
 		out = append(out, omni.Abort(omni.AbortedByUser))
@@ -412,6 +431,26 @@ func (s *openState) close() (out []omni.Message, children []Child) {
 		}
 	}
 	return out, children
+}
+
+// lastUsage is the Session's usage of the last token_usage among records
+// (the fold's, which the engine starts a Task with); zero when none.
+// Only that record is decoded.
+func lastUsage(records [][]byte) omni.Usage {
+	key := []byte(`"type":"` + omni.TypeTokenUsage + `"`)
+	for i := len(records) - 1; i >= 0; i-- {
+		if !bytes.Contains(records[i], key) {
+			continue
+		}
+		var m omni.Message
+		if decode(records[i], &m) != nil || len(m.Origin) > 0 || m.Type != omni.KindEvent || m.Payload.Type != omni.TypeTokenUsage {
+			continue
+		}
+		if m.Payload.Session != nil {
+			return *m.Payload.Session
+		}
+	}
+	return omni.Usage{}
 }
 
 func remove(ids []string, id string) []string {

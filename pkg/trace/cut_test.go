@@ -94,16 +94,17 @@ func TestCutClosesWhatIsOpenAtTheCut(t *testing.T) {
 	idx, partial := conversation(f)
 	abort := "abort/"
 	aborted := "request_end/" + omni.StatusAborted
+	usage := "token_usage/"
 	for _, tc := range []struct {
 		name  string
 		at    uint64
 		last  int
 		close []string
 	}{
-		{"at the end", 0, idx["callB"], []string{aborted, abort}},
+		{"at the end", 0, idx["callB"], []string{usage, aborted, abort}},
 		{"mid-history request_end, its call's output later", f.seqs[idx["end1"]], idx["end1"], []string{abort}},
-		{"right after the committed call", f.seqs[idx["callA"]], idx["callA"], []string{aborted, abort}},
-		{"on a partial inside the request", partial, idx["begin1"], []string{aborted, abort}},
+		{"right after the committed call", f.seqs[idx["callA"]], idx["callA"], []string{usage, aborted, abort}},
+		{"on a partial inside the request", partial, idx["begin1"], []string{usage, aborted, abort}},
 		{"after the output: nothing open", f.seqs[idx["outA"]], idx["outA"], nil},
 		{"at a Task's end", f.seqs[idx["end2"]], idx["end2"], nil},
 	} {
@@ -180,7 +181,7 @@ func TestCutOfAnImportedTraceCarriesItWhole(t *testing.T) {
 		t.Fatal(err)
 	}
 	g.wantCarried(c, 0, idx["callB"])
-	if c.Seq != 0 || !slices.Equal(types(c.Close), []string{"request_end/aborted", "abort/"}) {
+	if c.Seq != 0 || !slices.Equal(types(c.Close), []string{"token_usage/", "request_end/aborted", "abort/"}) {
 		t.Errorf("Seq = %d, Close = %v; want 0 and the open request closed", c.Seq, types(c.Close))
 	}
 }
@@ -328,4 +329,47 @@ func TestCutAtRecordIsTheCutAtItsSequence(t *testing.T) {
 			t.Errorf("Seq = %d, Close = %v; want 0 and the call waiting for its output interrupted", c.Seq, types(c.Close))
 		}
 	})
+}
+
+// An open request is closed as the engine closes one a user aborts:
+// token_usage with the Session's usage so far (the last token_usage's,
+// the fold's) and nothing for the request, then request_end{aborted}
+// with the attempt the engine numbered it (a retry after a failed
+// attempt is attempt 2), then abort. A fork's Trace is then one the
+// engine could have written: floe replay --execute replays it.
+func TestCloseOfAnOpenRequestIsTheEnginesAbort(t *testing.T) {
+	u := omni.Usage{Output: 7, Total: 120}
+	recs := []omni.Message{
+		meta(), omni.UserText("hi"),
+		omni.RequestBegin(), omni.Text(omni.RoleAssistant, "half"),
+		omni.TokenUsage(u, u), omni.RequestEnd(omni.StatusTimeout, "reset", 1, 2000),
+		omni.RequestBegin(), omni.Text(omni.RoleAssistant, "again"),
+	}
+	var rs []Record
+	for i := range recs {
+		rs = append(rs, Record{Data: omni.MustMarshal(&recs[i])})
+	}
+	for _, tc := range []struct {
+		name    string
+		n       int
+		attempt int64
+		usage   omni.Usage
+	}{
+		{"the first attempt", 4, 1, omni.Usage{}},
+		{"the retry", len(rs), 2, u},
+	} {
+		c, err := Close(rs[:tc.n], 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := types(c.Close); !slices.Equal(got, []string{"token_usage/", "request_end/aborted", "abort/"}) {
+			t.Fatalf("%s: Close = %v", tc.name, got)
+		}
+		if p := c.Close[0].Payload; p.Session == nil || *p.Session != tc.usage || p.Request == nil || *p.Request != (omni.Usage{}) {
+			t.Errorf("%s: token_usage %s, want session %+v and nothing for the request", tc.name, omni.MustMarshal(&c.Close[0]), tc.usage)
+		}
+		if p := c.Close[1].Payload; p.Attempt != tc.attempt {
+			t.Errorf("%s: request_end attempt %d, want %d", tc.name, p.Attempt, tc.attempt)
+		}
+	}
 }

@@ -190,11 +190,13 @@ func closeDecoded(msgs []omni.Message) (*folded, error) {
 		return nil, ErrNoHead
 	}
 	var st openState
+	var recs [][]byte
 	for i := range msgs[head+1:] {
 		st.apply(i, &msgs[head+1+i])
+		recs = append(recs, omni.MustMarshal(&msgs[head+1+i]))
 	}
 	f := &folded{carried: len(msgs) - head - 1}
-	f.close, f.children = st.close()
+	f.close, f.children = st.close(recs)
 	return f, nil
 }
 

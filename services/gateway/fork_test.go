@@ -92,10 +92,10 @@ func TestForkCopiesSettingsAndCutsTheHistory(t *testing.T) {
 		want string // the fork's Trace, as kinds
 		seq  uint64
 	}{
-		{"at the end", 0, "meta tool_list_ready text request_begin text tool_call request_end/completed tool_call_output request_begin text request_end/aborted abort", seqs["text2"]},
+		{"at the end", 0, "meta tool_list_ready text request_begin text tool_call request_end/completed tool_call_output request_begin text token_usage request_end/aborted abort", seqs["text2"]},
 		{"at a mid-history request_end", seqs["end1"], "meta tool_list_ready text request_begin text tool_call request_end/completed abort", seqs["end1"]},
-		{"right after a committed call whose output came later", seqs["callA"], "meta tool_list_ready text request_begin text tool_call request_end/aborted abort", seqs["callA"]},
-		{"on a partial", seqs["partial"], "meta tool_list_ready text request_begin request_end/aborted abort", seqs["partial"]},
+		{"right after a committed call whose output came later", seqs["callA"], "meta tool_list_ready text request_begin text tool_call token_usage request_end/aborted abort", seqs["callA"]},
+		{"on a partial", seqs["partial"], "meta tool_list_ready text request_begin token_usage request_end/aborted abort", seqs["partial"]},
 		{"after the output", seqs["outA"], "meta tool_list_ready text request_begin text tool_call request_end/completed tool_call_output", seqs["outA"]},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -299,7 +299,7 @@ func TestForkOfAnImportedTraceOfTheOriginal(t *testing.T) {
 		t.Errorf("fork = %+v, want forkedFrom %s at 0 and the imported Session's model and prompt", fork, importSID)
 	}
 	recs := traceRecords(t, g.Alice, fork.ID)
-	if got, want := kinds(recs), "meta text request_begin tool_call request_end/completed request_begin request_end/aborted abort"; got != want {
+	if got, want := kinds(recs), "meta text request_begin tool_call request_end/completed request_begin token_usage request_end/aborted abort"; got != want {
 		t.Errorf("fork's Trace = %s\nwant %s", got, want)
 	}
 	// The imported records have no stream position: a sequence is refused.
@@ -382,7 +382,7 @@ func TestForkInsideASubagentSpanForksTheChild(t *testing.T) {
 		t.Fatalf("child fork = %+v, %v; want parent %s, forked from %s at %d", cf, err, fork.ID, child, mid)
 	}
 	crecs := traceRecords(t, g.Alice, childFork)
-	if got, want := kinds(crecs), "meta text request_begin text request_end/aborted abort"; got != want {
+	if got, want := kinds(crecs), "meta text request_begin text token_usage request_end/aborted abort"; got != want {
 		t.Errorf("child fork's Trace = %s\nwant %s", got, want)
 	}
 	if crecs[0].Payload.Source != "subagent" || crecs[0].Payload.SessionID != childFork {

@@ -286,7 +286,7 @@ func TestForkOfARunningParentMidStream(t *testing.T) {
 		t.Errorf("fork mid-answer: forkedFrom %+v, want seq %d", forkB.ForkedFrom, partial.seq)
 	}
 	kindsB, traceB := forkTrace(forkB.ID)
-	if !strings.HasSuffix(kindsB, "request_end/completed tool_call_output request_begin request_end/aborted abort") {
+	if !strings.HasSuffix(kindsB, "request_end/completed tool_call_output request_begin token_usage request_end/aborted abort") {
 		t.Errorf("the fork taken mid-answer: %s\nwant the output, then the open request aborted", kindsB)
 	}
 

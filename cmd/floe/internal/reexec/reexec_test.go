@@ -576,3 +576,38 @@ func TestForkedTraceReplaysExactly(t *testing.T) {
 		t.Fatal("a session_meta with another model normalizes equal")
 	}
 }
+
+// A fork cut inside a model request (protocol.md §3) closes the open
+// request as the engine closes one a user aborts (token_usage, then
+// request_end{aborted, attempt}, then abort), so its Trace replays
+// exactly. Before, the fork's bare request_end{aborted} parted from the
+// engine's token_usage there.
+func TestForkCutInsideARequestReplaysExactly(t *testing.T) {
+	recs, err := ReadFile(filepath.Join("testdata", "corpus", "tools_retry.jsonl"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	at := slices.IndexFunc(recs, func(m omni.Message) bool { return m.Payload.Type == omni.TypeToolCall })
+	var carried []trace.Record
+	for i := range recs[:at+1] {
+		carried = append(carried, trace.Record{Data: omni.MustMarshal(&recs[i])})
+	}
+	cut, err := trace.Close(carried, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []omni.Message{omni.ForkMeta(&cut.Head, cut.Head.Payload.SessionID, omni.ForkedFrom{SessionID: "session-2026-01-01-00-00-00-0000abcd", Seq: 9})}
+	want = append(append(want, recs[1:at+1]...), cut.Close...)
+	if n := len(cut.Close); n != 3 || cut.Close[0].Payload.Type != omni.TypeTokenUsage {
+		t.Fatalf("the cut closes with %d records (%v), want token_usage, request_end, abort", n, cut.Close)
+	}
+	res, err := Run(ctxT(t), want, Options{Log: zerolog.Nop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !res.Equal() {
+		var b bytes.Buffer
+		PrintDiff(&b, want, res.Records, res.Diff, 3)
+		t.Fatalf("a fork cut inside a request does not replay exactly:\n%s", b.String())
+	}
+}
