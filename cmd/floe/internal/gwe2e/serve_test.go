@@ -85,9 +85,14 @@ type proc struct {
 
 func (h *serveHome) start(args ...string) *proc {
 	h.t.Helper()
-	p := &proc{t: h.t, name: "floe " + strings.Join(args, " "), out: &lockedBuffer{}, errs: &lockedBuffer{}, done: make(chan struct{})}
-	p.cmd = exec.Command(floeBin, args...)
-	p.cmd.Env = h.env()
+	return h.startCmd(exec.Command(floeBin, args...), "floe "+strings.Join(args, " "))
+}
+
+// startCmd starts cmd (floe, possibly through a wrapper) in this home.
+func (h *serveHome) startCmd(cmd *exec.Cmd, name string) *proc {
+	h.t.Helper()
+	p := &proc{t: h.t, name: name, cmd: cmd, out: &lockedBuffer{}, errs: &lockedBuffer{}, done: make(chan struct{})}
+	p.cmd.Env = append(h.env(), p.cmd.Env...)
 	p.cmd.Dir = h.dir
 	p.cmd.Stdout, p.cmd.Stderr = p.out, p.errs
 	if err := p.cmd.Start(); err != nil {
