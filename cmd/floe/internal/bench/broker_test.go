@@ -16,6 +16,9 @@ func TestMain(m *testing.M) {
 	if store := os.Getenv(BrokerEnv); store != "" {
 		os.Exit(RunBroker(store))
 	}
+	if format := os.Getenv(ModelEnv); format != "" {
+		os.Exit(RunModel(format))
+	}
 	os.Exit(m.Run())
 }
 

@@ -60,13 +60,38 @@ type LongResult struct {
 	// the context snapshot bucket's.
 	Disk, TraceBytes, Store      int64
 	SessionsBytes, SnapshotBytes uint64
+	// Remote is the same Tasks with the model in another process, spoken
+	// to over HTTP (runLongRemote): what a deployment sees. The figures
+	// above are of the scripted model, in this process.
+	Remote *longRemote
 }
 
-// TimeRatio is late_task_ratio: a late Task's time ÷ an early one's.
-func (r *LongResult) TimeRatio() float64 { return float64(r.Late) / float64(r.Early) }
+// TimeRatio is late_task_ratio: a late Task's time ÷ an early one's with
+// the remote model (Remote).
+func (r *LongResult) TimeRatio() float64 {
+	return float64(r.Remote.Late) / float64(r.Remote.Early)
+}
 
-// CPURatio is the same of the CPU per Task.
-func (r *LongResult) CPURatio() float64 { return float64(r.LateCPU) / float64(r.EarlyCPU) }
+// CPURatio is late_task_cpu_ratio: the same of the CPU per Task of the
+// Floe process (the model server's apart).
+func (r *LongResult) CPURatio() float64 {
+	return float64(r.Remote.LateCPU) / float64(r.Remote.EarlyCPU)
+}
+
+// LessModelRatio is late_task_less_model_ratio: TimeRatio of the time
+// per Task less the model server's time answering (Remote.EarlyFloe,
+// LateFloe).
+func (r *LongResult) LessModelRatio() float64 {
+	return float64(r.Remote.LateFloe) / float64(r.Remote.EarlyFloe)
+}
+
+// InProcRatio and InProcCPURatio are late_task_inproc_ratio and
+// late_task_inproc_cpu_ratio: the same with the scripted model in the
+// measured process (late_task_ratio and late_task_cpu_ratio before
+// 2026-12-03 21:00).
+func (r *LongResult) InProcRatio() float64 { return float64(r.Late) / float64(r.Early) }
+
+func (r *LongResult) InProcCPURatio() float64 { return float64(r.LateCPU) / float64(r.EarlyCPU) }
 
 // FloeRatio and FloeCPURatio are TimeRatio and CPURatio without the
 // scripted model's token estimate.
@@ -83,8 +108,21 @@ func (r *LongResult) DiskPerTrace() float64 { return float64(r.Disk) / float64(r
 const longBucket = 50
 
 func runLong(ctx context.Context, c *Config, p *progress) (*LongResult, error) {
-	ctx, cancel := context.WithTimeout(ctx, 15*time.Minute)
+	ctx, cancel := context.WithTimeout(ctx, 25*time.Minute)
 	defer cancel()
+	res, err := runLongInProc(ctx, c, p)
+	if err != nil {
+		return nil, err
+	}
+	if res.Remote, err = runLongRemote(ctx, c, p, res.Tasks); err != nil {
+		return nil, err
+	}
+	return res, nil
+}
+
+// runLongInProc is the long scenario with the scripted model in this
+// process, and the history and disk figures.
+func runLongInProc(ctx context.Context, c *Config, p *progress) (*LongResult, error) {
 	// The grace period has passed for every Task (disk_per_trace is the
 	// disk after it): partials are purged as each Task ends.
 	e, err := startEnvTuned(ctx, c.root, "long", true, "", func(o *stack.Options) { o.Engine.SetPartialsKeep(0) }, c.Log)
@@ -338,4 +376,116 @@ func (b *bucketProfiler) stop() {
 		b.f.Close()
 		b.f = nil
 	}
+}
+
+// longRemote is the long scenario with the model remote, as a
+// deployment's is: the engine's openai provider sends each request over
+// HTTP to a fake model in a child process (startModel), which reads and
+// decodes the whole request and streams the same answer. The CPU per Task
+// is this process's (engine, nats-server, tracer, gateway, toolrunner);
+// the model server's is measured apart.
+type longRemote struct {
+	Early, Late                 time.Duration
+	EarlyCPU, LateCPU           time.Duration
+	EarlyModelCPU, LateModelCPU time.Duration
+	// EarlyFloe and LateFloe are the time per Task less the model
+	// server's time answering its request (modelBusy), medians.
+	EarlyFloe, LateFloe time.Duration
+}
+
+func runLongRemote(ctx context.Context, c *Config, p *progress, n int) (*longRemote, error) {
+	model, err := startModel(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer model.stop()
+	e, err := startEnvTuned(ctx, c.root, "long-remote", true, "", func(o *stack.Options) {
+		o.Engine.SetPartialsKeep(0)
+		o.Engine.Providers.OpenAIBaseURL, o.Engine.Providers.OpenAIAPIKey = model.url, "bench"
+	}, c.Log)
+	if err != nil {
+		return nil, err
+	}
+	defer e.stop()
+	const ref = "openai:bench-model"
+	open := func() (string, *client.Stream, error) {
+		s, err := e.api.CreateSession(ctx, client.CreateSession{Model: ref})
+		if err != nil {
+			return "", nil, fmt.Errorf("bench: create session: %w", err)
+		}
+		st, err := e.api.Stream(ctx, s.ID, "")
+		if err != nil {
+			return "", nil, fmt.Errorf("bench: stream: %w", err)
+		}
+		return s.ID, st, nil
+	}
+	type cost struct{ d, cpu, mcpu, mbusy time.Duration }
+	task := func(sid string, stream *client.Stream, i int) (cost, error) {
+		// The model server's CPU is asked outside the window this
+		// process's is measured in.
+		m0, b0, err := model.cpu()
+		if err != nil {
+			return cost{}, err
+		}
+		t0, c0 := time.Now(), processCPU()
+		id, err := e.api.SubmitTask(ctx, sid, client.TaskRequest{Input: []client.InputPart{{Type: client.InputText, Text: fmt.Sprintf("step %d: what is in this folder?", i)}}})
+		if err != nil {
+			return cost{}, fmt.Errorf("bench: task %d: %w", i, err)
+		}
+		if err := untilIdle(ctx, stream, id); err != nil {
+			return cost{}, fmt.Errorf("bench: task %d: %w", i, err)
+		}
+		k := cost{d: time.Since(t0), cpu: processCPU() - c0}
+		m1, b1, err := model.cpu()
+		k.mcpu, k.mbusy = m1-m0, b1-b0
+		return k, err
+	}
+	sid, stream, err := open()
+	if err != nil {
+		return nil, err
+	}
+	p.logf("long, remote model: %d Tasks in one Session", n)
+	for i := range n {
+		k, err := task(sid, stream, i)
+		if err != nil {
+			return nil, err
+		}
+		if (i+1)%500 == 0 {
+			p.logf("long, remote model: %d Tasks, the last took %v (model server %v CPU)", i+1, k.d.Round(time.Microsecond), k.mcpu.Round(time.Microsecond))
+		}
+	}
+	short, shortStream, err := open()
+	if err != nil {
+		return nil, err
+	}
+	var early, late [4][]time.Duration
+	add := func(b *[4][]time.Duration, k cost) {
+		for i, v := range []time.Duration{k.d, k.cpu, k.mcpu, k.d - k.mbusy} {
+			b[i] = append(b[i], v)
+		}
+	}
+	for i := range 10 + longBucket {
+		k, err := task(short, shortStream, i)
+		if err != nil {
+			return nil, err
+		}
+		if i < 10 {
+			continue
+		}
+		add(&early, k)
+		if k, err = task(sid, stream, n+i); err != nil {
+			return nil, err
+		}
+		add(&late, k)
+	}
+	return &longRemote{
+		Early: medianOf(early[0]), EarlyCPU: medianOf(early[1]), EarlyModelCPU: medianOf(early[2]), EarlyFloe: medianOf(early[3]),
+		Late: medianOf(late[0]), LateCPU: medianOf(late[1]), LateModelCPU: medianOf(late[2]), LateFloe: medianOf(late[3]),
+	}, nil
+}
+
+func medianOf(d []time.Duration) time.Duration {
+	d = slices.Clone(d)
+	slices.Sort(d)
+	return d[len(d)/2]
 }

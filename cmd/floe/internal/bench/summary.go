@@ -37,9 +37,21 @@ type Summary struct {
 	// every span to a local receiver ÷ with it off (median of the pairs).
 	OTelThroughputRatio *float64 `json:"otel_throughput_ratio,omitempty"`
 	// Issue 27, a long Session (the long scenario).
-	LateTaskRatio    *float64 `json:"late_task_ratio,omitempty"`     // time per Task at the end ÷ near the start
-	LateTaskCPURatio *float64 `json:"late_task_cpu_ratio,omitempty"` // the same of the CPU per Task
-	// The same without the scripted model's token estimate, and that
+	// Time per Task at the end ÷ near the start, and the same of the Floe
+	// process's CPU per Task, with the model a server in another process
+	// over HTTP (openai wire format), as a deployment's is; that server's
+	// CPU per Task early and late.
+	LateTaskRatio          *float64 `json:"late_task_ratio,omitempty"`
+	LateTaskCPURatio       *float64 `json:"late_task_cpu_ratio,omitempty"`
+	EarlyTaskModelServerMs *float64 `json:"early_task_model_server_cpu_ms,omitempty"`
+	LateTaskModelServerMs  *float64 `json:"late_task_model_server_cpu_ms,omitempty"`
+	// late_task_ratio of the time less the model server's time answering.
+	LateTaskLessModelRatio *float64 `json:"late_task_less_model_ratio,omitempty"`
+	// The same two with the scripted model in the measured process (what
+	// late_task_ratio and late_task_cpu_ratio were before 2026-12-03 21:00).
+	LateTaskInProcRatio    *float64 `json:"late_task_inproc_ratio,omitempty"`
+	LateTaskInProcCPURatio *float64 `json:"late_task_inproc_cpu_ratio,omitempty"`
+	// The in-process ones without the scripted model's token estimate, and that
 	// estimate's CPU in a late Task (the model's work, not Floe's).
 	LateTaskFloeRatio    *float64 `json:"late_task_floe_ratio,omitempty"`
 	LateTaskFloeCPURatio *float64 `json:"late_task_floe_cpu_ratio,omitempty"`
@@ -98,6 +110,10 @@ func (r *Report) Summary() Summary {
 	}
 	if x := r.Long; x != nil {
 		s.LateTaskRatio, s.LateTaskCPURatio = f(x.TimeRatio()), f(x.CPURatio())
+		s.EarlyTaskModelServerMs = f(float64(x.Remote.EarlyModelCPU.Microseconds()) / 1000)
+		s.LateTaskModelServerMs = f(float64(x.Remote.LateModelCPU.Microseconds()) / 1000)
+		s.LateTaskLessModelRatio = f(x.LessModelRatio())
+		s.LateTaskInProcRatio, s.LateTaskInProcCPURatio = f(x.InProcRatio()), f(x.InProcCPURatio())
 		s.LateTaskFloeRatio, s.LateTaskFloeCPURatio = f(x.FloeRatio()), f(x.FloeCPURatio())
 		s.LateTaskModelCPUMs = f(float64(x.LateModelCPU.Microseconds()) / 1000)
 		s.HistoryWindowKiB = f(float64(x.WindowBytes) / 1024)

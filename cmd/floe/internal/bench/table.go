@@ -116,13 +116,18 @@ func (r *Report) Markdown(w io.Writer, command string) {
 	}
 
 	if x := r.Long; x != nil {
-		fmt.Fprintf(w, "**Long Session**: one Session, %s Tasks one after another (a scripted model streams one text each; no compaction, so the context grows every Task), traced; per Task the time from submit to task_state idle on SSE and the process's CPU (every service and the embedded nats-server), median of %d. Early: Tasks 10–%d of a second Session, each followed by a late one, a Task of the long Session past its %s: side by side, under the same load. Sequential: the long Session's Tasks 10–%d and its last %d, minutes apart.\n\n", num(x.Tasks), longBucket, 10+longBucket-1, num(x.Tasks), 10+longBucket-1, longBucket)
+		fmt.Fprintf(w, "**Long Session** (scripted model in this process): one Session, %s Tasks one after another (a scripted model streams one text each; no compaction, so the context grows every Task), traced; per Task the time from submit to task_state idle on SSE and the process's CPU (every service and the embedded nats-server), median of %d. Early: Tasks 10–%d of a second Session, each followed by a late one, a Task of the long Session past its %s: side by side, under the same load. Sequential: the long Session's Tasks 10–%d and its last %d, minutes apart.\n\n", num(x.Tasks), longBucket, 10+longBucket-1, num(x.Tasks), 10+longBucket-1, longBucket)
 		fmt.Fprintf(w, "| | early Task | late Task | late ÷ early | sequential: early | late | late ÷ early |\n|---|---:|---:|---:|---:|---:|---:|\n")
 		fmt.Fprintf(w, "| time | %s | %s | %.2f | %s | %s | %.2f |\n| CPU | %s | %s | %.2f | %s | %s | %.2f |\n\n",
-			dur(x.Early), dur(x.Late), x.TimeRatio(), dur(x.SeqEarly), dur(x.SeqLate), float64(x.SeqLate)/float64(x.SeqEarly),
-			dur(x.EarlyCPU), dur(x.LateCPU), x.CPURatio(), dur(x.SeqEarlyCPU), dur(x.SeqLateCPU), float64(x.SeqLateCPU)/float64(x.SeqEarlyCPU))
+			dur(x.Early), dur(x.Late), x.InProcRatio(), dur(x.SeqEarly), dur(x.SeqLate), float64(x.SeqLate)/float64(x.SeqEarly),
+			dur(x.EarlyCPU), dur(x.LateCPU), x.InProcCPURatio(), dur(x.SeqEarlyCPU), dur(x.SeqLateCPU), float64(x.SeqLateCPU)/float64(x.SeqEarlyCPU))
 		fmt.Fprintf(w, "Of that CPU, the scripted model's own token estimate of each request (it reads the whole context, as a real model does on its side; in this process, so measured apart: engine.ScriptedModelCPU) took %s of CPU in an early Task and %s in a late one; without it a late Task's time ÷ an early one's is %s ÷ %s = %.2f, its CPU %s ÷ %s = %.2f.\n\n",
 			dur(x.EarlyModelCPU), dur(x.LateModelCPU), dur(x.LateFloe), dur(x.EarlyFloe), x.FloeRatio(), dur(x.LateFloeCPU), dur(x.EarlyFloeCPU), x.FloeCPURatio())
+		rm := x.Remote
+		fmt.Fprintf(w, "With the model remote, as a deployment's (a fake OpenAI-compatible server in another process that reads and decodes each whole request and streams the same answer; the engine's openai provider over HTTP): the same side-by-side Tasks in a Floe of their own. The CPU is this process's (engine, nats-server, tracer, gateway, toolrunner), the model server's apart.\n\n")
+		fmt.Fprintf(w, "| remote model | early Task | late Task | late ÷ early |\n|---|---:|---:|---:|\n| time | %s | %s | **%.2f** |\n| Floe CPU | %s | %s | **%.2f** |\n| model server CPU | %s | %s | %.2f |\n| time less the model server's answering | %s | %s | %.2f |\n\n",
+			dur(rm.Early), dur(rm.Late), x.TimeRatio(), dur(rm.EarlyCPU), dur(rm.LateCPU), x.CPURatio(), dur(rm.EarlyModelCPU), dur(rm.LateModelCPU), float64(rm.LateModelCPU)/float64(rm.EarlyModelCPU),
+			dur(rm.EarlyFloe), dur(rm.LateFloe), x.LessModelRatio())
 		fmt.Fprintf(w, "History: the newest 50 Tasks (GET /messages?tailTasks=50) %s in %s; the whole history %s in %s (median of 5). Disk: the home %s, its Traces %s (%.2f×); the JetStream store %s, where FLOE_SESSIONS's messages are %s and the snapshot bucket's %s.\n\n",
 			kib(float64(x.WindowBytes)), dur(x.Window), kib(float64(x.WholeBytes)), dur(x.Whole), mib(float64(x.Disk)), mib(float64(x.TraceBytes)), x.DiskPerTrace(),
 			mib(float64(x.Store)), mib(float64(x.SessionsBytes)), mib(float64(x.SnapshotBytes)))

@@ -26,6 +26,9 @@ func main() {
 	if store := os.Getenv(bench.BrokerEnv); store != "" {
 		os.Exit(bench.RunBroker(store))
 	}
+	if format := os.Getenv(bench.ModelEnv); format != "" {
+		os.Exit(bench.RunModel(format))
+	}
 	os.Exit(run())
 }
 

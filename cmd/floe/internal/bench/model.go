@@ -1,0 +1,215 @@
+package bench
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+)
+
+// ModelEnv, set to "openai", makes the benchmark program a model server
+// child instead (RunModel): a fake hosted model in a process of its own,
+// as a deployment's model is, so the long scenario measures Floe's CPU
+// without the model's and the engine's provider path (the wire format,
+// wirecache, HTTP, SSE decoding) is the one a deployment runs.
+const ModelEnv = "FLOE_BENCH_MODEL"
+
+// modelAnswer is what the model server streams for every request, in
+// these pieces: the scripted answer of writeAnswerScript.
+var modelAnswer = []string{"The folder holds a Go module", " with a README and two packages;", " nothing else stands out."}
+
+// RunModel serves the child side of a model server: an OpenAI-compatible
+// POST /v1/chat/completions on a loopback port of its own that reads and
+// decodes the whole request (as a hosted model reads its input) and
+// streams modelAnswer. It writes its base URL as the first line of
+// stdout, answers each "cpu" line on stdin with its process's CPU time so
+// far and the time it spent answering requests once read (nanoseconds,
+// "cpu time"), and exits when stdin closes. It returns the exit
+// code.
+func RunModel(format string) int {
+	if format != "openai" {
+		fmt.Fprintf(os.Stderr, "floebench model: unknown format %q (want openai)\n", format)
+		return 1
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "floebench model: %v\n", err)
+		return 1
+	}
+	srv := &http.Server{Handler: http.HandlerFunc(serveChat), ReadHeaderTimeout: 10 * time.Second}
+	go srv.Serve(ln) //nolint:errcheck // ends with Close
+	defer srv.Close()
+	out := bufio.NewWriter(os.Stdout)
+	fmt.Fprintf(out, "http://%s/v1\n", ln.Addr())
+	out.Flush()
+	sc := bufio.NewScanner(os.Stdin)
+	for sc.Scan() {
+		if sc.Text() != "cpu" {
+			fmt.Fprintf(os.Stderr, "floebench model: unknown request %q\n", sc.Text())
+			return 1
+		}
+		fmt.Fprintln(out, int64(processCPU()), modelBusy.Load())
+		out.Flush()
+	}
+	return 0
+}
+
+// modelBusy is the time the model server spent on requests from the end
+// of reading each body to its [DONE] (its decoding and answering: the
+// model's part of a Task's time; the transfer of the body is counted as
+// the sender's).
+var modelBusy atomic.Int64
+
+func serveChat(w http.ResponseWriter, r *http.Request) {
+	if r.Method != http.MethodPost || r.URL.Path != "/v1/chat/completions" {
+		http.Error(w, `{"error":{"message":"not found"}}`, http.StatusNotFound)
+		return
+	}
+	body, err := io.ReadAll(r.Body)
+	t0 := time.Now()
+	defer func() { modelBusy.Add(int64(time.Since(t0))) }()
+	var req struct {
+		Model    string            `json:"model"`
+		Messages []json.RawMessage `json:"messages"`
+		Stream   bool              `json:"stream"`
+	}
+	if err == nil {
+		err = json.Unmarshal(body, &req)
+	}
+	if err != nil || !req.Stream || len(req.Messages) == 0 {
+		http.Error(w, `{"error":{"message":"bad request"}}`, http.StatusBadRequest)
+		return
+	}
+	w.Header().Set("Content-Type", "text/event-stream")
+	fl, _ := w.(http.Flusher)
+	send := func(v any) {
+		b, _ := json.Marshal(v)
+		fmt.Fprintf(w, "data: %s\n\n", b)
+		if fl != nil {
+			fl.Flush()
+		}
+	}
+	type delta struct {
+		Role    string `json:"role,omitempty"`
+		Content string `json:"content,omitempty"`
+	}
+	type choice struct {
+		Index        int     `json:"index"`
+		Delta        delta   `json:"delta"`
+		FinishReason *string `json:"finish_reason"`
+	}
+	chunk := func(cs ...choice) map[string]any {
+		return map[string]any{"id": "chatcmpl-bench", "object": "chat.completion.chunk", "model": req.Model, "choices": cs}
+	}
+	for i, s := range modelAnswer {
+		d := delta{Content: s}
+		if i == 0 {
+			d.Role = "assistant"
+		}
+		send(chunk(choice{Delta: d}))
+	}
+	stop := "stop"
+	send(chunk(choice{FinishReason: &stop}))
+	prompt := int64(len(body) / 4)
+	c := chunk()
+	c["usage"] = map[string]int64{"prompt_tokens": prompt, "completion_tokens": 24, "total_tokens": prompt + 24}
+	send(c)
+	fmt.Fprint(w, "data: [DONE]\n\n")
+}
+
+// modelServer is the parent's handle on a model server child.
+type modelServer struct {
+	cmd  *exec.Cmd
+	in   io.WriteCloser
+	out  *bufio.Reader
+	url  string
+	done chan struct{}
+}
+
+// startModel starts this program again as a model server child and
+// waits for its base URL.
+func startModel(ctx context.Context) (*modelServer, error) {
+	exe, err := os.Executable()
+	if err != nil {
+		return nil, fmt.Errorf("bench: model server: %w", err)
+	}
+	cmd := exec.Command(exe)
+	cmd.Env = append(os.Environ(), ModelEnv+"=openai")
+	cmd.Stderr = os.Stderr
+	m := &modelServer{cmd: cmd, done: make(chan struct{})}
+	if m.in, err = cmd.StdinPipe(); err != nil {
+		return nil, err
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		return nil, err
+	}
+	m.out = bufio.NewReader(stdout)
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("bench: model server: %w", err)
+	}
+	go func() {
+		_ = cmd.Wait() // the exit status is not the benchmark's concern
+		close(m.done)
+	}()
+	line := make(chan string, 1)
+	go func() {
+		l, _ := m.out.ReadString('\n')
+		line <- strings.TrimSpace(l)
+	}()
+	select {
+	case m.url = <-line:
+	case <-time.After(30 * time.Second):
+	case <-ctx.Done():
+	}
+	if !strings.HasPrefix(m.url, "http://") {
+		m.stop()
+		return nil, errors.New("bench: model server child gave no URL")
+	}
+	return m, nil
+}
+
+// cpu is the child's process CPU time so far and the time it spent
+// answering requests (modelBusy).
+func (m *modelServer) cpu() (cpu, busy time.Duration, err error) {
+	if _, err := io.WriteString(m.in, "cpu\n"); err != nil {
+		return 0, 0, fmt.Errorf("bench: model server cpu: %w", err)
+	}
+	l, err := m.out.ReadString('\n')
+	if err != nil {
+		return 0, 0, fmt.Errorf("bench: model server cpu: %w", err)
+	}
+	f := strings.Fields(l)
+	if len(f) != 2 {
+		return 0, 0, fmt.Errorf("bench: model server cpu: answer %q", l)
+	}
+	var ns [2]int64
+	for i := range f {
+		if ns[i], err = strconv.ParseInt(f[i], 10, 64); err != nil {
+			return 0, 0, fmt.Errorf("bench: model server cpu: %w", err)
+		}
+	}
+	return time.Duration(ns[0]), time.Duration(ns[1]), nil
+}
+
+// stop closes the child's stdin (it exits) and kills it if it has not
+// exited within 10 s. It may be called again.
+func (m *modelServer) stop() {
+	m.in.Close()
+	select {
+	case <-m.done:
+	case <-time.After(10 * time.Second):
+		m.cmd.Process.Kill()
+		<-m.done
+	}
+}
