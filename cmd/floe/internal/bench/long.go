@@ -445,7 +445,13 @@ func runLongRemote(ctx context.Context, c *Config, p *progress, n int) (*longRem
 		return nil, err
 	}
 	p.logf("long, remote model: %d Tasks in one Session", n)
+	span := min(4*longBucket, (n-10)/2)
+	prof := bucketProfiler{dir: c.LongProfiles, spans: map[int]string{10: "long-remote-early.prof", n - span: "long-remote-late.prof"}, length: span}
+	defer prof.stop()
 	for i := range n {
+		if err := prof.at(i); err != nil {
+			return nil, err
+		}
 		k, err := task(sid, stream, i)
 		if err != nil {
 			return nil, err
@@ -454,6 +460,7 @@ func runLongRemote(ctx context.Context, c *Config, p *progress, n int) (*longRem
 			p.logf("long, remote model: %d Tasks, the last took %v (model server %v CPU)", i+1, k.d.Round(time.Microsecond), k.mcpu.Round(time.Microsecond))
 		}
 	}
+	prof.stop()
 	short, shortStream, err := open()
 	if err != nil {
 		return nil, err

@@ -48,7 +48,7 @@ func run() int {
 	command := fs.String("command", "", "the command line to print in the report (default the arguments)")
 	verbose := fs.Bool("v", false, "show the services' warnings")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the whole run to this file")
-	longProfiles := fs.String("long-profiles", "", "write CPU profiles of the long scenario's early and late Tasks to this directory (not with --cpuprofile)")
+	longProfiles := fs.String("long-profiles", "", "write CPU profiles of the long scenario's early and late Tasks, in process and with the remote model, to this directory (not with --cpuprofile)")
 	memProfile := fs.String("memprofile", "", "write a heap profile (allocations of the whole run) to this file")
 	if err := fs.Parse(os.Args[1:]); err != nil {
 		return 2
