@@ -28,6 +28,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
 	"sort"
@@ -179,9 +180,9 @@ func Run(ctx context.Context, records []omni.Message, opt Options) (*Result, err
 		}
 		defer stopHooks()
 	}
-	decisions := approvals(records)
+	decisions := approvals(records, tasks)
 	for i, t := range tasks {
-		if err := runTask(ctx, st, sid, fmt.Sprintf("replay-%d", i+1), t, decisions, pc, kids); err != nil {
+		if err := runTask(ctx, st, sid, fmt.Sprintf("replay-%d", i+1), i, t, decisions, pc, kids); err != nil {
 			return nil, err
 		}
 	}
@@ -246,6 +247,7 @@ func InferCompaction(records []omni.Message) omni.CompactionConfig {
 
 // A task is one recorded Task to run again.
 type task struct {
+	from   int // the index of the record that begins it
 	kind   string
 	input  []omni.InputPart
 	steers []steer
@@ -351,7 +353,7 @@ func plan(records []omni.Message) []task {
 			}
 		case !inRequest && !compacting && len(m.Origin) == 0 && isRefusal(m):
 			r, _ := parseRefusal(m)
-			out = append(out, task{kind: omni.TaskRun, input: []omni.InputPart{{Type: "text", Text: refusedPrompt}}, refusal: &r})
+			out = append(out, task{kind: omni.TaskRun, input: []omni.InputPart{{Type: "text", Text: refusedPrompt}}, refusal: &r, from: i})
 			contexts = nil
 		case m.Type == omni.KindEvent && p.Type == omni.TypeAbort && len(m.Origin) == 0 && len(out) > 0:
 			out[len(out)-1].abort = abortAt(records, i)
@@ -366,7 +368,7 @@ func plan(records []omni.Message) []task {
 		case m.Type == omni.KindEvent && p.Type == omni.TypeCompactionBegin:
 			compacting = true
 			if p.Reason == omni.CompactManual {
-				out = append(out, task{kind: omni.TaskCompact})
+				out = append(out, task{kind: omni.TaskCompact, from: i})
 			}
 		case m.Type == omni.KindEvent && p.Type == omni.TypeCompactionEnd:
 			compacting = false
@@ -383,7 +385,7 @@ func plan(records []omni.Message) []task {
 			if input {
 				out[len(out)-1].input = append(out[len(out)-1].input, part)
 			} else {
-				out = append(out, task{kind: omni.TaskRun, input: []omni.InputPart{part}, contexts: contexts})
+				out = append(out, task{kind: omni.TaskRun, input: []omni.InputPart{part}, contexts: contexts, from: i})
 				contexts = nil
 			}
 		}
@@ -405,33 +407,43 @@ func isRefusal(m *omni.Message) bool {
 	return ok
 }
 
-// A decision is a recorded approval_decision and its record's index; ""
-// and -1 for an asked call the record has no decision for (its Task was
-// aborted, or its Session forked, before one).
+// A decision is a recorded approval_decision, its record's index, and
+// the recorded Task (plan's index) its call belongs to.
 type decision struct {
 	decision string
 	index    int
+	task     int // -1: any Task
+	used     bool
 }
 
 // asks are the recorded decisions of the calls the replay's engine asks
-// about (always-ask), per tool call id in record order: an id may recur
-// (a scripted model's ids, a fork continuing a call it carries), and the
-// k-th request for an id is answered by its k-th asked call. Calls the
-// engine decides without asking (forbidden by the command policy, denied
-// by a pre_tool_use hook) are not in it.
+// about (always-ask), per tool call id in record order. An id may recur
+// (a scripted model's ids, a fork continuing past a call it carries), so
+// a request about an id in Task t is answered by the first unused
+// decision of that id in Task t. A call the record has no decision for
+// (its Task was aborted, or forked, first) has none: its request, if the
+// engine gets to ask before the abort, is answered only after the pacing
+// bound, when nobody waits for it any more. Calls the engine
+// decides without asking (forbidden by the command policy, denied by a
+// pre_tool_use hook) are not in it.
 //
 // Concurrency: runTask's follower callback is its only user.
 type asks struct {
 	byID map[string][]decision
-	used map[string]int
 }
 
-// approvals finds the asked calls of records and their decisions.
-func approvals(records []omni.Message) *asks {
-	a := &asks{byID: map[string][]decision{}, used: map[string]int{}}
-	open := map[string]int{}  // id → its latest call still without a decision
-	skip := map[string]bool{} // "id/k": decided without asking
+// approvals finds the asked calls of records and their decisions; tasks
+// are plan's Tasks of records.
+func approvals(records []omni.Message, tasks []task) *asks {
+	a := &asks{byID: map[string][]decision{}}
+	type call struct{ task, index int }
+	open := map[string]call{} // id → its latest call still without a decision
+	hookDenied := map[string]bool{}
+	t := -1
 	for i := range records {
+		for t+1 < len(tasks) && tasks[t+1].from <= i {
+			t++
+		}
 		m := &records[i]
 		p := &m.Payload
 		if len(m.Origin) > 0 {
@@ -440,43 +452,38 @@ func approvals(records []omni.Message) *asks {
 		id := p.ToolCallID
 		switch {
 		case m.Type == omni.KindModel && p.Type == omni.TypeToolCall && p.Stop() == omni.StatusCompleted:
-			a.byID[id] = append(a.byID[id], decision{index: -1})
-			open[id] = len(a.byID[id]) - 1
+			open[id] = call{task: t, index: i}
+			delete(hookDenied, id)
+		case m.Type == omni.KindEvent && p.Type == omni.TypeHook:
+			if r, ok := p.Hook(); ok && r.Point == omni.HookPreToolUse && r.Decision == omni.DecisionDeny {
+				hookDenied[id] = true
+			}
 		case m.Type == omni.KindEvent && p.Type == omni.TypeApprovalDecision:
-			if k, ok := open[id]; ok {
-				a.byID[id][k] = decision{p.Decision, i}
-				if p.Decision == omni.DecisionForbidden {
-					skip[fmt.Sprint(id, "/", k)] = true
-				}
-				delete(open, id)
+			c, ok := open[id]
+			if !ok {
+				continue
 			}
-		case m.Type == omni.KindModel && p.Type == omni.TypeToolCallOutput && strings.HasPrefix(p.Output, "Tool call denied by the "):
-			if n := len(a.byID[id]); n > 0 {
-				skip[fmt.Sprint(id, "/", n-1)] = true // a hook's denial
+			delete(open, id)
+			if p.Decision == omni.DecisionForbidden || hookDenied[id] {
+				continue // decided without asking
 			}
+			a.byID[id] = append(a.byID[id], decision{decision: p.Decision, index: i, task: c.task})
 		}
-	}
-	for id, ds := range a.byID {
-		kept := ds[:0]
-		for k, d := range ds {
-			if !skip[fmt.Sprint(id, "/", k)] {
-				kept = append(kept, d)
-			}
-		}
-		a.byID[id] = kept
 	}
 	return a
 }
 
-// next returns the decision for the next request about call id; ok is
-// false when the record has no further asked call of that id.
-func (a *asks) next(id string) (decision, bool) {
-	k := a.used[id]
-	if k >= len(a.byID[id]) {
-		return decision{}, false
+// next returns the decision for a request about call id in Task t; ok is
+// false when the record has none left there.
+func (a *asks) next(t int, id string) (decision, bool) {
+	ds := a.byID[id]
+	for k := range ds {
+		if !ds[k].used && (ds[k].task == t || ds[k].task < 0) {
+			ds[k].used = true
+			return ds[k], true
+		}
 	}
-	a.used[id] = k + 1
-	return a.byID[id][k], true
+	return decision{}, false
 }
 
 // last returns the last recorded decision for call id (a subagent
@@ -493,7 +500,7 @@ func (a *asks) last(id string) (decision, bool) {
 
 // runTask submits one Task and answers its approval requests until it
 // ends.
-func runTask(ctx context.Context, st *stack.Stack, sid, id string, t task, decisions *asks, pc *pacer, kids *childRecords) error {
+func runTask(ctx context.Context, st *stack.Stack, sid, id string, n int, t task, decisions *asks, pc *pacer, kids *childRecords) error {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
 	defer cancel()
 	last, err := bus.LastSeq(ctx, st.JS)
@@ -558,11 +565,16 @@ func runTask(ctx context.Context, st *stack.Stack, sid, id string, t task, decis
 			if omni.Unmarshal(ev.ToolCall, &call) != nil {
 				return nil
 			}
-			rd, ok := decisions.next(call.Payload.ToolCallID)
-			if ok && rd.decision == "" {
-				// The recorded call got no decision: its Task was
-				// aborted (or forked) first. Nothing answers it.
-				return nil
+			rd, ok := decisions.next(n, call.Payload.ToolCallID)
+			if !ok && pc != nil {
+				// No decision of this Task's: the recorded call got
+				// none (its Task was aborted, or forked, first: the
+				// abort comes meanwhile and nobody waits for the
+				// answer), or the replay parted from the record. Allow
+				// after the bound, as a wait for a position would.
+				if err := pc.wait(ctx, sid, math.MaxInt); err != nil {
+					return err
+				}
 			}
 			d := omni.DecisionAllow
 			if ok && rd.decision == omni.DecisionDeny {
@@ -607,7 +619,7 @@ func answerChild(ctx context.Context, st *stack.Stack, ev omni.ServerEvent, pc *
 	child := ev.Origin[len(ev.Origin)-1]
 	d := omni.DecisionAllow
 	if recs := kids.of(ctx, child); recs != nil {
-		if rd, ok := approvals(recs).last(call.Payload.ToolCallID); ok {
+		if rd, ok := approvals(recs, nil).last(call.Payload.ToolCallID); ok {
 			if rd.decision == omni.DecisionDeny {
 				d = omni.DecisionDeny
 			}

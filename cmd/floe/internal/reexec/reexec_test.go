@@ -351,7 +351,7 @@ func recordCorpus(t *testing.T) {
 			if on := s.abortOn[i]; on != nil {
 				abortWhen(t, st, sid, on)
 			}
-			if err := runTask(ctxT(t), st, sid, fmt.Sprintf("corpus-%d", i), tk, decided(s.decide), pc, nil); err != nil {
+			if err := runTask(ctxT(t), st, sid, fmt.Sprintf("corpus-%d", i), i, tk, decided(s.decide), pc, nil); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -391,45 +391,56 @@ func recordCorpus(t *testing.T) {
 // decided answers each call id's approval with its decision in m
 // (allow when it has none), as runTask answers a replay's.
 func decided(m map[string]decision) *asks {
-	a := &asks{byID: map[string][]decision{}, used: map[string]int{}}
+	a := &asks{byID: map[string][]decision{}}
 	for id, d := range m {
+		d.task = -1
 		a.byID[id] = []decision{d}
 	}
 	return a
 }
 
-// The k-th approval request for a call id is answered by the k-th call of
-// that id the record asked about: an id recurs (a scripted model's ids,
-// a fork continuing a call it carries cut without a decision), and calls
-// decided without asking (the policy, a hook) take no answer.
-func TestApprovalsAreMatchedPerAskedCall(t *testing.T) {
+// A request about a call id in a Task is answered by that Task's
+// recorded decision for the id: an id recurs (a scripted model's ids, a
+// fork continuing past a call it carries cut without a decision), and
+// calls decided without asking (the policy, a hook) take no answer.
+func TestApprovalsAreMatchedPerTaskAndCall(t *testing.T) {
 	call := func(id string) omni.Message { return omni.ToolCall("exec_command", `{}`, id) }
 	dec := func(d, id string) omni.Message { return omni.ApprovalDecision(d, id) }
 	out := func(id, text string) omni.Message { return omni.ToolCallOutput(id, text, omni.StatusAborted) }
+	end := func(status string) omni.Message { return omni.RequestEnd(status, "", 0, 0) }
+	deny := omni.HookEvent(omni.HookRecord{Point: omni.HookPreToolUse, Name: "no-rm", Decision: omni.DecisionDeny, ToolCallID: "call_rm"})
 	recs := []omni.Message{
 		omni.SessionMeta(omni.Meta{SessionID: "s"}),
-		call("call_1"), // cut by an abort: no decision
-		call("call_1"), dec(omni.DecisionDeny, "call_1"), out("call_1", omni.DeniedByUser),
-		call("call_rm"), dec(omni.DecisionForbidden, "call_rm"), out("call_rm", omni.DeniedByPolicy),
-		call("call_rm"), dec(omni.DecisionDeny, "call_rm"), out("call_rm", omni.DeniedByHook("no-rm", "no")),
-		call("call_rm"), dec(omni.DecisionAllow, "call_rm"),
-		call("call_1"), dec(omni.DecisionAllow, "call_1"),
+		omni.UserText("a"), omni.RequestBegin(), call("call_1"), end(omni.StatusAborted), omni.Abort(omni.AbortedByUser), // 1-5
+		omni.UserText("b"), omni.RequestBegin(), call("call_1"), dec(omni.DecisionDeny, "call_1"), // 6-9
+		call("call_rm"), dec(omni.DecisionForbidden, "call_rm"), // 10-11
+		call("call_rm"), deny, dec(omni.DecisionDeny, "call_rm"), // 12-14
+		call("call_rm"), dec(omni.DecisionAllow, "call_rm"), end(omni.StatusCompleted), // 15-17
+		out("call_1", omni.DeniedByUser), out("call_rm", omni.DeniedByPolicy), // 18-19
+		omni.UserText("c"), omni.RequestBegin(), call("call_1"), dec(omni.DecisionAllow, "call_1"), end(omni.StatusCompleted), // 20-24
 	}
-	a := approvals(recs)
+	tasks := plan(recs)
+	if len(tasks) != 3 {
+		t.Fatalf("plan found %d Tasks, want 3", len(tasks))
+	}
+	a := approvals(recs, tasks)
 	for _, want := range []struct {
-		id   string
-		d    decision
-		more bool
+		task     int
+		id       string
+		decision string
+		index    int
+		ok       bool
 	}{
-		{"call_1", decision{"", -1}, true},
-		{"call_rm", decision{omni.DecisionAllow, 12}, true},
-		{"call_1", decision{omni.DecisionDeny, 3}, true},
-		{"call_1", decision{omni.DecisionAllow, 14}, true},
-		{"call_1", decision{}, false},
-		{"call_rm", decision{}, false},
+		{0, "call_1", "", 0, false},
+		{1, "call_rm", omni.DecisionAllow, 16, true},
+		{1, "call_1", omni.DecisionDeny, 9, true},
+		{1, "call_1", "", 0, false},
+		{1, "call_rm", "", 0, false},
+		{2, "call_1", omni.DecisionAllow, 23, true},
 	} {
-		if d, ok := a.next(want.id); d != want.d || ok != want.more {
-			t.Errorf("next(%s) = %+v, %v; want %+v, %v", want.id, d, ok, want.d, want.more)
+		d, ok := a.next(want.task, want.id)
+		if d.decision != want.decision || d.index != want.index || ok != want.ok {
+			t.Errorf("next(%d, %s) = %q@%d, %v; want %q@%d, %v", want.task, want.id, d.decision, d.index, ok, want.decision, want.index, want.ok)
 		}
 	}
 }
