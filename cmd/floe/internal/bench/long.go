@@ -243,6 +243,18 @@ func runLongInProc(ctx context.Context, c *Config, p *progress) (*LongResult, er
 			}
 		}
 	}
+	// Each file of the home over 4 KiB: its apparent size and the
+	// blocks it takes (a block file being written is sparse or not).
+	_ = filepath.WalkDir(e.home, func(path string, d fs.DirEntry, err error) error {
+		if err != nil || !d.Type().IsRegular() {
+			return nil
+		}
+		if info, err := d.Info(); err == nil && (info.Size() > 4096 || diskBytes(info) > 4096) {
+			rel, _ := filepath.Rel(e.home, path)
+			p.logf("long: file %s: %d bytes, %d on disk", rel, info.Size(), diskBytes(info))
+		}
+		return nil
+	})
 	for name, dst := range map[string]*uint64{omni.SessionsStream: &res.SessionsBytes, "KV_" + omni.SnapshotsBucket: &res.SnapshotBytes} {
 		if st, err := e.js.Stream(ctx, name); err == nil {
 			*dst = st.CachedInfo().State.Bytes
@@ -391,6 +403,9 @@ type longRemote struct {
 	// EarlyFloe and LateFloe are the time per Task less the model
 	// server's time answering its request (modelBusy), medians.
 	EarlyFloe, LateFloe time.Duration
+	// EarlyRead and LateRead are the model server's time reading the
+	// request body (modelRead), medians: its transfer over loopback.
+	EarlyRead, LateRead time.Duration
 }
 
 func runLongRemote(ctx context.Context, c *Config, p *progress, n int) (*longRemote, error) {
@@ -419,11 +434,11 @@ func runLongRemote(ctx context.Context, c *Config, p *progress, n int) (*longRem
 		}
 		return s.ID, st, nil
 	}
-	type cost struct{ d, cpu, mcpu, mbusy time.Duration }
+	type cost struct{ d, cpu, mcpu, mbusy, mread time.Duration }
 	task := func(sid string, stream *client.Stream, i int) (cost, error) {
 		// The model server's CPU is asked outside the window this
 		// process's is measured in.
-		m0, b0, err := model.cpu()
+		m0, b0, r0, err := model.cpu()
 		if err != nil {
 			return cost{}, err
 		}
@@ -436,8 +451,8 @@ func runLongRemote(ctx context.Context, c *Config, p *progress, n int) (*longRem
 			return cost{}, fmt.Errorf("bench: task %d: %w", i, err)
 		}
 		k := cost{d: time.Since(t0), cpu: processCPU() - c0}
-		m1, b1, err := model.cpu()
-		k.mcpu, k.mbusy = m1-m0, b1-b0
+		m1, b1, r1, err := model.cpu()
+		k.mcpu, k.mbusy, k.mread = m1-m0, b1-b0, r1-r0
 		return k, err
 	}
 	sid, stream, err := open()
@@ -465,9 +480,9 @@ func runLongRemote(ctx context.Context, c *Config, p *progress, n int) (*longRem
 	if err != nil {
 		return nil, err
 	}
-	var early, late [4][]time.Duration
-	add := func(b *[4][]time.Duration, k cost) {
-		for i, v := range []time.Duration{k.d, k.cpu, k.mcpu, k.d - k.mbusy} {
+	var early, late [5][]time.Duration
+	add := func(b *[5][]time.Duration, k cost) {
+		for i, v := range []time.Duration{k.d, k.cpu, k.mcpu, k.d - k.mbusy, k.mread} {
 			b[i] = append(b[i], v)
 		}
 	}
@@ -486,8 +501,8 @@ func runLongRemote(ctx context.Context, c *Config, p *progress, n int) (*longRem
 		add(&late, k)
 	}
 	return &longRemote{
-		Early: medianOf(early[0]), EarlyCPU: medianOf(early[1]), EarlyModelCPU: medianOf(early[2]), EarlyFloe: medianOf(early[3]),
-		Late: medianOf(late[0]), LateCPU: medianOf(late[1]), LateModelCPU: medianOf(late[2]), LateFloe: medianOf(late[3]),
+		Early: medianOf(early[0]), EarlyCPU: medianOf(early[1]), EarlyModelCPU: medianOf(early[2]), EarlyFloe: medianOf(early[3]), EarlyRead: medianOf(early[4]),
+		Late: medianOf(late[0]), LateCPU: medianOf(late[1]), LateModelCPU: medianOf(late[2]), LateFloe: medianOf(late[3]), LateRead: medianOf(late[4]),
 	}, nil
 }
 

@@ -2,6 +2,7 @@ package bench
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -11,8 +12,10 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 )
@@ -33,8 +36,8 @@ var modelAnswer = []string{"The folder holds a Go module", " with a README and t
 // decodes the whole request (as a hosted model reads its input) and
 // streams modelAnswer. It writes its base URL as the first line of
 // stdout, answers each "cpu" line on stdin with its process's CPU time so
-// far and the time it spent answering requests once read (nanoseconds,
-// "cpu time"), and exits when stdin closes. It returns the exit
+// far, the time it spent answering requests once read and the time it
+// spent reading them (nanoseconds, "cpu busy read"), and exits when stdin closes. It returns the exit
 // code.
 func RunModel(format string) int {
 	if format != "openai" {
@@ -58,7 +61,7 @@ func RunModel(format string) int {
 			fmt.Fprintf(os.Stderr, "floebench model: unknown request %q\n", sc.Text())
 			return 1
 		}
-		fmt.Fprintln(out, int64(processCPU()), modelBusy.Load())
+		fmt.Fprintln(out, int64(processCPU()), modelBusy.Load(), modelRead.Load())
 		out.Flush()
 	}
 	return 0
@@ -70,23 +73,39 @@ func RunModel(format string) int {
 // the sender's).
 var modelBusy atomic.Int64
 
+// modelRead is the time the model server's handlers spent reading the
+// request bodies (from the handler's start, the headers read): the
+// transfer of a Task's context over loopback.
+var modelRead atomic.Int64
+
+// bodyBufs are the model server's request body buffers.
+var bodyBufs = sync.Pool{New: func() any { return new(bytes.Buffer) }}
+
 func serveChat(w http.ResponseWriter, r *http.Request) {
 	if r.Method != http.MethodPost || r.URL.Path != "/v1/chat/completions" {
 		http.Error(w, `{"error":{"message":"not found"}}`, http.StatusNotFound)
 		return
 	}
-	body, err := io.ReadAll(r.Body)
+	r0 := time.Now()
+	// Into a buffer of the body's length, kept for the next request: a
+	// growing io.ReadAll of a late Task's 1.7 MB body copies it many
+	// times over, the model server's CPU on Floe's cores.
+	buf := bodyBufs.Get().(*bytes.Buffer)
+	defer bodyBufs.Put(buf)
+	buf.Reset()
+	if r.ContentLength > 0 {
+		buf.Grow(int(r.ContentLength) + bytes.MinRead) // room for ReadFrom's last read, of EOF
+	}
+	_, err := buf.ReadFrom(r.Body)
+	body := buf.Bytes()
 	t0 := time.Now()
+	modelRead.Add(int64(t0.Sub(r0)))
 	defer func() { modelBusy.Add(int64(time.Since(t0))) }()
-	var req struct {
-		Model    string            `json:"model"`
-		Messages []json.RawMessage `json:"messages"`
-		Stream   bool              `json:"stream"`
-	}
+	var req chatHead
 	if err == nil {
-		err = json.Unmarshal(body, &req)
+		req, err = readHead(body)
 	}
-	if err != nil || !req.Stream || len(req.Messages) == 0 {
+	if err != nil {
 		http.Error(w, `{"error":{"message":"bad request"}}`, http.StatusBadRequest)
 		return
 	}
@@ -125,6 +144,43 @@ func serveChat(w http.ResponseWriter, r *http.Request) {
 	c["usage"] = map[string]int64{"prompt_tokens": prompt, "completion_tokens": 24, "total_tokens": prompt + 24}
 	send(c)
 	fmt.Fprint(w, "data: [DONE]\n\n")
+}
+
+// chatHead is what selects the model server's answer: the model it
+// names, and that the request streams and has messages.
+type chatHead struct {
+	Model  string `json:"model"`
+	Stream bool   `json:"stream"`
+}
+
+// readHead reads a request body's chatHead without decoding its
+// messages: the answer is the same whatever they say, and decoding a
+// late Task's whole context (1.7 MB at 2,000 Tasks) was most of the
+// model server's CPU, on the same cores as Floe's. The body must be an
+// object whose top-level keys, model among them, come before messages
+// (as Floe's openai provider writes them, and json.Marshal of the
+// request struct), messages a non-empty array, and stream true among the
+// top-level keys (before or after it). A key's quoted name cannot occur inside a JSON string
+// (its quotes would be escaped there), so the byte searches find keys.
+func readHead(body []byte) (chatHead, error) {
+	var h chatHead
+	at := bytes.Index(body, []byte(`"messages":`))
+	if at < 0 {
+		return h, errors.New("no messages")
+	}
+	// The keys before messages, closed into an object of their own.
+	head := append(bytes.TrimRight(slices.Clone(body[:at]), ", \t\r\n"), '}')
+	if err := json.Unmarshal(head, &h); err != nil {
+		return h, err
+	}
+	rest := bytes.TrimLeft(body[at+len(`"messages":`):], " \t\r\n")
+	if len(rest) < 2 || rest[0] != '[' || bytes.HasPrefix(bytes.TrimLeft(rest[1:], " \t\r\n"), []byte("]")) {
+		return h, errors.New("messages is not a non-empty array")
+	}
+	if !h.Stream && !bytes.Contains(rest, []byte(`"stream":true`)) || !bytes.HasSuffix(bytes.TrimRight(rest, " \t\r\n"), []byte("}")) {
+		return h, errors.New("not a streaming request")
+	}
+	return h, nil
 }
 
 // modelServer is the parent's handle on a model server child.
@@ -179,27 +235,27 @@ func startModel(ctx context.Context) (*modelServer, error) {
 	return m, nil
 }
 
-// cpu is the child's process CPU time so far and the time it spent
-// answering requests (modelBusy).
-func (m *modelServer) cpu() (cpu, busy time.Duration, err error) {
+// cpu is the child's process CPU time so far, the time it spent
+// answering requests (modelBusy) and reading them (modelRead).
+func (m *modelServer) cpu() (cpu, busy, read time.Duration, err error) {
 	if _, err := io.WriteString(m.in, "cpu\n"); err != nil {
-		return 0, 0, fmt.Errorf("bench: model server cpu: %w", err)
+		return 0, 0, 0, fmt.Errorf("bench: model server cpu: %w", err)
 	}
 	l, err := m.out.ReadString('\n')
 	if err != nil {
-		return 0, 0, fmt.Errorf("bench: model server cpu: %w", err)
+		return 0, 0, 0, fmt.Errorf("bench: model server cpu: %w", err)
 	}
 	f := strings.Fields(l)
-	if len(f) != 2 {
-		return 0, 0, fmt.Errorf("bench: model server cpu: answer %q", l)
+	if len(f) != 3 {
+		return 0, 0, 0, fmt.Errorf("bench: model server cpu: answer %q", l)
 	}
-	var ns [2]int64
+	var ns [3]int64
 	for i := range f {
 		if ns[i], err = strconv.ParseInt(f[i], 10, 64); err != nil {
-			return 0, 0, fmt.Errorf("bench: model server cpu: %w", err)
+			return 0, 0, 0, fmt.Errorf("bench: model server cpu: %w", err)
 		}
 	}
-	return time.Duration(ns[0]), time.Duration(ns[1]), nil
+	return time.Duration(ns[0]), time.Duration(ns[1]), time.Duration(ns[2]), nil
 }
 
 // stop closes the child's stdin (it exits) and kills it if it has not

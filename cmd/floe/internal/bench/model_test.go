@@ -39,20 +39,24 @@ func TestModelChild(t *testing.T) {
 		!strings.Contains(body, `"usage":`) || !strings.HasSuffix(body, "data: [DONE]\n\n") {
 		t.Fatalf("answer %d:\n%s", code, body)
 	}
-	for _, bad := range []string{`{"messages":`, `{"stream":true,"messages":[]}`, `{"messages":[{}]}`} {
+	// Floe's order (model, messages, then stream) is answered too.
+	if code, body := post(`{"model":"m","messages":[{"role":"user","content":"\"messages\":[] \"stream\":false"}],"stream":true}`); code != http.StatusOK {
+		t.Fatalf("answer in Floe's key order %d:\n%s", code, body)
+	}
+	for _, bad := range []string{`{"messages":`, `{"stream":true,"messages":[]}`, `{"messages":[{}]}`, `{"model":"m","messages":[{"content":"\"stream\":true"}]}`} {
 		if code, body := post(bad); code != http.StatusBadRequest {
 			t.Errorf("request %s: %d %s, want 400", bad, code, body)
 		}
 	}
-	c1, b1, err := m.cpu()
-	if err != nil || c1 <= 0 || b1 <= 0 {
-		t.Fatalf("cpu() = %v, %v, %v", c1, b1, err)
+	c1, b1, r1, err := m.cpu()
+	if err != nil || c1 <= 0 || b1 <= 0 || r1 <= 0 {
+		t.Fatalf("cpu() = %v, %v, %v, %v", c1, b1, r1, err)
 	}
 	for range 20 {
 		post(`{"model":"m","stream":true,"messages":[{"role":"user","content":"` + strings.Repeat("x", 1<<16) + `"}]}`)
 	}
-	if c2, b2, err := m.cpu(); err != nil || c2 < c1 || b2 <= b1 {
-		t.Fatalf("cpu() after 20 requests = %v, %v, %v; before %v, %v", c2, b2, err, c1, b1)
+	if c2, b2, r2, err := m.cpu(); err != nil || c2 < c1 || b2 <= b1 || r2 <= r1 {
+		t.Fatalf("cpu() after 20 requests = %v, %v, %v, %v; before %v, %v, %v", c2, b2, r2, err, c1, b1, r1)
 	}
 	m.stop()
 	select {
