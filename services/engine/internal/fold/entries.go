@@ -137,32 +137,6 @@ func (l *entries) add(e entry) {
 	l.n++
 }
 
-// findOther reports whether a committed turn has a tool_call message with
-// id that is not one of its calls (an incomplete one).
-func (l *entries) findOther(id string) bool {
-	if _, ok := l.others[id]; ok {
-		return true
-	}
-	sp := l.sp
-	sp.mu.RLock()
-	defer sp.mu.RUnlock()
-	i, ok := sp.others[id]
-	if !ok {
-		return false
-	}
-	if i < l.n {
-		return true
-	}
-	// The owner has since committed another with the same id: look in
-	// this Context's part.
-	for j := l.n - 1; j >= 0; j-- {
-		if t := sp.entries[j].turn; t != nil && t.hasOther(id) {
-			return true
-		}
-	}
-	return false
-}
-
 // indexOthers adds the ids of t's tool_call messages that are not calls to
 // m (made when needed) at entry index i, and returns m.
 func (t *turn) indexOthers(m map[string]int, i int) map[string]int {
@@ -195,25 +169,42 @@ func (t *turn) hasOther(id string) bool {
 }
 
 // find returns the index of the last committed turn with call id, or -1.
-func (l *entries) find(id string) int {
-	if i, ok := l.calls[id]; ok {
+func (l *entries) find(id string) int { return l.last(id, false) }
+
+// findOther reports whether a committed turn has a tool_call message with
+// id that is not one of its calls (an incomplete one).
+func (l *entries) findOther(id string) bool { return l.last(id, true) >= 0 }
+
+// last returns the index of the last committed turn with id, or -1: with
+// a call id, or (others) with a tool_call message id that is not a call.
+// It looks in l's own index, then in the spine's under its lock.
+func (l *entries) last(id string, others bool) int {
+	own, has := l.calls, (*turn).has
+	if others {
+		own, has = l.others, (*turn).hasOther
+	}
+	if i, ok := own[id]; ok {
 		return i
 	}
 	sp := l.sp
 	sp.mu.RLock()
 	defer sp.mu.RUnlock()
-	i, ok := sp.calls[id]
+	shared := sp.calls
+	if others {
+		shared = sp.others
+	}
+	i, ok := shared[id]
 	if !ok {
 		return -1
 	}
 	if i < l.n {
 		return i
 	}
-	// The owner has since committed a turn with the same id (ids are
+	// The owner has since committed a turn with the same id (call ids are
 	// Session-unique, so only an imported history has such): look in
 	// this Context's part.
 	for j := l.n - 1; j >= 0; j-- {
-		if t := sp.entries[j].turn; t != nil && t.has(id) {
+		if t := sp.entries[j].turn; t != nil && has(t, id) {
 			return j
 		}
 	}
