@@ -4,14 +4,10 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"strings"
-	"time"
 
 	"floe.dev/pkg/bus/embed"
 )
@@ -52,60 +48,22 @@ func RunBroker(store string) int {
 	return 0
 }
 
-// broker is the parent's handle on a broker child.
-type broker struct {
-	cmd  *exec.Cmd
-	in   io.WriteCloser
-	out  *bufio.Reader
-	url  string
-	done chan struct{} // closed when the child has exited
-}
+// broker is the parent's handle on a broker child; stop closes its stdin
+// (it shuts its server down and exits).
+type broker struct{ *child }
 
 // startBroker starts this program again as a broker child storing under
 // dir, and waits for its URL.
 func startBroker(ctx context.Context, dir string) (*broker, error) {
-	exe, err := os.Executable()
-	if err != nil {
-		return nil, fmt.Errorf("bench: broker: %w", err)
-	}
 	store := filepath.Join(dir, "jetstream")
 	if err := os.MkdirAll(store, 0o755); err != nil {
 		return nil, fmt.Errorf("bench: broker: %w", err)
 	}
-	cmd := exec.Command(exe)
-	cmd.Env = append(os.Environ(), BrokerEnv+"="+store)
-	cmd.Stderr = os.Stderr
-	b := &broker{cmd: cmd, done: make(chan struct{})}
-	if b.in, err = cmd.StdinPipe(); err != nil {
-		return nil, err
-	}
-	stdout, err := cmd.StdoutPipe()
+	c, err := startChild(ctx, "broker", BrokerEnv+"="+store, "nats://")
 	if err != nil {
 		return nil, err
 	}
-	b.out = bufio.NewReader(stdout)
-	if err := cmd.Start(); err != nil {
-		return nil, fmt.Errorf("bench: broker: %w", err)
-	}
-	go func() {
-		_ = cmd.Wait() // the exit status is not the benchmark's concern
-		close(b.done)
-	}()
-	line := make(chan string, 1)
-	go func() {
-		l, _ := b.out.ReadString('\n')
-		line <- strings.TrimSpace(l)
-	}()
-	select {
-	case b.url = <-line:
-	case <-time.After(30 * time.Second):
-	case <-ctx.Done():
-	}
-	if !strings.HasPrefix(b.url, "nats://") {
-		b.stop()
-		return nil, errors.New("bench: broker child gave no URL")
-	}
-	return b, nil
+	return &broker{c}, nil
 }
 
 // snapshot asks the child for its memory, measured as snapshot measures
@@ -123,16 +81,4 @@ func (b *broker) snapshot() (memSnap, error) {
 		return m, fmt.Errorf("bench: broker snapshot: %w", err)
 	}
 	return m, nil
-}
-
-// stop closes the child's stdin (it shuts its server down and exits) and
-// kills it if it has not exited within 10 s. It may be called again.
-func (b *broker) stop() {
-	b.in.Close()
-	select {
-	case <-b.done:
-	case <-time.After(10 * time.Second):
-		b.cmd.Process.Kill()
-		<-b.done
-	}
 }

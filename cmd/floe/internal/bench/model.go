@@ -11,7 +11,6 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"os/exec"
 	"slices"
 	"strconv"
 	"strings"
@@ -184,55 +183,16 @@ func readHead(body []byte) (chatHead, error) {
 }
 
 // modelServer is the parent's handle on a model server child.
-type modelServer struct {
-	cmd  *exec.Cmd
-	in   io.WriteCloser
-	out  *bufio.Reader
-	url  string
-	done chan struct{}
-}
+type modelServer struct{ *child }
 
 // startModel starts this program again as a model server child and
 // waits for its base URL.
 func startModel(ctx context.Context) (*modelServer, error) {
-	exe, err := os.Executable()
-	if err != nil {
-		return nil, fmt.Errorf("bench: model server: %w", err)
-	}
-	cmd := exec.Command(exe)
-	cmd.Env = append(os.Environ(), ModelEnv+"=openai")
-	cmd.Stderr = os.Stderr
-	m := &modelServer{cmd: cmd, done: make(chan struct{})}
-	if m.in, err = cmd.StdinPipe(); err != nil {
-		return nil, err
-	}
-	stdout, err := cmd.StdoutPipe()
+	c, err := startChild(ctx, "model server", ModelEnv+"=openai", "http://")
 	if err != nil {
 		return nil, err
 	}
-	m.out = bufio.NewReader(stdout)
-	if err := cmd.Start(); err != nil {
-		return nil, fmt.Errorf("bench: model server: %w", err)
-	}
-	go func() {
-		_ = cmd.Wait() // the exit status is not the benchmark's concern
-		close(m.done)
-	}()
-	line := make(chan string, 1)
-	go func() {
-		l, _ := m.out.ReadString('\n')
-		line <- strings.TrimSpace(l)
-	}()
-	select {
-	case m.url = <-line:
-	case <-time.After(30 * time.Second):
-	case <-ctx.Done():
-	}
-	if !strings.HasPrefix(m.url, "http://") {
-		m.stop()
-		return nil, errors.New("bench: model server child gave no URL")
-	}
-	return m, nil
+	return &modelServer{c}, nil
 }
 
 // cpu is the child's process CPU time so far, the time it spent
@@ -256,16 +216,4 @@ func (m *modelServer) cpu() (cpu, busy, read time.Duration, err error) {
 		}
 	}
 	return time.Duration(ns[0]), time.Duration(ns[1]), time.Duration(ns[2]), nil
-}
-
-// stop closes the child's stdin (it exits) and kills it if it has not
-// exited within 10 s. It may be called again.
-func (m *modelServer) stop() {
-	m.in.Close()
-	select {
-	case <-m.done:
-	case <-time.After(10 * time.Second):
-		m.cmd.Process.Kill()
-		<-m.done
-	}
 }
