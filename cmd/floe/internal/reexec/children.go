@@ -50,18 +50,6 @@ func DirFinder(dir string) Finder {
 	}
 }
 
-func readAll(files []string) ([]omni.Message, error) {
-	var out []omni.Message
-	for _, f := range files {
-		msgs, err := ReadFile(f)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, msgs...)
-	}
-	return out, nil
-}
-
 // pointers are the child Session ids of records' own subagent pointers,
 // in order.
 func pointers(records []omni.Message) []string {

@@ -663,15 +663,7 @@ func newTrace(ctx context.Context, st *stack.Stack, home, sid string) ([]omni.Me
 	if err != nil {
 		return nil, err
 	}
-	var out []omni.Message
-	for _, f := range files {
-		msgs, err := ReadFile(f)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, msgs...)
-	}
-	return out, nil
+	return readAll(files)
 }
 
 // ReadFile reads the records of one Trace file.
@@ -686,6 +678,20 @@ func ReadFile(path string) ([]omni.Message, error) {
 		return nil, fmt.Errorf("read %s: %w", path, err)
 	}
 	return msgs, nil
+}
+
+// readAll reads the records of Trace files, one file after another in
+// the order given (a Session's files, oldest first).
+func readAll(files []string) ([]omni.Message, error) {
+	var out []omni.Message
+	for _, f := range files {
+		msgs, err := ReadFile(f)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, msgs...)
+	}
+	return out, nil
 }
 
 func randHex(n int) string {
