@@ -3,9 +3,12 @@ package bus
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -15,9 +18,116 @@ import (
 )
 
 // Sessions stores Session records in the SessionsBucket KV bucket.
+//
+// A record's command policy (1.0 KB of a 1.7 KB record with the factory
+// rules) is stored once per bucket under policyKeyPrefix and the digest
+// of its msgpack, and the record holds only the digest
+// (CommandPolicyRef): a record is rewritten three times a Task, and the
+// bucket's block being written keeps every version until it is sealed
+// (docs/operations.md "Retention and disk"). The store writes the policy
+// before the first record that names it and never removes it (it is the
+// same for every Session created under one deployment policy), and fills
+// CommandPolicy back in when it reads a record: its callers see the
+// record as it was.
 type Sessions struct {
 	kv jetstream.KeyValue
 	nc *nats.Conn // for leader reads (GetLatest); nil: GetLatest is Get
+
+	mu       sync.Mutex
+	policies map[string][]byte // digest → stored policy msgpack; mu
+}
+
+// policyKeyPrefix begins the keys of the Session record bucket that hold
+// a command policy ("policy.<digest>"): no Session id has a '.'.
+const policyKeyPrefix = "policy."
+
+// maxPolicies bounds the policies a Sessions remembers (a deployment has
+// one policy at a time).
+const maxPolicies = 64
+
+// encode is the stored form of r: its command policy stored apart (when
+// it has one) and named by its digest.
+func (s *Sessions) encode(ctx context.Context, r *omni.SessionRecord) ([]byte, error) {
+	cp := *r
+	cp.CommandPolicyRef = ""
+	if r.CommandPolicy != nil {
+		ref, err := s.storePolicy(ctx, r.CommandPolicy)
+		if err != nil {
+			return nil, err
+		}
+		cp.CommandPolicy, cp.CommandPolicyRef = nil, ref
+	}
+	return omni.Pack(&cp)
+}
+
+// storePolicy stores p under its digest unless it is there already, and
+// returns the digest.
+func (s *Sessions) storePolicy(ctx context.Context, p *omni.CommandPolicy) (string, error) {
+	b, err := omni.Pack(p)
+	if err != nil {
+		return "", err
+	}
+	sum := sha256.Sum256(b)
+	ref := hex.EncodeToString(sum[:16])
+	if s.policy(ref) != nil {
+		return ref, nil
+	}
+	if _, err := s.kv.Create(ctx, policyKeyPrefix+ref, b); err != nil && !errors.Is(err, jetstream.ErrKeyExists) {
+		return "", fmt.Errorf("bus: store command policy %s: %w", ref, err)
+	}
+	s.remember(ref, b)
+	return ref, nil
+}
+
+func (s *Sessions) policy(ref string) []byte {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.policies[ref]
+}
+
+func (s *Sessions) remember(ref string, b []byte) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.policies == nil || len(s.policies) >= maxPolicies {
+		s.policies = map[string][]byte{}
+	}
+	s.policies[ref] = b
+}
+
+// decode reads a stored record, its command policy filled in: an
+// *UndecodableError for bytes that are not a record or a policy that is
+// not stored (or not the one named).
+func (s *Sessions) decode(ctx context.Context, id string, rev uint64, b []byte) (*omni.SessionRecord, error) {
+	var r omni.SessionRecord
+	if err := omni.Unpack(b, &r); err != nil {
+		return nil, &UndecodableError{ID: id, Revision: rev, Principal: principalOf(b), Err: err}
+	}
+	if r.CommandPolicyRef == "" {
+		return &r, nil
+	}
+	ref := r.CommandPolicyRef
+	pb := s.policy(ref)
+	if pb == nil {
+		e, err := s.kv.Get(ctx, policyKeyPrefix+ref)
+		switch {
+		case errors.Is(err, jetstream.ErrKeyNotFound):
+			return nil, &UndecodableError{ID: id, Revision: rev, Principal: r.Principal, Err: fmt.Errorf("its command policy %s is not stored", ref)}
+		case err != nil:
+			return nil, fmt.Errorf("bus: get session %s: its command policy %s: %w", id, ref, err)
+		}
+		sum := sha256.Sum256(e.Value())
+		if hex.EncodeToString(sum[:16]) != ref {
+			return nil, &UndecodableError{ID: id, Revision: rev, Principal: r.Principal, Err: fmt.Errorf("its command policy %s is stored damaged", ref)}
+		}
+		pb = e.Value()
+		s.remember(ref, pb)
+	}
+	p := &omni.CommandPolicy{}
+	if err := omni.Unpack(pb, p); err != nil {
+		return nil, &UndecodableError{ID: id, Revision: rev, Principal: r.Principal, Err: fmt.Errorf("its command policy %s: %w", ref, err)}
+	}
+	r.CommandPolicy, r.CommandPolicyRef = p, ""
+	return &r, nil
 }
 
 // Errors of the Session record store.
@@ -31,7 +141,7 @@ var (
 
 // Create stores a new record; ErrSessionExists if the id is taken.
 func (s *Sessions) Create(ctx context.Context, r *omni.SessionRecord) error {
-	b, err := omni.Pack(r)
+	b, err := s.encode(ctx, r)
 	if err != nil {
 		return err
 	}
@@ -56,11 +166,8 @@ func (s *Sessions) Get(ctx context.Context, id string) (*omni.SessionRecord, uin
 		}
 		return nil, 0, fmt.Errorf("bus: get session %s: %w", id, err)
 	}
-	var r omni.SessionRecord
-	if err := omni.Unpack(e.Value(), &r); err != nil {
-		return nil, e.Revision(), &UndecodableError{ID: id, Revision: e.Revision(), Principal: principalOf(e.Value()), Err: err}
-	}
-	return &r, e.Revision(), nil
+	r, err := s.decode(ctx, id, e.Revision(), e.Value())
+	return r, e.Revision(), err
 }
 
 // UndecodableError is returned for a stored record that does not decode
@@ -142,11 +249,8 @@ func (s *Sessions) GetLatest(ctx context.Context, id string) (*omni.SessionRecor
 	if bytes.Contains(resp.Message.Hdrs, []byte("KV-Operation")) {
 		return nil, 0, ErrSessionNotFound // a delete or purge marker
 	}
-	var r omni.SessionRecord
-	if err := omni.Unpack(resp.Message.Data, &r); err != nil {
-		return nil, resp.Message.Seq, &UndecodableError{ID: id, Revision: resp.Message.Seq, Principal: principalOf(resp.Message.Data), Err: err}
-	}
-	return &r, resp.Message.Seq, nil
+	r, err := s.decode(ctx, id, resp.Message.Seq, resp.Message.Data)
+	return r, resp.Message.Seq, err
 }
 
 // Update applies fn to the current record and stores it with a
@@ -163,7 +267,7 @@ func (s *Sessions) Update(ctx context.Context, id string, fn func(*omni.SessionR
 		if err := fn(r); err != nil {
 			return nil, err
 		}
-		b, err := omni.Pack(r)
+		b, err := s.encode(ctx, r)
 		if err != nil {
 			return nil, err
 		}
@@ -241,6 +345,9 @@ func (s *Sessions) List(ctx context.Context) ([]*omni.SessionRecord, []*Undecoda
 
 // Delete removes a record (whether it decodes or not).
 func (s *Sessions) Delete(ctx context.Context, id string) error {
+	if !omni.ValidSessionID(id) {
+		return nil // no record has that key (a command policy's has a '.')
+	}
 	if err := s.kv.Purge(ctx, id); err != nil && !errors.Is(err, jetstream.ErrKeyNotFound) {
 		return fmt.Errorf("bus: delete session %s: %w", id, err)
 	}

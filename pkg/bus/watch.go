@@ -20,7 +20,8 @@ type RecordChange struct {
 
 // Watch delivers every current record, then nil, then every later change,
 // in the bucket's order, until ctx ends; then it stops the watcher and
-// closes the channel. A record that does not decode is skipped. Only the
+// closes the channel. A record that does not decode is skipped (as is
+// one whose command policy cannot be read). Only the
 // latest value of a key is sent on start (a key deleted before is sent as
 // Deleted); a slow reader holds up only its own watcher.
 func (s *Sessions) Watch(ctx context.Context) (<-chan *RecordChange, error) {
@@ -42,15 +43,18 @@ func (s *Sessions) Watch(ctx context.Context) (<-chan *RecordChange, error) {
 				}
 				var c *RecordChange
 				if e != nil {
+					if !omni.ValidSessionID(e.Key()) {
+						continue // a command policy (Sessions)
+					}
 					c = &RecordChange{ID: e.Key()}
 					if e.Operation() != jetstream.KeyValuePut {
 						c.Deleted = true
 					} else {
-						var r omni.SessionRecord
-						if omni.Unpack(e.Value(), &r) != nil {
+						r, err := s.decode(ctx, e.Key(), e.Revision(), e.Value())
+						if err != nil {
 							continue
 						}
-						c.Record = &r
+						c.Record = r
 					}
 				}
 				select {

@@ -286,6 +286,13 @@ type SessionRecord struct {
 	// Session was created (protocol.md §7); nil on records that predate it, which
 	// get the factory set.
 	CommandPolicy *CommandPolicy `msgpack:"command_policy,omitempty"`
+	// CommandPolicyRef names the stored copy of CommandPolicy: the record
+	// store (bus.Sessions) keeps a policy once per bucket under a key of
+	// its digest and writes only the digest into the record, which it
+	// rewrites several times a Task; it fills CommandPolicy back in when
+	// it reads the record. Records written before hold CommandPolicy
+	// itself.
+	CommandPolicyRef string `msgpack:"command_policy_ref,omitempty"`
 	// ForkedFrom is where a forked Session was cut from its parent (nil
 	// for any other Session).
 	ForkedFrom *ForkedFrom `msgpack:"forked_from,omitempty"`
