@@ -22,7 +22,6 @@ require (
 	github.com/google/go-tpm v0.9.8 // indirect
 	github.com/google/uuid v1.6.0 // indirect
 	github.com/grpc-ecosystem/grpc-gateway/v2 v2.30.0 // indirect
-	github.com/klauspost/compress v1.20.4 // indirect
 	github.com/mattn/go-colorable v0.1.14 // indirect
 	github.com/mattn/go-isatty v0.0.20 // indirect
 	github.com/minio/highwayhash v1.0.4 // indirect
@@ -76,6 +75,7 @@ replace floe.dev/pkg/telemetry => ../../pkg/telemetry
 require (
 	floe.dev/pkg/procfs v0.0.0
 	floe.dev/pkg/sse v0.0.0
+	github.com/klauspost/compress v1.20.4
 	go.uber.org/goleak v1.3.0
 )
 

@@ -30,6 +30,7 @@ import (
 	"fmt"
 	"sync"
 
+	"github.com/klauspost/compress/s2"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 
@@ -41,8 +42,14 @@ import (
 
 // Version is the snapshot format: an engine that reads another version
 // folds from the history instead (and writes its own). Bump it whenever
-// fold.State or Envelope changes meaning.
-const Version = 1
+// fold.State or Envelope changes meaning. Version 2's Body is the S2
+// block encoding of what version 1's was (the msgpack of Snapshot);
+// version 1 is still read.
+const Version = 2
+
+// maxDecoded bounds a stored snapshot's decompressed size: a damaged
+// length is corrupt, not an allocation.
+const maxDecoded = 1 << 30
 
 // Defaults of Store.
 const (
@@ -51,8 +58,11 @@ const (
 	DefaultKeep  = 64
 )
 
-// Envelope is a stored snapshot. Body is the msgpack of Snapshot, decoded
-// only when V is Version.
+// Envelope is a stored snapshot. Body is the msgpack of Snapshot,
+// S2-compressed (a context is mostly text the model saw: the stored
+// snapshot is written into the bucket's block being written, which keeps
+// every version until it is sealed), decoded only when V is Version (or
+// 1, uncompressed).
 type Envelope struct {
 	V    int    `msgpack:"v"`
 	Body []byte `msgpack:"body"`
@@ -84,7 +94,7 @@ func Encode(s *Snapshot) ([]byte, error) {
 	if err != nil {
 		return nil, fmt.Errorf("snapshot: encode %s: %w", s.SessionID, err)
 	}
-	return omni.Pack(&Envelope{V: Version, Body: body})
+	return omni.Pack(&Envelope{V: Version, Body: s2.EncodeBetter(nil, body)})
 }
 
 // Errors of Decode.
@@ -100,11 +110,22 @@ func Decode(b []byte) (*Snapshot, error) {
 	if err := omni.Unpack(b, &env); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrCorrupt, err)
 	}
-	if env.V != Version {
-		return nil, fmt.Errorf("%w: %d, this engine reads %d", ErrVersion, env.V, Version)
+	body := env.Body
+	switch env.V {
+	case Version:
+		n, err := s2.DecodedLen(body)
+		if err != nil || n > maxDecoded {
+			return nil, fmt.Errorf("%w: compressed body: %d bytes, %v", ErrCorrupt, n, err)
+		}
+		if body, err = s2.Decode(make([]byte, n), body); err != nil {
+			return nil, fmt.Errorf("%w: compressed body: %w", ErrCorrupt, err)
+		}
+	case 1:
+	default:
+		return nil, fmt.Errorf("%w: %d, this engine reads %d and 1", ErrVersion, env.V, Version)
 	}
 	s := &Snapshot{}
-	if err := omni.Unpack(env.Body, s); err != nil {
+	if err := omni.Unpack(body, s); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrCorrupt, err)
 	}
 	if s.State == nil {

@@ -337,3 +337,47 @@ func TestDeletedSessionsSnapshotIsNotUsed(t *testing.T) {
 		t.Fatalf("the full fold holds the deleted Session:\n%s", want)
 	}
 }
+
+// A stored snapshot is compressed (the bucket's block being written keeps
+// every version written to it), and one stored uncompressed by an engine
+// of version 1 is still started from, without a full fold.
+func TestStoredSnapshotsAreCompressed(t *testing.T) {
+	f := newFixture(t)
+	created := time.Now().UnixMilli()
+	for i := range 20 {
+		f.task(fmt.Sprintf("prompt %d: what does this folder hold, and why?", i), i%2 == 0)
+	}
+	f.load(f.store(), created) // stores a snapshot
+	e, err := f.kv.Get(f.ctx, sid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := Decode(e.Value())
+	if err != nil {
+		t.Fatal(err)
+	}
+	plain, err := omni.Pack(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(e.Value())*2 > len(plain) {
+		t.Errorf("stored snapshot %d bytes for %d of msgpack, want under half", len(e.Value()), len(plain))
+	}
+	v1, err := omni.Pack(&Envelope{V: 1, Body: plain})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.kv.Put(f.ctx, sid, v1); err != nil {
+		t.Fatal(err)
+	}
+	f.task("one more", false)
+	want, wantLast := f.whole()
+	before := f.fullFolds()
+	got, last := f.load(f.store(), created)
+	if got != want || !f.covers(last, wantLast) {
+		t.Fatalf("Load from a version 1 snapshot =\n%s(last %d)\nwant\n%s(last %d)", got, last, want, wantLast)
+	}
+	if f.fullFolds() != before {
+		t.Fatalf("a version 1 snapshot was not used:\n%s", f.log)
+	}
+}
