@@ -59,6 +59,9 @@ type LongResult struct {
 	// says SessionsBytes are FLOE_SESSIONS's messages and SnapshotBytes
 	// the context snapshot bucket's.
 	Disk, TraceBytes, Store      int64
+	// DiskRetained is Disk once an age retention of FLOE_SESSIONS
+	// (FLOE_RETENTION) has expired every message of the stream.
+	DiskRetained int64
 	SessionsBytes, SnapshotBytes uint64
 	// Remote is the same Tasks with the model in another process, spoken
 	// to over HTTP (runLongRemote): what a deployment sees. The figures
@@ -103,6 +106,12 @@ func (r *LongResult) FloeCPURatio() float64 {
 
 // DiskPerTrace is disk_per_trace: the home's bytes ÷ the Trace's.
 func (r *LongResult) DiskPerTrace() float64 { return float64(r.Disk) / float64(r.TraceBytes) }
+
+// DiskPerTraceRetained is disk_per_trace_retention: DiskRetained ÷ the
+// Trace's bytes.
+func (r *LongResult) DiskPerTraceRetained() float64 {
+	return float64(r.DiskRetained) / float64(r.TraceBytes)
+}
 
 // longBucket is how many Tasks each of the early and late medians covers.
 const longBucket = 50
@@ -268,7 +277,34 @@ func runLongInProc(ctx context.Context, c *Config, p *progress) (*LongResult, er
 			p.logf("long: %s: %d messages written, %d held in %d bytes", name, s.LastSeq, s.Msgs, s.Bytes)
 		}
 	}
+	// The same home with an age retention (FLOE_RETENTION) that has
+	// expired every message of the stream: what is left beside the
+	// Traces is the buckets' blocks.
+	if err := expireSessions(ctx, e); err != nil {
+		return nil, err
+	}
+	syncDisks()
+	res.DiskRetained = dirBytes(e.home)
+	p.logf("long: with FLOE_SESSIONS expired by age: the home %d bytes, the store %d", res.DiskRetained, dirBytes(filepath.Join(e.home, "jetstream")))
 	return res, nil
+}
+
+// expireSessions gives FLOE_SESSIONS a max age of 2 s (its duplicate
+// window 1 s) and waits until it holds no message.
+func expireSessions(ctx context.Context, e *env) error {
+	st, err := e.js.Stream(ctx, omni.SessionsStream)
+	if err != nil {
+		return fmt.Errorf("bench: %w", err)
+	}
+	cfg := st.CachedInfo().Config
+	cfg.MaxAge, cfg.Duplicates = 2*time.Second, time.Second
+	if _, err := e.js.UpdateStream(ctx, cfg); err != nil {
+		return fmt.Errorf("bench: FLOE_SESSIONS max age: %w", err)
+	}
+	return waitFor(ctx, time.Minute, func() bool {
+		info, err := st.Info(ctx)
+		return err == nil && info.State.Msgs == 0
+	})
 }
 
 // untilIdle reads the Session's SSE stream until the Task's task_state

@@ -59,6 +59,9 @@ type Summary struct {
 	HistoryWindowKiB     *float64 `json:"history_window_kib,omitempty"` // GET /messages?tailTasks=50
 	HistoryWindowMs      *float64 `json:"history_window_ms,omitempty"`
 	DiskPerTrace         *float64 `json:"disk_per_trace,omitempty"` // the home's bytes ÷ the Trace's
+	// The same once an age retention has expired every message of
+	// FLOE_SESSIONS (FLOE_RETENTION; the Traces keep everything).
+	DiskPerTraceRetention *float64 `json:"disk_per_trace_retention,omitempty"`
 	// TracerShareLowRate is one Session streaming 500 deltas/s: the
 	// process's CPU with the tracer ÷ without it (the lowrate scenario).
 	TracerShareLowRate *float64 `json:"tracer_share_low_rate,omitempty"`
@@ -119,6 +122,7 @@ func (r *Report) Summary() Summary {
 		s.HistoryWindowKiB = f(float64(x.WindowBytes) / 1024)
 		s.HistoryWindowMs = f(float64(x.Window.Microseconds()) / 1000)
 		s.DiskPerTrace = f(x.DiskPerTrace())
+		s.DiskPerTraceRetention = f(x.DiskPerTraceRetained())
 	}
 	if x := r.LowRate; x != nil {
 		s.TracerShareLowRate = f(x.Share())

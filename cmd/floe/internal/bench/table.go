@@ -128,9 +128,9 @@ func (r *Report) Markdown(w io.Writer, command string) {
 		fmt.Fprintf(w, "| remote model | early Task | late Task | late ÷ early |\n|---|---:|---:|---:|\n| time | %s | %s | **%.2f** |\n| Floe CPU | %s | %s | **%.2f** |\n| model server CPU | %s | %s | %.2f |\n| time less the model server's answering | %s | %s | %.2f |\n| of the time: the model server reading the body | %s | %s | %.2f |\n\n",
 			dur(rm.Early), dur(rm.Late), x.TimeRatio(), dur(rm.EarlyCPU), dur(rm.LateCPU), x.CPURatio(), dur(rm.EarlyModelCPU), dur(rm.LateModelCPU), float64(rm.LateModelCPU)/float64(rm.EarlyModelCPU),
 			dur(rm.EarlyFloe), dur(rm.LateFloe), x.LessModelRatio(), dur(rm.EarlyRead), dur(rm.LateRead), float64(rm.LateRead)/float64(rm.EarlyRead))
-		fmt.Fprintf(w, "History: the newest 50 Tasks (GET /messages?tailTasks=50) %s in %s; the whole history %s in %s (median of 5). Disk: the home %s, its Traces %s (%.2f×); the JetStream store %s, where FLOE_SESSIONS's messages are %s and the snapshot bucket's %s.\n\n",
+		fmt.Fprintf(w, "History: the newest 50 Tasks (GET /messages?tailTasks=50) %s in %s; the whole history %s in %s (median of 5). Disk: the home %s, its Traces %s (%.2f×); the JetStream store %s, where FLOE_SESSIONS's messages are %s and the snapshot bucket's %s; once an age retention (FLOE_RETENTION) has expired every message of FLOE_SESSIONS, the home %s (%.2f×).\n\n",
 			kib(float64(x.WindowBytes)), dur(x.Window), kib(float64(x.WholeBytes)), dur(x.Whole), mib(float64(x.Disk)), mib(float64(x.TraceBytes)), x.DiskPerTrace(),
-			mib(float64(x.Store)), mib(float64(x.SessionsBytes)), mib(float64(x.SnapshotBytes)))
+			mib(float64(x.Store)), mib(float64(x.SessionsBytes)), mib(float64(x.SnapshotBytes)), mib(float64(x.DiskRetained)), x.DiskPerTraceRetained())
 	}
 
 	if x := r.LowRate; x != nil {
