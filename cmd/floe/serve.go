@@ -88,14 +88,7 @@ func cmdServe(ctx context.Context, args []string) error {
 			return err
 		}
 	}
-	// A service that stops on its own (the gateway cannot listen, say)
-	// ends the command with its error instead of serving a partial stack.
-	select {
-	case <-ctx.Done():
-	case <-st.Failed():
-	}
-	st.Stop()
-	return st.Err()
+	return serveUntil(ctx, st)
 }
 
 // printNATSContexts writes the nats CLI contexts of the embedded server's
@@ -205,8 +198,13 @@ func service(ctx context.Context, name string, args []string) error {
 	if err != nil {
 		return err
 	}
-	// A service that stops on its own (the gateway cannot listen, say)
-	// ends the command with its error instead of serving a partial stack.
+	return serveUntil(ctx, st)
+}
+
+// serveUntil serves with st until ctx ends or a service stops on its own
+// (the gateway cannot listen, say): the command then ends with that
+// service's error instead of serving a partial stack.
+func serveUntil(ctx context.Context, st *stack.Stack) error {
 	select {
 	case <-ctx.Done():
 	case <-st.Failed():
