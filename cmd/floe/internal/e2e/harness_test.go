@@ -38,7 +38,15 @@ type envOpts struct {
 
 func start(t *testing.T, o envOpts) *env {
 	t.Helper()
-	home := t.TempDir()
+	e, stop := startOn(t, t.TempDir(), o)
+	t.Cleanup(stop)
+	return e
+}
+
+// startOn starts the stack and o.runners tool runners on home, and
+// returns the env and a function that stops the runners, then the stack.
+func startOn(t *testing.T, home string, o envOpts) (*env, func()) {
+	t.Helper()
 	// Commands run in a login shell; keep the machine's profile (and
 	// anything slow or stateful in it) out of the tests.
 	t.Setenv("HOME", home)
@@ -58,13 +66,20 @@ func start(t *testing.T, o envOpts) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(st.Stop)
 	if o.runners == 0 {
 		o.runners = 1
+	}
+	var stops []func()
+	stop := func() {
+		for _, s := range stops {
+			s()
+		}
+		st.Stop()
 	}
 	for i := 0; i < o.runners; i++ {
 		nc, err := st.Server.Connect()
 		if err != nil {
+			stop()
 			t.Fatal(err)
 		}
 		ctx, cancel := context.WithCancel(context.Background())
@@ -74,9 +89,9 @@ func start(t *testing.T, o envOpts) *env {
 			defer close(done)
 			_ = toolrunner.Run(ctx, nc, cfg, testLogger())
 		}()
-		t.Cleanup(func() { cancel(); <-done; nc.Close() })
+		stops = append(stops, func() { cancel(); <-done; nc.Close() })
 	}
-	return &env{t: t, st: st, home: home, ws: ws}
+	return &env{t: t, st: st, home: home, ws: ws}, stop
 }
 
 var seq atomic.Int64
@@ -114,13 +129,23 @@ func (e *env) script(v any) string {
 // submit starts a Task and returns its id.
 func (e *env) submit(sid, prompt string) string {
 	e.t.Helper()
+	return e.submitTask(sid, omni.TaskRun, omni.InputPart{Type: "text", Text: prompt})
+}
+
+// submitTask publishes a Task of kind run or compact, moving the Session
+// to running or compacting first, as the gateway does.
+func (e *env) submitTask(sid, kind string, input ...omni.InputPart) string {
+	e.t.Helper()
 	ctx := context.Background()
 	id := fmt.Sprintf("task-%d", seq.Add(1))
-	if _, err := e.st.Sessions.Begin(ctx, sid, omni.StateRunning, id); err != nil {
+	state := omni.StateRunning
+	if kind == omni.TaskCompact {
+		state = omni.StateCompacting
+	}
+	if _, err := e.st.Sessions.Begin(ctx, sid, state, id); err != nil {
 		e.t.Fatal(err)
 	}
-	nm, err := bus.PackMsg(omni.TaskSubject(sid), &omni.Task{ID: id, Kind: omni.TaskRun, SessionID: sid,
-		Input: []omni.InputPart{{Type: "text", Text: prompt}}})
+	nm, err := bus.PackMsg(omni.TaskSubject(sid), &omni.Task{ID: id, Kind: kind, SessionID: sid, Input: input})
 	if err != nil {
 		e.t.Fatal(err)
 	}

@@ -234,7 +234,7 @@ func TestExportDeleteImportKeepsTheHistory(t *testing.T) {
 	if status != omni.StatusCompleted {
 		t.Fatalf("task 1: %s", status)
 	}
-	if _, status := e.wait(sid, e.lcSubmitTask(sid, omni.TaskCompact)); status != omni.StatusCompleted {
+	if _, status := e.wait(sid, e.submitTask(sid, omni.TaskCompact)); status != omni.StatusCompleted {
 		t.Fatalf("compaction: %s", status)
 	}
 	task2 := e.submit(sid, "go through the gate")

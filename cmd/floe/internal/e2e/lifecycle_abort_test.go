@@ -187,7 +187,7 @@ func TestLifecycleAbortMidAnswerCarriesPartialOutputOver(t *testing.T) {
 		t.Fatalf("carry-over = %+v, want one [turn_aborted] block after the prompt holding %q", r.CarryOver, partial.Text)
 	}
 
-	task2 := e.lcSubmitTask(sid, omni.TaskRun, omni.InputPart{Type: "image_url", ImageURL: "data:image/png;base64,iVBORw0KGgo="})
+	task2 := e.submitTask(sid, omni.TaskRun, omni.InputPart{Type: "image_url", ImageURL: "data:image/png;base64,iVBORw0KGgo="})
 	rs2, status := e.wait(sid, task2)
 	rs2 = rs2[len(rs1):]
 	lcRequireStatus(t, rs2, status, omni.StatusCompleted)

@@ -196,7 +196,7 @@ func TestLifecycleCompactionManual(t *testing.T) {
 	rs1, status := e.wait(sid, e.submit(sid, "hello"))
 	lcRequireStatus(t, rs1, status, omni.StatusCompleted)
 
-	ctask := e.lcSubmitTask(sid, omni.TaskCompact)
+	ctask := e.submitTask(sid, omni.TaskCompact)
 	rs2, status := e.wait(sid, ctask)
 	rs2 = rs2[len(rs1):]
 	lcRequireStatus(t, rs2, status, omni.StatusCompleted)
@@ -261,7 +261,7 @@ func TestLifecycleCompactionFailureKeepsContext(t *testing.T) {
 		{[]string{"request_begin", "text", "request_end:completed"}, "empty summary"},
 		{[]string{"request_begin", "request_end:completed"}, "tool call"},
 	} {
-		ctask := e.lcSubmitTask(sid, omni.TaskCompact)
+		ctask := e.submitTask(sid, omni.TaskCompact)
 		all, status := e.wait(sid, ctask)
 		got := all[n:]
 		n = len(all)

@@ -6,20 +6,16 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
-	"floe.dev/cmd/floe/internal/stack"
 	"floe.dev/pkg/bus"
 	"floe.dev/pkg/omni"
 	"floe.dev/pkg/trace"
 	"floe.dev/services/engine"
-	"floe.dev/services/toolrunner"
-	"floe.dev/services/tracer"
 )
 
 // lcEnv is an env whose whole stack (server, engine, tracer, runners) can be
@@ -40,49 +36,8 @@ func lcStart(t *testing.T, home string, o envOpts) *lcEnv {
 	if home == "" {
 		home = t.TempDir()
 	}
-	t.Setenv("HOME", home)
-	ws := filepath.Join(home, "workspaces", "ws") // under $FLOE_HOME only in workspaces/
-	if err := os.MkdirAll(ws, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	eng := engine.Config{RetryMax: 5, RetryBase: 20 * time.Millisecond, RetryCap: 100 * time.Millisecond, HeartbeatTimeout: 2 * time.Second, Home: home}
-	if o.engine != nil {
-		o.engine(&eng)
-	}
-	opts := stack.Options{Home: home, Listen: "off", Engine: &eng}
-	if !o.noTrace {
-		opts.Tracer = &tracer.Config{Home: home}
-	}
-	st, err := stack.Start(context.Background(), opts, testLogger())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if o.runners == 0 {
-		o.runners = 1
-	}
-	var stops []func()
-	for i := 0; i < o.runners; i++ {
-		nc, err := st.Server.Connect()
-		if err != nil {
-			st.Stop()
-			t.Fatal(err)
-		}
-		ctx, cancel := context.WithCancel(context.Background())
-		done := make(chan struct{})
-		cfg := toolrunner.Config{RunnerID: fmt.Sprintf("runner-%d", i)}
-		go func() {
-			defer close(done)
-			_ = toolrunner.Run(ctx, nc, cfg, testLogger())
-		}()
-		stops = append(stops, func() { cancel(); <-done; nc.Close() })
-	}
-	e := &lcEnv{env: &env{t: t, st: st, home: home, ws: ws}, o: o}
-	e.halt = func() {
-		for _, s := range stops {
-			s()
-		}
-		st.Stop()
-	}
+	env, halt := startOn(t, home, o)
+	e := &lcEnv{env: env, o: o, halt: halt}
 	t.Cleanup(e.stop)
 	return e
 }
@@ -95,29 +50,6 @@ func (e *lcEnv) restart() *lcEnv {
 	e.t.Helper()
 	e.stop()
 	return lcStart(e.t, e.home, e.o)
-}
-
-// submitTask publishes a Task of kind run or compact, moving the Session
-// to running or compacting first, as the gateway does.
-func (e *env) lcSubmitTask(sid, kind string, input ...omni.InputPart) string {
-	e.t.Helper()
-	ctx := context.Background()
-	id := fmt.Sprintf("task-%d", seq.Add(1))
-	state := omni.StateRunning
-	if kind == omni.TaskCompact {
-		state = omni.StateCompacting
-	}
-	if _, err := e.st.Sessions.Begin(ctx, sid, state, id); err != nil {
-		e.t.Fatal(err)
-	}
-	nm, err := bus.PackMsg(omni.TaskSubject(sid), &omni.Task{ID: id, Kind: kind, SessionID: sid, Input: input})
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	if _, err := e.st.JS.PublishMsg(ctx, nm); err != nil {
-		e.t.Fatal(err)
-	}
-	return id
 }
 
 // control sends a control request to whoever runs the Session's Task (core

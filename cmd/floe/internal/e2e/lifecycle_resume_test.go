@@ -135,7 +135,7 @@ func TestLifecycleResumeAfterRestartFromTrace(t *testing.T) {
 	}
 	// The turn counter too: a manual compaction reports 4 turns since the
 	// last compaction before the restart plus 2 after it.
-	ctask := e.lcSubmitTask(sid, omni.TaskCompact)
+	ctask := e.submitTask(sid, omni.TaskCompact)
 	all2, status := e.wait(sid, ctask)
 	lcRequireStatus(t, all2[len(all):], status, omni.StatusCompleted)
 	if p := lcPayload(t, all2[len(all):], "compaction_begin"); p.Turns != 6 || p.Context != 1200 {

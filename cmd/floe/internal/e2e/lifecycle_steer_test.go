@@ -138,7 +138,7 @@ func TestLifecycleSteeringUnsubmittedAtMaxTurnsIsCarriedOver(t *testing.T) {
 	if len(rec.CarryOver) != 1 || rec.CarryOver[0].Text != omni.Block(omni.TagUserSteering, "check the attic too") {
 		t.Fatalf("carry-over = %+v", rec.CarryOver)
 	}
-	task2 := e.lcSubmitTask(sid, omni.TaskRun, omni.InputPart{Type: "image_url", ImageURL: "data:image/png;base64,iVBORw0KGgo="})
+	task2 := e.submitTask(sid, omni.TaskRun, omni.InputPart{Type: "image_url", ImageURL: "data:image/png;base64,iVBORw0KGgo="})
 	rs2, status := e.wait(sid, task2)
 	lcRequireStatus(t, rs2[len(rs):], status, omni.StatusCompleted)
 	lcNoFailedRequests(t, rs2)
