@@ -176,9 +176,11 @@ func cancelStream(s *client.Stream, cancel context.CancelFunc) {
 	}
 }
 
-// denied connects as user and checks that a JetStream publish on subject
-// is refused with a permissions violation and stored nothing in stream.
-func (c *cluster) denied(user, subject, stream string) {
+// connectAs connects as user, with its own inbox prefix. violated(what)
+// then waits (5 s at most) for the server to report an error to the
+// connection, and checks that it is a permissions violation (what: the
+// refused act, for the message).
+func (c *cluster) connectAs(user string) (nc *nats.Conn, violated func(what string)) {
 	c.t.Helper()
 	var mu sync.Mutex
 	var asyncErr error
@@ -191,6 +193,26 @@ func (c *cluster) denied(user, subject, stream string) {
 	if err != nil {
 		c.t.Fatalf("connect as %s: %v", user, err)
 	}
+	return nc, func(what string) {
+		c.t.Helper()
+		eventually(c.t, 5*time.Second, "the permissions violation reported to "+user, func() bool {
+			mu.Lock()
+			defer mu.Unlock()
+			return asyncErr != nil
+		})
+		mu.Lock()
+		defer mu.Unlock()
+		if !errors.Is(asyncErr, nats.ErrPermissionViolation) && !strings.Contains(strings.ToLower(asyncErr.Error()), "permissions violation") {
+			c.t.Errorf("%s %s: got %v, want a permissions violation", user, what, asyncErr)
+		}
+	}
+}
+
+// denied connects as user and checks that a JetStream publish on subject
+// is refused with a permissions violation and stored nothing in stream.
+func (c *cluster) denied(user, subject, stream string) {
+	c.t.Helper()
+	nc, violated := c.connectAs(user)
 	defer nc.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -206,16 +228,7 @@ func (c *cluster) denied(user, subject, stream string) {
 	if err == nil {
 		c.t.Errorf("%s published to %s", user, subject)
 	}
-	eventually(c.t, 5*time.Second, "the permissions violation reported to "+user, func() bool {
-		mu.Lock()
-		defer mu.Unlock()
-		return asyncErr != nil
-	})
-	mu.Lock()
-	if !errors.Is(asyncErr, nats.ErrPermissionViolation) && !strings.Contains(strings.ToLower(asyncErr.Error()), "permissions violation") {
-		c.t.Errorf("%s publishing to %s: got %v, want a permissions violation", user, subject, asyncErr)
-	}
-	mu.Unlock()
+	violated("publishing to " + subject)
 	info, err := st.Info(ctx)
 	if err != nil {
 		c.t.Fatal(err)
@@ -229,17 +242,7 @@ func (c *cluster) denied(user, subject, stream string) {
 // with a permissions violation and removed nothing.
 func (c *cluster) deniedPurge(user, stream string) {
 	c.t.Helper()
-	var mu sync.Mutex
-	var asyncErr error
-	nc, err := nats.Connect(c.url(), nats.UserInfo(user, c.passwords[user]), nats.CustomInboxPrefix("_INBOX."+user),
-		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
-			mu.Lock()
-			asyncErr = err
-			mu.Unlock()
-		}))
-	if err != nil {
-		c.t.Fatalf("connect as %s: %v", user, err)
-	}
+	nc, violated := c.connectAs(user)
 	defer nc.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -256,16 +259,7 @@ func (c *cluster) deniedPurge(user, stream string) {
 	if _, err := nc.Request("$JS.API.STREAM.PURGE."+stream, []byte(`{}`), 500*time.Millisecond); err == nil {
 		c.t.Errorf("%s's purge of %s was answered", user, stream)
 	}
-	eventually(c.t, 5*time.Second, "the permissions violation reported to "+user, func() bool {
-		mu.Lock()
-		defer mu.Unlock()
-		return asyncErr != nil
-	})
-	mu.Lock()
-	if !strings.Contains(strings.ToLower(asyncErr.Error()), "permissions violation") {
-		c.t.Errorf("%s purging %s: got %v, want a permissions violation", user, stream, asyncErr)
-	}
-	mu.Unlock()
+	violated("purging " + stream)
 	info, err := st.Info(ctx)
 	if err != nil {
 		c.t.Fatal(err)
