@@ -22,21 +22,7 @@ func TestToolReachesNoSecretAndNoFloePort(t *testing.T) {
 	c := newCluster(t, 1, 1)
 	nd := c.nodes[0]
 	gwPort := freePort(t)
-	other, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer other.Close()
-	go func() {
-		for {
-			conn, err := other.Accept()
-			if err != nil {
-				return
-			}
-			conn.Close()
-		}
-	}()
-	otherPort := other.Addr().(*net.TCPAddr).Port
+	otherPort := otherService(t)
 	const token = "probe-token-5f1e"
 	gwAddr := fmt.Sprintf("FLOE_HTTP_ADDR=127.0.0.1:%d", gwPort)
 	clusterPorts := fmt.Sprintf("FLOE_SANDBOX_DENY_PORTS=%d,%d", nd.route, nd.monitor)
@@ -103,21 +89,7 @@ func TestHookReachesNoSecretAndNoFloePort(t *testing.T) {
 	c := newCluster(t, 1, 1)
 	nd := c.nodes[0]
 	gwPort := freePort(t)
-	other, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer other.Close()
-	go func() {
-		for {
-			conn, err := other.Accept()
-			if err != nil {
-				return
-			}
-			conn.Close()
-		}
-	}()
-	otherPort := other.Addr().(*net.TCPAddr).Port
+	otherPort := otherService(t)
 	const token = "probe-token-5f1e"
 	otherWS := filepath.Join(c.home, "workspaces", "other", "secret.txt")
 	planted := filepath.Join(c.home, "traces", "planted.jsonl")
@@ -187,4 +159,28 @@ func TestHookReachesNoSecretAndNoFloePort(t *testing.T) {
 		t.Errorf("another loopback service (port %d) unreachable from the hook with network on", otherPort)
 	}
 	c.noViolations()
+}
+
+// otherService listens on a loopback port, as another service of the
+// host, accepting and closing connections until the test ends, and
+// returns the port.
+func otherService(t *testing.T) int {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			conn, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			conn.Close()
+		}
+	}()
+	t.Cleanup(func() { ln.Close(); <-done })
+	return ln.Addr().(*net.TCPAddr).Port
 }
