@@ -50,19 +50,19 @@ import (
 // private, the tree built on a small tmpfs — the system directories bound
 // read-only, a minimal /dev, the Workspace read-write, the hidden
 // credentials files masked with /dev/null — pivoted into and the host's
-// tree detached (nothing else exists for the call). Per call the thread
-// enters that view, copies it into a mount namespace of the call's own
-// (with a new IPC namespace), mounts there a fresh tmpfs /tmp and a procfs
-// of the call's PID namespace (the pidns= mount option, Linux 6.15), forks
-// the command, and returns to the host's namespaces. A Workspace that lies
-// in the host's /tmp is held by the view under its /proc and bound again
-// into each call's /tmp. The per-call copy is a few dozen mounts with no
-// path lookup; the build and its detach (an RCU grace period, 3 ms under
-// load) happen once per view, not per call (a view whose directories were
-// replaced since is rebuilt). The call's mount namespace is held until its
-// result is reported, so that its teardown is not part of the command's
-// exit; and when the command left nothing behind the init is not even
-// asked to kill.
+// tree detached (nothing else exists for the call). A call runs in a
+// copy of that view, its tree (tree.go): a mount namespace of its own
+// with a tmpfs /tmp and a procfs of the call's PID namespace (the pidns=
+// mount option, Linux 6.15), kept after the call, paired with that PID
+// namespace, for the next call of the view, which gets a fresh /tmp. Per
+// call the thread enters a kept tree (a new one is built only when none
+// is free) and a new IPC namespace, forks the command, and returns to the
+// host's namespaces. A Workspace that lies in the host's /tmp is held by
+// the view under its /proc and bound again into each call's /tmp. The
+// view's build and its detach (an RCU grace period, 3 ms under load)
+// happen once per view, not per call (a view whose directories were
+// replaced since is rebuilt); and when the command left nothing behind
+// the init is not even asked to kill.
 //
 // The spawner threads have an empty capability bounding set, SECBIT_NOROOT
 // and no_new_privs: the command, everything it starts, and the inits run
@@ -103,11 +103,15 @@ func (sp *spawner) directThread(first bool) error {
 // closeDirect releases the views, the free PID namespaces and the
 // handles, once the threads have ended.
 func (sp *spawner) closeDirect() {
+	var free []*tree
 	sp.mu.Lock()
 	for _, v := range sp.views {
-		sp.dropView(v)
+		free = append(free, sp.dropView(v)...)
 	}
 	sp.mu.Unlock()
+	for _, t := range free {
+		t.dismantle().close()
+	}
 	sp.pool.close()
 	for _, fd := range []int{sp.hostMnt, sp.hostIpc, sp.hostPid, sp.hostProc} {
 		if fd >= 0 {
@@ -132,9 +136,10 @@ type view struct {
 	key, ident string
 	mnt        int
 	held       []heldPath
-	refs       int    // calls entering it (under spawner.mu)
-	used       uint64 // spawner.viewClock when last taken
-	gone       bool   // dropped: closed by its last user
+	refs       int     // calls entering it (under spawner.mu)
+	used       uint64  // spawner.viewClock when last taken
+	gone       bool    // dropped: closed by its last user
+	free       []*tree // its calls' trees kept for the next (tree.go)
 }
 
 // heldPath is a path of the call's /tmp, bound in each call from
@@ -192,10 +197,10 @@ func (sp *spawner) takeView(s *Sandbox, ws string, read []string) (*view, error)
 	if err != nil {
 		return nil, err
 	}
+	var free []*tree
 	sp.mu.Lock()
-	defer sp.mu.Unlock()
 	if old := sp.views[key]; old != nil {
-		sp.dropView(old) // stale, or built meanwhile by another thread
+		free = sp.dropView(old) // stale, or built meanwhile by another thread
 	}
 	for len(sp.views) >= viewsMax {
 		var lru *view
@@ -204,12 +209,18 @@ func (sp *spawner) takeView(s *Sandbox, ws string, read []string) (*view, error)
 				lru = o
 			}
 		}
-		sp.dropView(lru)
+		free = append(free, sp.dropView(lru)...)
 	}
 	sp.views[key] = v
 	v.refs++
 	sp.viewClock++
 	v.used = sp.viewClock
+	sp.mu.Unlock()
+	// The dropped views' trees are dismantled; their PID namespaces serve
+	// again.
+	for _, t := range free {
+		sp.pool.put(t.dismantle())
+	}
 	return v, nil
 }
 
@@ -223,9 +234,11 @@ func (sp *spawner) putView(v *view) {
 	}
 }
 
-// dropView forgets a view; it is closed once no call is entering it.
-// Under sp.mu.
-func (sp *spawner) dropView(v *view) {
+// dropView forgets a view; it is closed once no call is entering it. It
+// returns the view's free trees, for the caller to dismantle once it has
+// released sp.mu (the trees of its running calls are dismantled when
+// they end). Under sp.mu.
+func (sp *spawner) dropView(v *view) []*tree {
 	if sp.views[v.key] == v {
 		delete(sp.views, v.key)
 	}
@@ -233,6 +246,9 @@ func (sp *spawner) dropView(v *view) {
 	if v.refs == 0 {
 		unix.Close(v.mnt)
 	}
+	free := v.free
+	v.free = nil
+	return free
 }
 
 // buildView copies the host's mount namespace, builds the view's tree in
@@ -277,9 +293,9 @@ func (sp *spawner) home() error {
 }
 
 // startDirect starts p's command as described above; it runs on a
-// spawner thread: it enters a copy of the call's view (and a new IPC
-// namespace), mounts the call's /tmp and /proc in it, and forks the
-// command into a pooled PID namespace.
+// spawner thread: it enters a tree of the call's view (tree.go: a copy of
+// the view with a fresh /tmp and the /proc of its PID namespace) and a
+// new IPC namespace, and forks the command into the tree's PID namespace.
 func (p *Proc) startDirect() (err error) {
 	sp, cmd := p.sb.sp, p.Cmd
 	v, err := sp.takeView(p.sb, p.ws, p.read)
@@ -287,41 +303,40 @@ func (p *Proc) startDirect() (err error) {
 		return err
 	}
 	defer sp.putView(v)
-	ns, err := sp.pool.get(sp)
+	t, err := sp.takeTree(p.sb, v)
 	if err != nil {
-		return fmt.Errorf("sandbox: PID namespace: %w", err)
-	}
-	mnt := -1
-	defer func() {
-		if err != nil {
-			if mnt >= 0 {
-				unix.Close(mnt)
-			}
-			if p.procFD >= 0 {
-				unix.Close(p.procFD)
-				p.procFD = -1
-			}
-			if ns != nil {
-				sp.pool.put(ns) // nothing runs in it
-			}
+		if e := sp.home(); e != nil {
+			return e
 		}
+		return err
+	}
+	ran := false // a process of the call ran in the tree
+	defer func() {
 		if e := sp.home(); e != nil && err == nil {
 			err = e
 		}
+		if err != nil && t != nil {
+			if ran {
+				t.dismantle().close()
+			} else {
+				// Nothing ran in it: it is as fresh as it was.
+				sp.mu.Lock()
+				if !v.gone {
+					v.free = append(v.free, t)
+					t = nil
+				}
+				sp.mu.Unlock()
+				if t != nil {
+					sp.pool.put(t.dismantle())
+				}
+			}
+		}
 	}()
-	if err := unix.Setns(v.mnt, unix.CLONE_NEWNS); err != nil {
-		return fmt.Errorf("sandbox: enter the call's view: %w", err)
+	if err := unix.Setns(t.mnt, unix.CLONE_NEWNS); err != nil {
+		return fmt.Errorf("sandbox: enter the call's tree: %w", err)
 	}
-	if err := unix.Unshare(unix.CLONE_NEWNS | unix.CLONE_NEWIPC); err != nil {
-		return fmt.Errorf("sandbox: mount and IPC namespaces: %w", err)
-	}
-	if err := p.callMounts(v, ns); err != nil {
-		return fmt.Errorf("sandbox: the call's file tree: %w", err)
-	}
-	// A hold on the call's mount namespace, so that its teardown happens
-	// after the call is reported, not in its exit.
-	if mnt, err = unix.Openat(sp.hostProc, "thread-self/ns/mnt", unix.O_RDONLY|unix.O_CLOEXEC, 0); err != nil {
-		return err
+	if err := unix.Unshare(unix.CLONE_NEWIPC); err != nil {
+		return fmt.Errorf("sandbox: IPC namespace: %w", err)
 	}
 	env := callEnv(cmd.Env)
 	path, err := lookPath(p.spec.Argv[0], env)
@@ -338,34 +353,35 @@ func (p *Proc) startDirect() (err error) {
 	// No Pdeathsig: its check would misread the parent (outside the
 	// namespace) as dead; the init's takes the call down with the runner.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Cloneflags: flags}
-	if err := unix.Setns(ns.fd, unix.CLONE_NEWPID); err != nil {
+	if err := unix.Setns(t.ns.fd, unix.CLONE_NEWPID); err != nil {
 		return fmt.Errorf("sandbox: enter the PID namespace: %w", err)
 	}
 	if err := cmd.Start(); err != nil {
+		// The child ran nothing of the call (its exec failed).
 		return err
 	}
+	ran = true
 	// The call's now: its process holds its namespaces.
 	pidfd, e := unix.PidfdOpen(cmd.Process.Pid, 0)
 	if e != nil {
 		// Unreachable while the child is not reaped; fail closed.
 		cmd.Process.Kill()
 		cmd.Wait()
-		if !ns.reset() {
-			ns = nil // closed
-		}
 		return fmt.Errorf("sandbox: pidfd: %w", e)
 	}
 	// The command's pid in its namespace, to tell it from anything it
-	// left behind.
+	// left behind (from its pidfd's fdinfo: much cheaper to read than its
+	// status).
 	nsPid := -1
-	if b, err := readAt(sp.hostProc, fmt.Sprintf("%d/status", cmd.Process.Pid)); err == nil {
+	if b, err := readAt(sp.hostProc, fmt.Sprintf("thread-self/fdinfo/%d", pidfd)); err == nil {
 		for _, line := range strings.Split(string(b), "\n") {
 			if f := strings.Fields(line); len(f) > 1 && f[0] == "NSpid:" {
 				nsPid, _ = strconv.Atoi(f[len(f)-1])
 			}
 		}
 	}
-	p.endCall(ns, pidfd, nsPid, mnt)
+	p.endCall(t, pidfd, nsPid)
+	t = nil
 	return nil
 }
 
@@ -387,14 +403,15 @@ func readAt(dir int, name string) ([]byte, error) {
 // endCall watches the call: its limits until it ends, and its command's
 // exit, upon which the namespace's init kills the rest of the call (when
 // anything is left: the namespace's /proc shows more than its init and
-// the command) and the namespace goes back to the pool. mnt (a hold on
-// the call's mount namespace, or -1) is released last.
-func (p *Proc) endCall(ns *pidNS, pidfd, nsPid, mnt int) {
-	p.watchLimits()
+// the command), and then, once the call's outcome is out, its tree gets a
+// fresh /tmp and goes back to its view (recycle).
+func (p *Proc) endCall(t *tree, pidfd, nsPid int) {
+	p.watchLimits(t.proc)
 	p.ended = make(chan struct{})
-	p.sb.sp.wg.Add(1)
+	sp := p.sb.sp
+	sp.wg.Add(1)
 	go func() {
-		defer p.sb.sp.wg.Done()
+		defer sp.wg.Done()
 		fds := []unix.PollFd{{Fd: int32(pidfd), Events: unix.POLLIN}}
 		for {
 			if _, err := unix.Poll(fds, -1); !errors.Is(err, unix.EINTR) {
@@ -403,14 +420,13 @@ func (p *Proc) endCall(ns *pidNS, pidfd, nsPid, mnt int) {
 		}
 		unix.Close(pidfd)
 		p.limit = p.limits.end()
-		if p.limits.alone(nsPid) || ns.reset() {
-			p.sb.sp.pool.put(ns)
-		}
-		p.limits.close()
+		clean := p.limits.alone(nsPid) || t.ns.reset()
 		close(p.ended)
-		if mnt >= 0 {
-			unix.Close(mnt)
+		if !clean {
+			t.dismantle() // its namespace closed by reset
+			return
 		}
+		sp.recycle(p.sb, t)
 	}()
 }
 
@@ -679,84 +695,37 @@ func underHostTmp(path string) bool {
 	return path == "/tmp" || strings.HasPrefix(path, "/tmp/")
 }
 
-// callMounts gives the call, in its copy of the view, its own /tmp (a
-// tmpfs capped at the memory limit) with the view's held paths bound into
-// it (and the hidden files among them masked), and a procfs of its PID
-// namespace on /proc (which covers the held paths' other place).
-func (p *Proc) callMounts(v *view, ns *pidNS) error {
-	tmpOpts := fmt.Sprintf("mode=1777,size=%dm", max(p.sb.cfg.MemoryMB, 64))
-	if err := unix.Mount("tmpfs", "/tmp", "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, tmpOpts); err != nil {
-		return fmt.Errorf("the call's /tmp: %w", err)
-	}
-	for i, h := range v.held {
-		if err := os.MkdirAll(filepath.Dir(h.path), 0o755); err != nil {
-			return err
-		}
-		if h.dir {
-			if err := os.Mkdir(h.path, 0o755); err != nil && !errors.Is(err, os.ErrExist) {
-				return err
-			}
-		} else if err := touch(h.path); err != nil {
-			return err
-		}
-		if err := unix.Mount(fmt.Sprintf("%s/%d", holdDir, i), h.path, "", unix.MS_BIND|unix.MS_REC, ""); err != nil {
-			return fmt.Errorf("bind %s: %w", h.path, err)
-		}
-		if !h.ro {
-			continue
-		}
-		for _, f := range p.sb.cfg.Hide {
-			if f != h.path && !strings.HasPrefix(f, h.path+"/") {
-				continue
-			}
-			if _, err := os.Stat(f); err == nil {
-				if err := unix.Mount("/dev/null", f, "", unix.MS_BIND, ""); err != nil {
-					return fmt.Errorf("hide %s: %w", f, err)
-				}
-			}
-		}
-	}
-	if err := p.mountProc(ns, "/proc"); err != nil {
-		return fmt.Errorf("the call's /proc: %w", err)
-	}
-	return nil
-}
-
-// mountProc mounts a procfs of ns's PID namespace on dir and keeps a
-// handle on it (p.procFD), through which the runner watches the call.
-func (p *Proc) mountProc(ns *pidNS, dir string) error {
+// mountProc mounts a procfs of ns's PID namespace on dir and returns a
+// handle on it, through which the runner watches the tree's calls.
+func mountProc(ns *pidNS, dir string) (int, error) {
 	fs, err := unix.Fsopen("proc", unix.FSOPEN_CLOEXEC)
 	if err != nil {
-		return fmt.Errorf("fsopen proc: %w", err)
+		return -1, fmt.Errorf("fsopen proc: %w", err)
 	}
 	defer unix.Close(fs)
 	if err := unix.FsconfigSetFd(fs, "pidns", ns.fd); err != nil {
-		return fmt.Errorf("proc pidns= (needs Linux 6.15): %w", err)
+		return -1, fmt.Errorf("proc pidns= (needs Linux 6.15): %w", err)
 	}
 	if err := unix.FsconfigCreate(fs); err != nil {
-		return fmt.Errorf("create proc: %w", err)
+		return -1, fmt.Errorf("create proc: %w", err)
 	}
 	// Read-only: uid 0 may write most of /proc/sys and /proc/sysrq-trigger
 	// by file mode alone, without a capability.
 	m, err := unix.Fsmount(fs, unix.FSMOUNT_CLOEXEC, unix.MOUNT_ATTR_RDONLY|unix.MOUNT_ATTR_NOSUID|unix.MOUNT_ATTR_NODEV|unix.MOUNT_ATTR_NOEXEC)
 	if err != nil {
-		return fmt.Errorf("fsmount proc: %w", err)
+		return -1, fmt.Errorf("fsmount proc: %w", err)
 	}
 	defer unix.Close(m)
 	if err := unix.MoveMount(m, "", unix.AT_FDCWD, dir, unix.MOVE_MOUNT_F_EMPTY_PATH); err != nil {
-		return fmt.Errorf("move_mount proc: %w", err)
+		return -1, fmt.Errorf("move_mount proc: %w", err)
 	}
 	// The handle is a directory opened on the mount (fsmount's is a path
 	// only), which the watcher reads again and again.
 	d, err := unix.Openat(m, ".", unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 	if err != nil {
-		return fmt.Errorf("open the call's /proc: %w", err)
+		return -1, fmt.Errorf("open the call's /proc: %w", err)
 	}
-	if p.procFD >= 0 {
-		unix.Close(p.procFD)
-	}
-	p.procFD = d
-	return nil
+	return d, nil
 }
 
 // limits watches a directly started call's processes through its /proc
@@ -767,7 +736,6 @@ type limits struct {
 	stopped chan struct{}
 	once    sync.Once
 	limit   string // set before stopped is closed
-	fd      int    // the call's /proc, until close
 	w       *watcher
 }
 
@@ -782,21 +750,14 @@ func (l *limits) alone(nsPid int) bool {
 	return ok && !others
 }
 
-// close releases the call's /proc, once the watcher has ended.
-func (l *limits) close() {
-	if l.fd >= 0 {
-		unix.Close(l.fd)
-		l.fd = -1
-	}
-}
-
-func (p *Proc) watchLimits() {
+// watchLimits starts the call's watcher on its /proc (fd, the tree's
+// handle, which the tree keeps).
+func (p *Proc) watchLimits(fd int) {
 	l := &limits{stop: make(chan struct{}), stopped: make(chan struct{})}
 	p.limits = l
-	fd, proc := p.procFD, p.Cmd.Process
-	p.procFD = -1
+	proc := p.Cmd.Process
 	w := watcher{dir: fd, self: -1, memory: int64(p.sb.cfg.MemoryMB) << 20, pids: p.sb.cfg.Pids}
-	l.fd, l.w = fd, &w
+	l.w = &w
 	p.sb.sp.wg.Add(1)
 	go func() {
 		defer p.sb.sp.wg.Done()

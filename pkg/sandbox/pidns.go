@@ -41,8 +41,9 @@ type nsPool struct {
 	closed bool
 }
 
-// get returns a free namespace, starting one (from the inits' thread, its
-// parent, whose death kills it) if none is.
+// get returns a free namespace, else the namespace of a free tree of
+// another view, else starts one (from the inits' thread, its parent,
+// whose death kills it).
 func (p *nsPool) get(sp *spawner) (*pidNS, error) {
 	for {
 		p.mu.Lock()
@@ -59,6 +60,10 @@ func (p *nsPool) get(sp *spawner) (*pidNS, error) {
 			continue
 		default:
 		}
+		return ns, nil
+	}
+	// None free: the namespace of another view's free tree (tree.go).
+	if ns := sp.stealNS(); ns != nil {
 		return ns, nil
 	}
 	var ns *pidNS

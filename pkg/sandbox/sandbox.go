@@ -32,8 +32,6 @@ import (
 	"strings"
 	"sync"
 	"syscall"
-
-	"golang.org/x/sys/unix"
 )
 
 // Backend is the confinement in effect.
@@ -335,11 +333,10 @@ type Proc struct {
 	status *os.File // read end of the helper's report
 	closeW *os.File // write end, until Exit
 	tmp    string
-	// A direct start (direct.go): the call's /proc until its watcher
-	// takes it, the watcher, and the end of the call (closed once its
-	// command exited and the rest of it was killed; limit set).
+	// A direct start (direct.go): the watcher, and the end of the call
+	// (closed once its command exited and the rest of it was killed;
+	// limit set).
 	direct bool
-	procFD int
 	limits *limits
 	ended  chan struct{}
 	limit  string
@@ -376,7 +373,7 @@ func (s *Sandbox) Command(ctx context.Context, spec Spec) (*Proc, error) {
 		cmd.Env, cmd.Dir = spec.Env, dir
 		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 		cmd.Cancel = func() error { return killGroup(cmd) }
-		return &Proc{Cmd: cmd, sb: s, procFD: -1}, nil
+		return &Proc{Cmd: cmd, sb: s}, nil
 	}
 	if s.sp != nil && s.sp.direct && !spec.External {
 		// Started by Proc.Start from the spawner thread (direct.go); a
@@ -387,7 +384,7 @@ func (s *Sandbox) Command(ctx context.Context, spec Spec) (*Proc, error) {
 		cmd.Args, cmd.Env = slices.Clone(spec.Argv), spec.Env
 		cmd.Err = errors.New("sandbox: a confined process is started with Proc.Start")
 		cmd.Cancel = func() error { return cmd.Process.Kill() }
-		return &Proc{Cmd: cmd, sb: s, spec: initSpec{Argv: spec.Argv, Dir: dir}, ws: spec.Workspace, read: spec.Read, direct: true, procFD: -1}, nil
+		return &Proc{Cmd: cmd, sb: s, spec: initSpec{Argv: spec.Argv, Dir: dir}, ws: spec.Workspace, read: spec.Read, direct: true}, nil
 	}
 	tmp, err := os.MkdirTemp("", "floe-tool-")
 	if err != nil {
@@ -423,7 +420,7 @@ func (s *Sandbox) Command(ctx context.Context, spec Spec) (*Proc, error) {
 	// Our copy of the write end is closed by Exit, after Wait, before the
 	// report is read (the helper's copy is gone with it, and no process of
 	// the call inherits one).
-	p := &Proc{Cmd: cmd, sb: s, spec: is, ws: spec.Workspace, read: spec.Read, status: r, closeW: w, tmp: tmp, procFD: -1}
+	p := &Proc{Cmd: cmd, sb: s, spec: is, ws: spec.Workspace, read: spec.Read, status: r, closeW: w, tmp: tmp}
 	p.build(false)
 	return p, nil
 }
@@ -599,10 +596,6 @@ func (p *Proc) Close() {
 	}
 	if p.ended != nil {
 		<-p.ended
-	}
-	if p.direct && p.procFD >= 0 {
-		unix.Close(p.procFD)
-		p.procFD = -1
 	}
 	p.closeWrite()
 	if p.status != nil {

@@ -5,6 +5,7 @@ import (
 	"os"
 	"runtime"
 	"sync"
+	"sync/atomic"
 
 	"golang.org/x/sys/unix"
 )
@@ -47,6 +48,7 @@ type spawner struct {
 	pool                                nsPool
 	views                               map[string]*view
 	viewClock                           uint64
+	treesBuilt                          atomic.Int64 // call trees built (tree.go)
 }
 
 // spawnThreads is how many threads a spawner starts calls from.
