@@ -58,10 +58,10 @@ type LongResult struct {
 	// JetStream store directory's, of which the streams' own accounting
 	// says SessionsBytes are FLOE_SESSIONS's messages and SnapshotBytes
 	// the context snapshot bucket's.
-	Disk, TraceBytes, Store      int64
+	Disk, TraceBytes, Store int64
 	// DiskRetained is Disk once an age retention of FLOE_SESSIONS
 	// (FLOE_RETENTION) has expired every message of the stream.
-	DiskRetained int64
+	DiskRetained                 int64
 	SessionsBytes, SnapshotBytes uint64
 	// Remote is the same Tasks with the model in another process, spoken
 	// to over HTTP (runLongRemote): what a deployment sees. The figures
