@@ -20,15 +20,13 @@ type (
 )
 
 var (
-	blockText    = providertest.BlockText
-	endOf        = providertest.EndOf
-	checkDeltas  = providertest.CheckDeltas
-	refs         = providertest.Refs
-	serve        = providertest.Serve
-	closedPort   = providertest.ClosedPort
-	stall        = providertest.Stall
-	hijackClose  = providertest.HijackClose
-	asModelError = providertest.AsModelError
+	blockText   = providertest.BlockText
+	endOf       = providertest.EndOf
+	checkDeltas = providertest.CheckDeltas
+	refs        = providertest.Refs
+	serve       = providertest.Serve
+	stall       = providertest.Stall
+	hijackClose = providertest.HijackClose
 )
 
 // newSSEServer serves events with this provider's SSE framing.

@@ -9,125 +9,60 @@ import (
 
 	"floe.dev/pkg/omni"
 	"floe.dev/services/engine/internal/model"
+	"floe.dev/services/engine/internal/provider/providertest"
 )
 
 // TestStreamFailureMatrix checks the stop reason of every failure protocol.md §6
 // names, against a real HTTP server.
 func TestStreamFailureMatrix(t *testing.T) {
-	reject := func(code int, body string) http.HandlerFunc {
-		return func(w http.ResponseWriter, r *http.Request) {
-			w.Header().Set("Content-Type", "application/json")
-			w.WriteHeader(code)
-			fmt.Fprint(w, body)
-		}
-	}
+	reject, streamThen := providertest.Reject, providertest.StreamThen
 	text := "data: " + chunkJSON(`{"content":"partial"}`) + "\n\n"
-	streamThen := func(after func(w http.ResponseWriter, r *http.Request), events ...string) http.HandlerFunc {
-		return func(w http.ResponseWriter, r *http.Request) {
-			w.Header().Set("Content-Type", "text/event-stream")
-			for _, e := range events {
-				fmt.Fprint(w, e)
-				w.(http.Flusher).Flush()
-			}
-			if after != nil {
-				after(w, r)
-			}
-		}
-	}
 	invalidKey := `{"error":{"message":"Incorrect API key provided: sk-bad.","type":"invalid_request_error","param":null,"code":"invalid_api_key"}}`
 
-	cases := []struct {
-		name       string
-		handler    http.HandlerFunc // nil: connection refused
-		wantStatus string
-		wantHTTP   int
-		wantInMsg  string
-		wantText   string // streamed before the failure
-	}{
-		{name: "500", handler: reject(500, `{"error":{"message":"The server had an error","type":"server_error"}}`),
-			wantStatus: omni.StatusTimeout, wantHTTP: 500, wantInMsg: "server_error: The server had an error"},
-		{name: "502 html", handler: reject(502, "<html>Bad Gateway</html>"),
-			wantStatus: omni.StatusTimeout, wantHTTP: 502, wantInMsg: "Bad Gateway"},
-		{name: "401", handler: reject(401, invalidKey), wantStatus: omni.StatusAuth, wantHTTP: 401, wantInMsg: "Incorrect API key"},
-		{name: "403 invalid credential", handler: reject(403, invalidKey), wantStatus: omni.StatusAuth, wantHTTP: 403},
-		{name: "403 bare", handler: reject(403, `{"error":{"code":"unsupported_country_region_territory","message":"Country, region, or territory not supported","type":"request_forbidden"}}`),
-			wantStatus: omni.StatusFailed, wantHTTP: 403, wantInMsg: "Country"},
-		{name: "404", handler: reject(404, `{"error":{"message":"The model 'nope' does not exist","type":"invalid_request_error","code":"model_not_found"}}`),
-			wantStatus: omni.StatusFailed, wantHTTP: 404, wantInMsg: "does not exist"},
-		{name: "400", handler: reject(400, `{"error":{"message":"bad tools","type":"invalid_request_error"}}`),
-			wantStatus: omni.StatusFailed, wantHTTP: 400},
-		{name: "429", handler: reject(429, `{"error":{"message":"Rate limit reached","type":"requests","code":"rate_limit_exceeded"}}`),
-			wantStatus: omni.StatusTimeout, wantHTTP: 429, wantInMsg: "Rate limit"},
-		{name: "408", handler: reject(408, ""), wantStatus: omni.StatusTimeout, wantHTTP: 408, wantInMsg: "Request Timeout"},
-		{name: "connection refused", wantStatus: omni.StatusTimeout, wantInMsg: "refused"},
-		{name: "disconnect mid-stream", handler: streamThen(func(w http.ResponseWriter, r *http.Request) { hijackClose(w) }, text),
-			wantStatus: omni.StatusTimeout, wantText: "partial"},
-		{name: "slow first byte", handler: func(w http.ResponseWriter, r *http.Request) { stall(r) },
-			wantStatus: omni.StatusTimeout, wantInMsg: "no data from provider for 200ms"},
-		{name: "stall mid-stream", handler: streamThen(func(w http.ResponseWriter, r *http.Request) { stall(r) }, text),
-			wantStatus: omni.StatusTimeout, wantText: "partial", wantInMsg: "no data"},
-		{name: "no terminal chunk", handler: streamThen(nil, text, "data: "+finishJSON("stop")+"\n\n"),
-			wantStatus: omni.StatusMalformed, wantText: "partial", wantInMsg: "[DONE]"},
-		{name: "garbage chunk", handler: streamThen(nil, text, "data: {\"choices\": [tru\n\n"),
-			wantStatus: omni.StatusMalformed, wantText: "partial", wantInMsg: "unparseable"},
-		{name: "wrong chunk shape", handler: streamThen(nil, "data: {\"choices\":\"x\"}\n\n"),
-			wantStatus: omni.StatusMalformed},
-		{name: "json body instead of stream", handler: streamThen(nil, `{"id":"x","choices":[]}`),
-			wantStatus: omni.StatusMalformed, wantInMsg: `unexpected content: {"id":"x","choices":[]}`},
-		{name: "error chunk server_error", handler: streamThen(nil, text, "data: {\"error\":{\"message\":\"upstream died\",\"type\":\"server_error\"}}\n\n"),
-			wantStatus: omni.StatusTimeout, wantText: "partial", wantInMsg: "upstream died"},
-		{name: "error chunk numeric 429", handler: streamThen(nil, "data: {\"error\":{\"message\":\"slow down\",\"code\":429}}\n\n"),
-			wantStatus: omni.StatusTimeout, wantHTTP: 429},
-		{name: "error chunk invalid request", handler: streamThen(nil, "data: {\"error\":{\"message\":\"context too long\",\"type\":\"invalid_request_error\"}}\n\n"),
-			wantStatus: omni.StatusFailed, wantInMsg: "context too long"},
-		{name: "vllm error object", handler: streamThen(nil, "data: {\"object\":\"error\",\"message\":\"engine dead\",\"type\":\"InternalServerError\",\"code\":500}\n\n"),
-			wantStatus: omni.StatusTimeout, wantHTTP: 500, wantInMsg: "engine dead"},
+	cases := []providertest.Failure{
+		{Name: "500", Handler: reject(500, `{"error":{"message":"The server had an error","type":"server_error"}}`),
+			WantStatus: omni.StatusTimeout, WantHTTP: 500, WantInMsg: "server_error: The server had an error"},
+		{Name: "502 html", Handler: reject(502, "<html>Bad Gateway</html>"),
+			WantStatus: omni.StatusTimeout, WantHTTP: 502, WantInMsg: "Bad Gateway"},
+		{Name: "401", Handler: reject(401, invalidKey), WantStatus: omni.StatusAuth, WantHTTP: 401, WantInMsg: "Incorrect API key"},
+		{Name: "403 invalid credential", Handler: reject(403, invalidKey), WantStatus: omni.StatusAuth, WantHTTP: 403},
+		{Name: "403 bare", Handler: reject(403, `{"error":{"code":"unsupported_country_region_territory","message":"Country, region, or territory not supported","type":"request_forbidden"}}`),
+			WantStatus: omni.StatusFailed, WantHTTP: 403, WantInMsg: "Country"},
+		{Name: "404", Handler: reject(404, `{"error":{"message":"The model 'nope' does not exist","type":"invalid_request_error","code":"model_not_found"}}`),
+			WantStatus: omni.StatusFailed, WantHTTP: 404, WantInMsg: "does not exist"},
+		{Name: "400", Handler: reject(400, `{"error":{"message":"bad tools","type":"invalid_request_error"}}`),
+			WantStatus: omni.StatusFailed, WantHTTP: 400},
+		{Name: "429", Handler: reject(429, `{"error":{"message":"Rate limit reached","type":"requests","code":"rate_limit_exceeded"}}`),
+			WantStatus: omni.StatusTimeout, WantHTTP: 429, WantInMsg: "Rate limit"},
+		{Name: "408", Handler: reject(408, ""), WantStatus: omni.StatusTimeout, WantHTTP: 408, WantInMsg: "Request Timeout"},
+		{Name: "connection refused", WantStatus: omni.StatusTimeout, WantInMsg: "refused"},
+		{Name: "disconnect mid-stream", Handler: streamThen(func(w http.ResponseWriter, r *http.Request) { hijackClose(w) }, text),
+			WantStatus: omni.StatusTimeout, WantText: "partial"},
+		{Name: "slow first byte", Handler: func(w http.ResponseWriter, r *http.Request) { stall(r) },
+			WantStatus: omni.StatusTimeout, WantInMsg: "no data from provider for 200ms"},
+		{Name: "stall mid-stream", Handler: streamThen(func(w http.ResponseWriter, r *http.Request) { stall(r) }, text),
+			WantStatus: omni.StatusTimeout, WantText: "partial", WantInMsg: "no data"},
+		{Name: "no terminal chunk", Handler: streamThen(nil, text, "data: "+finishJSON("stop")+"\n\n"),
+			WantStatus: omni.StatusMalformed, WantText: "partial", WantInMsg: "[DONE]"},
+		{Name: "garbage chunk", Handler: streamThen(nil, text, "data: {\"choices\": [tru\n\n"),
+			WantStatus: omni.StatusMalformed, WantText: "partial", WantInMsg: "unparseable"},
+		{Name: "wrong chunk shape", Handler: streamThen(nil, "data: {\"choices\":\"x\"}\n\n"),
+			WantStatus: omni.StatusMalformed},
+		{Name: "json body instead of stream", Handler: streamThen(nil, `{"id":"x","choices":[]}`),
+			WantStatus: omni.StatusMalformed, WantInMsg: `unexpected content: {"id":"x","choices":[]}`},
+		{Name: "error chunk server_error", Handler: streamThen(nil, text, "data: {\"error\":{\"message\":\"upstream died\",\"type\":\"server_error\"}}\n\n"),
+			WantStatus: omni.StatusTimeout, WantText: "partial", WantInMsg: "upstream died"},
+		{Name: "error chunk numeric 429", Handler: streamThen(nil, "data: {\"error\":{\"message\":\"slow down\",\"code\":429}}\n\n"),
+			WantStatus: omni.StatusTimeout, WantHTTP: 429},
+		{Name: "error chunk invalid request", Handler: streamThen(nil, "data: {\"error\":{\"message\":\"context too long\",\"type\":\"invalid_request_error\"}}\n\n"),
+			WantStatus: omni.StatusFailed, WantInMsg: "context too long"},
+		{Name: "vllm error object", Handler: streamThen(nil, "data: {\"object\":\"error\",\"message\":\"engine dead\",\"type\":\"InternalServerError\",\"code\":500}\n\n"),
+			WantStatus: omni.StatusTimeout, WantHTTP: 500, WantInMsg: "engine dead"},
 	}
-	for _, c := range cases {
-		t.Run(c.name, func(t *testing.T) {
-			t.Parallel()
-			base := "http://" + closedPort(t) + "/v1"
-			if c.handler != nil {
-				base = serve(t, c.handler).URL
-			}
-			// Only the cases that test the idle timeout get a short one;
-			// the others must not trip it on a loaded machine.
-			idle := 5 * time.Second
-			if strings.Contains(c.wantInMsg, "no data") {
-				idle = 200 * time.Millisecond
-			}
-			p := New(Config{BaseURL: base, IdleTimeout: idle})
-			start := time.Now()
-			ds, _, err := stream(t, p, simpleRequest())
-			if err == nil {
-				t.Fatalf("Stream succeeded, want %s", c.wantStatus)
-			}
-			me := asModelError(t, err)
-			if me.Status != c.wantStatus || me.HTTPStatus != c.wantHTTP {
-				t.Errorf("error = %+v, want status %s HTTP %d", me, c.wantStatus, c.wantHTTP)
-			}
-			if model.StatusOf(err) != c.wantStatus {
-				t.Errorf("StatusOf = %s", model.StatusOf(err))
-			}
-			if !strings.Contains(me.Message, c.wantInMsg) {
-				t.Errorf("message %q does not contain %q", me.Message, c.wantInMsg)
-			}
-			if len(me.Message) > 510 {
-				t.Errorf("message is %d bytes long", len(me.Message))
-			}
-			if got := blockText(ds, 0); got != c.wantText {
-				t.Errorf("streamed %q before failing, want %q", got, c.wantText)
-			}
-			for _, d := range ds {
-				if d.End {
-					t.Errorf("End delta %+v emitted on a failed stream", d)
-				}
-			}
-			if el := time.Since(start); el > 5*time.Second {
-				t.Errorf("failure took %s", el)
-			}
-		})
-	}
+	providertest.Failures(t, cases, "/v1", func(t *testing.T, base string, idle time.Duration) ([]model.Delta, error) {
+		ds, _, err := stream(t, New(Config{BaseURL: base, IdleTimeout: idle}), simpleRequest())
+		return ds, err
+	})
 }
 
 func TestStreamErrorMessageIsTruncated(t *testing.T) {

@@ -24,7 +24,6 @@ var (
 	checkDeltas  = providertest.CheckDeltas
 	refs         = providertest.Refs
 	serve        = providertest.Serve
-	closedPort   = providertest.ClosedPort
 	stall        = providertest.Stall
 	hijackClose  = providertest.HijackClose
 	asModelError = providertest.AsModelError

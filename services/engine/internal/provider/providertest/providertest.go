@@ -1,6 +1,8 @@
 // Package providertest holds what the provider packages' tests share: a
-// delta recorder, the Delta contract check, a scripted SSE server, and
-// helpers that make a provider's connection fail in the ways protocol.md §6 maps.
+// delta recorder, the Delta contract check, a scripted SSE server,
+// helpers that make a provider's connection fail in the ways protocol.md
+// §6 maps and the runner of that failure matrix (Failures), and the
+// request body's byte-for-byte tests through the wire cache (Wire).
 // It is imported by tests only.
 package providertest
 
