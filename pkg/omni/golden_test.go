@@ -3,8 +3,9 @@ package omni
 import (
 	"bytes"
 	"encoding/json"
-	"os"
 	"testing"
+
+	"floe.dev/pkg/omni/omnitest"
 )
 
 // testdata/golden.jsonl is a Trace in the original harness's format (protocol.md §1):
@@ -13,17 +14,7 @@ import (
 // it is there to cover the envelope's origin.
 const goldenPath = "testdata/golden.jsonl"
 
-func goldenLines(t testing.TB) [][]byte {
-	t.Helper()
-	data, err := os.ReadFile(goldenPath)
-	if err != nil {
-		t.Fatalf("read %s: %v", goldenPath, err)
-	}
-	if !bytes.HasSuffix(data, []byte("\n")) {
-		t.Fatalf("%s does not end with a newline", goldenPath)
-	}
-	return bytes.Split(data[:len(data)-1], []byte("\n"))
-}
+func goldenLines(t testing.TB) [][]byte { return omnitest.Lines(t, goldenPath) }
 
 func TestGoldenLinesRoundTripByteForByte(t *testing.T) {
 	for i, line := range goldenLines(t) {

@@ -10,6 +10,7 @@ import (
 	"testing/iotest"
 
 	"floe.dev/pkg/omni"
+	"floe.dev/pkg/omni/omnitest"
 )
 
 func readTraceString(t *testing.T, s string) ([]omni.Message, []*LineError) {
@@ -188,17 +189,7 @@ func TestReadTraceReturnsEveryGoldenRecord(t *testing.T) {
 
 const goldenPath = "../omni/testdata/golden.jsonl"
 
-func goldenLines(t testing.TB) [][]byte {
-	t.Helper()
-	data, err := os.ReadFile(goldenPath)
-	if err != nil {
-		t.Fatalf("read %s: %v", goldenPath, err)
-	}
-	if !bytes.HasSuffix(data, []byte("\n")) {
-		t.Fatalf("%s does not end with a newline", goldenPath)
-	}
-	return bytes.Split(data[:len(data)-1], []byte("\n"))
-}
+func goldenLines(t testing.TB) [][]byte { return omnitest.Lines(t, goldenPath) }
 
 func evt(payload string) string {
 	return `{"timestamp":"2026-11-29T20:10:22.531Z","type":"event_msg","payload":` + payload + `}`
