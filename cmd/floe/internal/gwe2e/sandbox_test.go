@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -46,37 +47,50 @@ func TestServeLogsTheSandboxOnceAtStart(t *testing.T) {
 // without it) `floe serve` still starts, its tools unconfined, and says
 // so loudly: one warn line "tool sandbox: NONE AVAILABLE, tools run
 // unconfined" naming why each backend failed, and no info line claiming
-// a sandbox.
+// a sandbox. Hook commands run confined like tools (SPEC §7 Hooks,
+// hooks.md): with a hooks file that names a command, the engine says the
+// same of them, one warn line "hook sandbox: NONE AVAILABLE, hook
+// commands run unconfined".
 func TestAutoWithNoBackendWarnsLoudly(t *testing.T) {
 	h := newServeHome(t, "scripted:demo")
-	h.extraEnv = []string{"PATH=" + t.TempDir()} // no bwrap (nor anything else)
+	hooksFile := filepath.Join(t.TempDir(), "hooks.json")
+	if err := os.WriteFile(hooksFile, []byte(`{"hooks": {"pre_tool_use": [{"name": "audit", "command": "/bin/true"}]}}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	h.extraEnv = []string{"PATH=" + t.TempDir(), // no bwrap (nor anything else)
+		"FLOE_HOOKS=" + hooksFile}
 	// floe serve through this test binary as the seccomp wrapper.
 	cmd := exec.Command(os.Args[0], floeBin, "serve")
 	cmd.Env = []string{noLandlockEnv + "=1"}
 	p := h.startCmd(cmd, "floe serve (no Landlock, no bwrap)")
 	runnerStarted(t, p)
+	logged(t, p, `"engine started"`) // after it opened its hooks' sandbox
 	p.stop()
-	var warns []map[string]any
+	warns := map[string][]map[string]any{}
 	for _, l := range strings.Split(p.errs.String(), "\n") {
 		var m map[string]any
 		if json.Unmarshal([]byte(l), &m) != nil {
 			continue
 		}
 		switch m["message"] {
-		case "tool sandbox":
+		case "tool sandbox", "hook sandbox":
 			t.Errorf("an info line claims a sandbox: %s", l)
 		case "tool sandbox: NONE AVAILABLE, tools run unconfined":
-			warns = append(warns, m)
+			warns["tool"] = append(warns["tool"], m)
+		case "hook sandbox: NONE AVAILABLE, hook commands run unconfined":
+			warns["hook"] = append(warns["hook"], m)
 		}
 	}
-	if len(warns) != 1 {
-		t.Fatalf("%d NONE AVAILABLE lines, want 1\nstderr:\n%s", len(warns), p.errs.String())
-	}
-	w := warns[0]
-	reason, _ := w["reason"].(string)
-	if w["level"] != "warn" || w["sandbox"] != "off" || !strings.Contains(reason, "UNCONFINED") ||
-		!strings.Contains(reason, "bwrap not found") || !strings.Contains(reason, "no Landlock") {
-		t.Fatalf("the warning %v, want level warn, sandbox off, a reason naming both backends' failures", w)
+	for _, what := range []string{"tool", "hook"} {
+		if len(warns[what]) != 1 {
+			t.Fatalf("%d %s sandbox NONE AVAILABLE lines, want 1\nstderr:\n%s", len(warns[what]), what, p.errs.String())
+		}
+		w := warns[what][0]
+		reason, _ := w["reason"].(string)
+		if w["level"] != "warn" || w["sandbox"] != "off" || !strings.Contains(reason, "UNCONFINED") ||
+			!strings.Contains(reason, "bwrap not found") || !strings.Contains(reason, "no Landlock") {
+			t.Fatalf("the %s warning %v, want level warn, sandbox off, a reason naming both backends' failures", what, w)
+		}
 	}
 }
 
@@ -85,14 +99,20 @@ func TestAutoWithNoBackendWarnsLoudly(t *testing.T) {
 // sandbox, so a stop that follows does not come first.
 func runnerStarted(t *testing.T, p *proc) {
 	t.Helper()
-	for start := time.Now(); !strings.Contains(p.errs.String(), `"toolrunner started"`); time.Sleep(50 * time.Millisecond) {
+	logged(t, p, `"toolrunner started"`)
+}
+
+// logged waits (bounded: two minutes) until p's stderr holds s.
+func logged(t *testing.T, p *proc, s string) {
+	t.Helper()
+	for start := time.Now(); !strings.Contains(p.errs.String(), s); time.Sleep(50 * time.Millisecond) {
 		select {
 		case <-p.done:
 			t.Fatalf("%s exited: %v\nstderr:\n%s", p.name, p.err, p.errs.String())
 		default:
 		}
 		if time.Since(start) > 2*time.Minute {
-			t.Fatalf("%s: no tool runner started within 2 min\nstderr:\n%s", p.name, p.errs.String())
+			t.Fatalf("%s: no %s within 2 min\nstderr:\n%s", p.name, s, p.errs.String())
 		}
 	}
 }
