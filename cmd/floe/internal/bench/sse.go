@@ -102,3 +102,20 @@ func (s *sseConn) next() (sseEvent, error) {
 	}
 	return ev, nil
 }
+
+// nextResuming reads the next event as next does; when the stream is cut
+// (the gateway disconnects a slow client) it resumes it (reconnect), as
+// clients do, while ctx lasts and *resumes, the count of resumes, is below
+// maxReconnects.
+func (s *sseConn) nextResuming(ctx context.Context, resumes *int) (sseEvent, error) {
+	for {
+		ev, err := s.next()
+		if err == nil || *resumes >= maxReconnects || ctx.Err() != nil {
+			return ev, err
+		}
+		*resumes++
+		if err := s.reconnect(ctx); err != nil {
+			return sseEvent{}, err
+		}
+	}
+}

@@ -197,15 +197,8 @@ func engineRun(ctx context.Context, e *env, ref string) (*engineRunResult, error
 	go func() {
 		defer close(readDone)
 		for {
-			ev, err := conn.next()
+			ev, err := conn.nextResuming(ctx, &reconnects)
 			if err != nil {
-				if reconnects < maxReconnects && ctx.Err() == nil {
-					// Disconnected as a slow client: resume as clients do.
-					reconnects++
-					if err = conn.reconnect(ctx); err == nil {
-						continue
-					}
-				}
 				readErr = fmt.Errorf("bench: engine run stream ended early (%d reconnects): %w", reconnects, err)
 				return
 			}
@@ -357,14 +350,8 @@ func directRun(ctx context.Context, e *env, payloads [][]byte) (float64, int, er
 	go func() {
 		defer close(done)
 		for n := 0; n < len(payloads); {
-			ev, err := conn.next()
+			ev, err := conn.nextResuming(ctx, &reconnects)
 			if err != nil {
-				if reconnects < maxReconnects && ctx.Err() == nil {
-					reconnects++
-					if err = conn.reconnect(ctx); err == nil {
-						continue
-					}
-				}
 				readErr = fmt.Errorf("bench: direct SSE after %d (%d reconnects): %w", n, reconnects, err)
 				return
 			}
