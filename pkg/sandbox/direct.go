@@ -599,7 +599,7 @@ func (v *view) buildTree(s *Sandbox, stage, ws string, read []string) error {
 		if err := mountpoint("/dev/"+d, false); err != nil {
 			return err
 		}
-		if err := unix.Mount("/dev/"+d, at("/dev/"+d), "", unix.MS_BIND, ""); err != nil {
+		if err := bindRO("/dev/"+d, at("/dev/"+d)); err != nil {
 			return fmt.Errorf("bind /dev/%s: %w", d, err)
 		}
 	}
@@ -651,7 +651,7 @@ func (v *view) buildTree(s *Sandbox, stage, ws string, read []string) error {
 			continue
 		}
 		if _, err := os.Stat(at(f)); err == nil {
-			if err := unix.Mount("/dev/null", at(f), "", unix.MS_BIND, ""); err != nil {
+			if err := bindRO("/dev/null", at(f)); err != nil {
 				return fmt.Errorf("hide %s: %w", f, err)
 			}
 		}

@@ -100,6 +100,11 @@ func runInit(arg string) int {
 			return fail(err)
 		}
 	}
+	if spec.Mode == Bwrap {
+		if err := roDevices(); err != nil {
+			return fail(err)
+		}
+	}
 	env := make([]string, 0, len(os.Environ()))
 	for _, kv := range os.Environ() {
 		if !strings.HasPrefix(kv, initEnv+"=") && !strings.HasPrefix(kv, "TMPDIR=") {
@@ -263,6 +268,9 @@ func mountView(spec initSpec) error {
 			}
 		}
 	}
+	if err := readOnlyButRW(spec.RW); err != nil {
+		return err
+	}
 	if err := minimalDev(); err != nil {
 		return err
 	}
@@ -271,8 +279,54 @@ func mountView(spec initSpec) error {
 		return fmt.Errorf("mount /proc: %w", err)
 	}
 	for _, f := range spec.Hide {
-		if err := unix.Mount("/dev/null", f, "", unix.MS_BIND, ""); err != nil && !os.IsNotExist(err) {
+		if err := bindRO("/dev/null", f); err != nil && !os.IsNotExist(err) {
 			return fmt.Errorf("hide %s: %w", f, err)
+		}
+	}
+	return nil
+}
+
+// readOnlyButRW makes every mount of the helper's namespace read-only but
+// the read-write directories (the Workspace, /tmp). Landlock governs
+// opening, writing, creating and removing files, not a file's mode,
+// owner, times or extended attributes, which the owner changes without a
+// capability: uid 0 (a root service) owns the whole system (a
+// `chmod u+s` of a host binary), any user owns its home. A read-only
+// mount stops those changes. The read-write directories are bound onto
+// themselves first so that they are mounts of their own, then made
+// writable again (not what is mounted inside them).
+func readOnlyButRW(rw []string) error {
+	var dirs []string
+	for _, p := range rw {
+		if fi, err := os.Stat(p); err != nil || !fi.IsDir() || strings.HasPrefix(p, "/dev/") {
+			continue
+		}
+		if err := unix.Mount(p, p, "", unix.MS_BIND|unix.MS_REC, ""); err != nil {
+			return fmt.Errorf("bind %s: %w", p, err)
+		}
+		dirs = append(dirs, p)
+	}
+	if err := unix.MountSetattr(unix.AT_FDCWD, "/", unix.AT_RECURSIVE, &unix.MountAttr{Attr_set: unix.MOUNT_ATTR_RDONLY}); err != nil {
+		return fmt.Errorf("read-only mounts: %w", err)
+	}
+	for _, p := range dirs {
+		if err := unix.MountSetattr(unix.AT_FDCWD, p, 0, &unix.MountAttr{Attr_clr: unix.MOUNT_ATTR_RDONLY}); err != nil {
+			return fmt.Errorf("read-write %s: %w", p, err)
+		}
+	}
+	return nil
+}
+
+// roDevices makes bubblewrap's device nodes (bound read-write from the
+// host's) read-only mounts (bindRO) when the helper may: bubblewrap run
+// by root passes its capabilities to the helper, and a call run as uid 0
+// would own the host's nodes. Unprivileged, the helper may not (EPERM),
+// and the call, not their owner, cannot change them either.
+func roDevices() error {
+	for _, d := range devices {
+		err := unix.MountSetattr(unix.AT_FDCWD, "/dev/"+d, 0, &unix.MountAttr{Attr_set: unix.MOUNT_ATTR_RDONLY | unix.MOUNT_ATTR_NOSUID | unix.MOUNT_ATTR_NOEXEC})
+		if err != nil && !errors.Is(err, unix.EPERM) && !errors.Is(err, unix.ENOENT) && !errors.Is(err, unix.EINVAL) {
+			return fmt.Errorf("read-only /dev/%s: %w", d, err)
 		}
 	}
 	return nil
@@ -301,7 +355,7 @@ func minimalDev() error {
 		if err := touch("/dev/" + d); err != nil {
 			return fmt.Errorf("/dev/%s: %w", d, err)
 		}
-		if err := unix.Mount(fmt.Sprintf("/proc/self/fd/%d", fds[i]), "/dev/"+d, "", unix.MS_BIND, ""); err != nil {
+		if err := bindRO(fmt.Sprintf("/proc/self/fd/%d", fds[i]), "/dev/"+d); err != nil {
 			return fmt.Errorf("/dev/%s: %w", d, err)
 		}
 	}

@@ -15,8 +15,12 @@ import (
 // whatever its capabilities (the host's hostname, core_pattern — a program
 // run as full root at the next crash — or /proc/sysrq-trigger): its /proc
 // must not be writable, and its /dev must hold no device but the harmless
-// ones (uid 0 reads a raw disk by file mode). The check opens each file for writing and writes
-// nothing, so it changes nothing on a host that fails it. Both the calls
+// ones (uid 0 reads a raw disk by file mode). Nor may it change the mode,
+// owner or times of a file it sees but the Workspace's: uid 0 owns the
+// system and the host's device nodes, and changes them without a
+// capability (Landlock does not govern it). The check opens each file for
+// writing and writes nothing, and sets each file's mode and owner to
+// their own (--reference), so it changes nothing on a host that fails it. Both the calls
 // the sandbox starts itself and the processes a caller starts (External:
 // MCP servers) are checked.
 func TestConfinedCallHasNoPrivilege(t *testing.T) {
@@ -34,6 +38,11 @@ func TestConfinedCallHasNoPrivilege(t *testing.T) {
 	  case "${d#/dev/}" in null|zero|full|random|urandom|tty|pts/ptmx) continue ;; esac
 	  if [ ! -L "$d" ] && { [ -b "$d" ] || [ -c "$d" ]; }; then echo "DEVICE $d"; fi
 	done
+	for f in /usr/bin/true /etc /dev/null /dev/zero; do
+	  chmod --reference="$f" "$f" 2>/dev/null && echo "CHMOD $f"
+	  chown --reference="$f" "$f" 2>/dev/null && echo "CHOWN $f"
+	done
+	touch ws-file && chmod 755 ws-file && [ -x ws-file ] && echo WORKSPACE-CHMOD
 	[ -r /proc/self/status ] && echo READS-PROC
 	grep -E '^Cap(Prm|Eff|Bnd|Amb):' /proc/self/status`
 	check := func(t *testing.T, out string) {
@@ -43,6 +52,12 @@ func TestConfinedCallHasNoPrivilege(t *testing.T) {
 		}
 		if strings.Contains(out, "WRITABLE") {
 			t.Errorf("a confined call can write kernel settings:\n%s", out)
+		}
+		if strings.Contains(out, "CHMOD /") || strings.Contains(out, "CHOWN /") {
+			t.Errorf("a confined call can change a file's mode or owner outside its Workspace:\n%s", out)
+		}
+		if !strings.Contains(out, "WORKSPACE-CHMOD") {
+			t.Errorf("a confined call cannot change a mode in its Workspace:\n%s", out)
 		}
 		if !strings.Contains(out, "READS-PROC") {
 			t.Errorf("the call's /proc is not readable:\n%s", out)

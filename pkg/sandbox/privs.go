@@ -17,6 +17,19 @@ const (
 	secbitNoCapAmbientRaiseLck = 1 << 7
 )
 
+// bindRO binds src (a device node, or /dev/null over a hidden file) at
+// dst read-only, nosuid and noexec. The node stays usable (a read-only
+// mount does not stop reads and writes of a device), but its mode, owner,
+// times and attributes, which are the host's node's, cannot be changed:
+// uid 0 (a root service) changes them by ownership alone, without a
+// capability (a `chmod 000 /dev/null` of the host's).
+func bindRO(src, dst string) error {
+	if err := unix.Mount(src, dst, "", unix.MS_BIND, ""); err != nil {
+		return err
+	}
+	return unix.MountSetattr(unix.AT_FDCWD, dst, 0, &unix.MountAttr{Attr_set: unix.MOUNT_ATTR_RDONLY | unix.MOUNT_ATTR_NOSUID | unix.MOUNT_ATTR_NOEXEC})
+}
+
 // dropPrivileges makes sure nothing the calling thread starts from now on
 // runs with a capability, even as uid 0: no_new_privs (no setuid or file
 // capability gains), no ambient capabilities, and, when the thread holds

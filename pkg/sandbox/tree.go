@@ -197,7 +197,7 @@ func (t *tree) freshTmp(s *Sandbox) error {
 				continue
 			}
 			if _, err := os.Stat(f); err == nil {
-				if err := unix.Mount("/dev/null", f, "", unix.MS_BIND, ""); err != nil {
+				if err := bindRO("/dev/null", f); err != nil {
 					return fmt.Errorf("hide %s: %w", f, err)
 				}
 			}
