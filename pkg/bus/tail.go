@@ -49,8 +49,12 @@ type TailOptions struct {
 // creation is a new consumer with a new name, bounded by CreateTimeout and
 // retried after at most 2 s, and the heartbeat is 1 s instead of 5 s.
 //
-// fn runs on the consumer's delivery goroutine with Tail's lock held: it
-// must not call Stop, and a slow fn holds up the delivery.
+// fn runs on the consumer's delivery goroutine, one message at a time,
+// without Tail's lock: it may block (until StartTail has returned, say),
+// but it must not call Stop, and a slow fn holds up the delivery. Calling
+// fn with the lock held deadlocked a first delivery that waited for its
+// reader against StartTail taking the lock after Consume
+// (TestTailHandsOverWithoutItsLock).
 type Tail struct {
 	js       jetstream.JetStream
 	stream   string
@@ -65,6 +69,11 @@ type Tail struct {
 	// pendingAtStart is how many messages the first consumer had to
 	// deliver when it was created (set before StartTail returns).
 	pendingAtStart uint64
+
+	// delivering is held for each call of fn (outside mu), so fn's calls
+	// never overlap, even across two consumers' generations, and stop
+	// can wait for the one in progress.
+	delivering sync.Mutex
 
 	mu   sync.Mutex
 	gen  int    // the current consumer's generation; others' deliveries are dropped
@@ -124,6 +133,11 @@ func (t *Tail) stop(wait bool) {
 	cons, cc := t.cons, t.cc
 	t.cons, t.cc = nil, nil
 	t.mu.Unlock()
+	// A call of fn in progress ends before stop returns; later deliveries
+	// see another generation and hand nothing over.
+	t.delivering.Lock()
+	//lint:ignore SA2001 an empty critical section: a barrier for fn
+	t.delivering.Unlock()
 	if cc != nil {
 		cc.Stop()
 		<-cc.Closed()
@@ -239,26 +253,36 @@ var errTailGap = errors.New("bus: tail: a delivery is missing")
 func (t *Tail) deliver(g int) jetstream.MessageHandler {
 	return func(msg jetstream.Msg) {
 		md, err := msg.Metadata()
-		t.mu.Lock()
-		defer t.mu.Unlock()
-		if g != t.gen {
-			return
+		t.delivering.Lock()
+		defer t.delivering.Unlock()
+		if t.accept(g, md, err) {
+			t.fn(msg)
 		}
-		if err == nil && md.Sequence.Consumer != t.dseq+1 {
-			err = errTailGap
-		}
-		if err != nil {
-			t.report(err, true)
-			t.replaceLocked(g)
-			return
-		}
-		t.dseq = md.Sequence.Consumer
-		if md.Sequence.Stream < t.next {
-			return // handed over already (a new consumer starts at next, so never)
-		}
-		t.next = md.Sequence.Stream + 1
-		t.fn(msg)
 	}
+}
+
+// accept reports whether generation g's delivery md is the next message to
+// hand to fn, and moves the position past it; a gap replaces the consumer.
+func (t *Tail) accept(g int, md *jetstream.MsgMetadata, err error) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if g != t.gen {
+		return false
+	}
+	if err == nil && md.Sequence.Consumer != t.dseq+1 {
+		err = errTailGap
+	}
+	if err != nil {
+		t.report(err, true)
+		t.replaceLocked(g)
+		return false
+	}
+	t.dseq = md.Sequence.Consumer
+	if md.Sequence.Stream < t.next {
+		return false // handed over already (a new consumer starts at next, so never)
+	}
+	t.next = md.Sequence.Stream + 1
+	return true
 }
 
 // onError replaces generation g's consumer when err means it is lost.

@@ -240,3 +240,70 @@ func TestTailReplacesADeletedConsumerWithoutGapOrRepeat(t *testing.T) {
 		t.Errorf("consumer %s is still there after Stop", last)
 	}
 }
+
+// fn runs without the Tail's lock: a delivery that waits (for its reader
+// to start, say) holds up neither the Tail's own calls nor StartTail. With
+// the lock held, a first delivery that waited for a reader started after
+// StartTail deadlocked against StartTail's own locking (a gateway
+// end-to-end test hung for 19 minutes in Follow).
+func TestTailHandsOverWithoutItsLock(t *testing.T) {
+	t.Parallel()
+	env := bustest.Start(t, bus.Config{Memory: true})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	const sid = "session-2026-12-04-01-00-00-0789abcd"
+	subject := omni.SessionSubject(sid, omni.ClassModel)
+	for i := range 3 {
+		if _, err := env.JS.Publish(ctx, subject, []byte(strconv.Itoa(i))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	entered := make(chan struct{}, 1)
+	release := make(chan struct{})
+	var released sync.Once
+	free := func() { released.Do(func() { close(release) }) }
+	defer free()
+	var mu sync.Mutex
+	var got []string
+	tail, err := bus.StartTail(ctx, env.JS, omni.SessionsStream, []string{subject}, 1, bus.TailOptions{}, func(m jetstream.Msg) {
+		select {
+		case entered <- struct{}{}:
+		default:
+		}
+		<-release
+		mu.Lock()
+		got = append(got, string(m.Data()))
+		mu.Unlock()
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-entered:
+	case <-ctx.Done():
+		t.Fatal("no delivery")
+	}
+	// fn is waiting now; the Tail answers anyway.
+	answered := make(chan string, 1)
+	go func() { answered <- tail.Consumer() }()
+	select {
+	case name := <-answered:
+		if name == "" {
+			t.Error("no consumer in use while delivering")
+		}
+	case <-ctx.Done():
+		t.Fatal("the Tail did not answer while fn waited: fn runs with its lock held")
+	}
+	free()
+	bustest.Eventually(t, 10*time.Second, "every message", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(got) == 3
+	})
+	tail.Stop()
+	mu.Lock()
+	defer mu.Unlock()
+	if fmt.Sprint(got) != "[0 1 2]" {
+		t.Fatalf("delivered %v, want [0 1 2]", got)
+	}
+}
