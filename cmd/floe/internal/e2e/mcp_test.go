@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"net"
@@ -343,6 +344,18 @@ func TestMCPCallsSpreadOverThreeRunners(t *testing.T) {
 		map[string]any{"steps": []any{map[string]any{"text": "done"}}},
 	}})
 	sid := e.session(ref, omni.ApproveAllowAll, nil)
+	// Every runner pulling before the calls go out: one that is still
+	// starting (slow under load) would leave all twelve to the others.
+	eventually(t, 60*time.Second, "three runners pulling jobs", func() bool {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		cons, err := e.st.JS.Consumer(ctx, omni.ToolsStream, "floe-toolrunner-"+omni.DefaultPool)
+		if err != nil {
+			return false
+		}
+		info, err := cons.Info(ctx)
+		return err == nil && info.NumWaiting >= 3
+	})
 	rs, status := e.wait(sid, e.submit(sid, "spread"))
 	if status != omni.StatusCompleted {
 		t.Fatalf("status %q: %v", status, labels(rs, noPartials))
