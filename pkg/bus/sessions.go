@@ -109,17 +109,27 @@ func (s *Sessions) decode(ctx context.Context, id string, rev uint64, b []byte) 
 	pb := s.policy(ref)
 	if pb == nil {
 		e, err := s.kv.Get(ctx, policyKeyPrefix+ref)
+		if err == nil {
+			pb = e.Value()
+		} else if s.nc != nil {
+			// A direct get may be answered by a replica that lags (it has
+			// no policy written a moment ago) or by none: only the
+			// leader's "not found" means the policy is missing.
+			_, pb, err = s.leaderGet(ctx, policyKeyPrefix+ref)
+			if errors.Is(err, ErrSessionNotFound) {
+				err = jetstream.ErrKeyNotFound
+			}
+		}
 		switch {
 		case errors.Is(err, jetstream.ErrKeyNotFound):
 			return nil, &UndecodableError{ID: id, Revision: rev, Principal: r.Principal, Err: fmt.Errorf("its command policy %s is not stored", ref)}
 		case err != nil:
 			return nil, fmt.Errorf("bus: get session %s: its command policy %s: %w", id, ref, err)
 		}
-		sum := sha256.Sum256(e.Value())
+		sum := sha256.Sum256(pb)
 		if hex.EncodeToString(sum[:16]) != ref {
 			return nil, &UndecodableError{ID: id, Revision: rev, Principal: r.Principal, Err: fmt.Errorf("its command policy %s is stored damaged", ref)}
 		}
-		pb = e.Value()
 		s.remember(ref, pb)
 	}
 	p := &omni.CommandPolicy{}
@@ -212,7 +222,19 @@ func (s *Sessions) GetLatest(ctx context.Context, id string) (*omni.SessionRecor
 	if !omni.ValidSessionID(id) {
 		return nil, 0, ErrSessionNotFound
 	}
-	req, _ := json.Marshal(map[string]string{"last_by_subj": "$KV." + omni.SessionsBucket + "." + id})
+	seq, data, err := s.leaderGet(ctx, id)
+	if err != nil {
+		return nil, 0, err
+	}
+	r, err := s.decode(ctx, id, seq, data)
+	return r, seq, err
+}
+
+// leaderGet reads the last value of the bucket's key from the stream
+// leader: its sequence and bytes, or ErrSessionNotFound when it has none
+// (or a delete or purge marker).
+func (s *Sessions) leaderGet(ctx context.Context, key string) (uint64, []byte, error) {
+	req, _ := json.Marshal(map[string]string{"last_by_subj": "$KV." + omni.SessionsBucket + "." + key})
 	if _, ok := ctx.Deadline(); !ok {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, 5*time.Second)
@@ -220,7 +242,7 @@ func (s *Sessions) GetLatest(ctx context.Context, id string) (*omni.SessionRecor
 	}
 	m, err := s.nc.RequestWithContext(ctx, "$JS.API.STREAM.MSG.GET.KV_"+omni.SessionsBucket, req)
 	if err != nil {
-		return nil, 0, fmt.Errorf("bus: get session %s from the leader: %w", id, err)
+		return 0, nil, fmt.Errorf("bus: get %s from the leader: %w", key, err)
 	}
 	var resp struct {
 		Error *struct {
@@ -235,22 +257,21 @@ func (s *Sessions) GetLatest(ctx context.Context, id string) (*omni.SessionRecor
 		} `json:"message"`
 	}
 	if err := json.Unmarshal(m.Data, &resp); err != nil {
-		return nil, 0, fmt.Errorf("bus: get session %s from the leader: %w", id, err)
+		return 0, nil, fmt.Errorf("bus: get %s from the leader: %w", key, err)
 	}
 	if resp.Error != nil {
 		if resp.Error.Code == 404 {
-			return nil, 0, ErrSessionNotFound
+			return 0, nil, ErrSessionNotFound
 		}
-		return nil, 0, fmt.Errorf("bus: get session %s from the leader: %s (%d)", id, resp.Error.Desc, resp.Error.ErrCode)
+		return 0, nil, fmt.Errorf("bus: get %s from the leader: %s (%d)", key, resp.Error.Desc, resp.Error.ErrCode)
 	}
 	if resp.Message == nil {
-		return nil, 0, fmt.Errorf("bus: get session %s from the leader: empty answer", id)
+		return 0, nil, fmt.Errorf("bus: get %s from the leader: empty answer", key)
 	}
 	if bytes.Contains(resp.Message.Hdrs, []byte("KV-Operation")) {
-		return nil, 0, ErrSessionNotFound // a delete or purge marker
+		return 0, nil, ErrSessionNotFound // a delete or purge marker
 	}
-	r, err := s.decode(ctx, id, resp.Message.Seq, resp.Message.Data)
-	return r, resp.Message.Seq, err
+	return resp.Message.Seq, resp.Message.Data, nil
 }
 
 // Update applies fn to the current record and stores it with a
