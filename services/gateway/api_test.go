@@ -16,7 +16,6 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 
-	"floe.dev/pkg/bus/bustest"
 	"floe.dev/pkg/omni"
 	"floe.dev/pkg/trace"
 	"floe.dev/services/gateway"
@@ -200,7 +199,8 @@ func TestSessionLifecycle(t *testing.T) {
 	}
 	other := len(busStream(t, env, s2.ID))
 	// Only the tracer deletes Trace files: with none running, the DELETE
-	// fails (503) and leaves the Trace; the record stays marked deleted.
+	// fails (503, after asking for 10 s) and leaves the Trace; the record
+	// stays marked deleted.
 	if err := g.Alice.DeleteSession(ctx, s.ID); !client.IsCode(err, omni.CodeUnavailable) {
 		t.Fatalf("delete without a tracer: %v, want 503 unavailable", err)
 	}
@@ -210,15 +210,20 @@ func TestSessionLifecycle(t *testing.T) {
 	if rec, _, err := env.Sessions.Get(ctx, s.ID); err != nil || !rec.Deleted {
 		t.Fatalf("record after a failed delete = %+v, %v; want it marked deleted", rec, err)
 	}
+	// A DELETE asks again while no tracer listens: one that starts
+	// meanwhile (a restart, a service starting) answers it.
+	deleted := make(chan error, 1)
+	go func() { deleted <- g.Alice.DeleteSession(ctx, s.ID) }()
+	time.Sleep(500 * time.Millisecond) // the DELETE's first ask finds no tracer
 	tctx, stopTracer := context.WithCancel(context.Background())
 	tracerDone := make(chan error, 1)
 	tcfg := tracer.DefaultConfig()
 	tcfg.Home = g.Home
 	go func() { tracerDone <- tracer.Run(tctx, env.Conn, tcfg, zerolog.Nop()) }()
 	defer func() { stopTracer(); <-tracerDone }()
-	bustest.Eventually(t, 10*time.Second, "the tracer to answer a delete", func() bool {
-		return g.Alice.DeleteSession(ctx, s.ID) == nil
-	})
+	if err := <-deleted; err != nil {
+		t.Fatalf("a DELETE while the tracer was starting: %v, want it answered", err)
+	}
 	if _, err := g.Alice.GetSession(ctx, s.ID); !client.IsCode(err, omni.CodeNotFound) {
 		t.Fatalf("get after delete: %v, want 404", err)
 	}

@@ -13,9 +13,11 @@ import (
 	"strings"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"floe.dev/pkg/bus"
+	"floe.dev/pkg/bus/retry"
 	"floe.dev/pkg/omni"
 	"floe.dev/pkg/omni/cmdpolicy"
 	"floe.dev/pkg/trace"
@@ -363,8 +365,9 @@ func (s *Server) handleDelete(w http.ResponseWriter, r *http.Request) *apiError 
 // to purge the Session's messages from FLOE_SESSIONS (the gateway's NATS
 // user may not purge the stream) and delete its Trace (files and
 // position), and returns how many files it removed. A Session with
-// nothing on the stream or on disk needs no tracer; otherwise no answer
-// within 10 s is a 503 and a repeated DELETE tries again.
+// nothing on the stream or on disk needs no tracer; otherwise it asks
+// again while no tracer listens (one starting or restarting), and no
+// answer within 10 s is a 503 (a repeated DELETE tries again).
 func (s *Server) deleteTrace(ctx context.Context, id string) (int, *apiError) {
 	req, err := omni.Pack(&omni.TraceDelete{Purge: true})
 	if err != nil {
@@ -372,12 +375,23 @@ func (s *Server) deleteTrace(ctx context.Context, id string) (int, *apiError) {
 	}
 	rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	m, err := s.nc.RequestWithContext(rctx, omni.TraceDeleteSubject(id), req)
-	if err != nil {
+	nothingHere := func() bool {
 		files, ferr := trace.Files(s.opts.Home, id)
 		_, hasPos, perr := trace.ReadPos(s.opts.Home, id)
 		_, serr := s.stream.GetLastMsgForSubject(ctx, omni.SessionWildcard(id))
-		if ferr == nil && len(files) == 0 && !hasPos && perr == nil && errors.Is(serr, jetstream.ErrMsgNotFound) {
+		return ferr == nil && len(files) == 0 && !hasPos && perr == nil && errors.Is(serr, jetstream.ErrMsgNotFound)
+	}
+	m, err := s.nc.RequestWithContext(rctx, omni.TraceDeleteSubject(id), req)
+	// No tracer listening (one starting or restarting) answers at once:
+	// ask again until one does or the 10 s are up.
+	for errors.Is(err, nats.ErrNoResponders) && !nothingHere() {
+		if retry.Sleep(rctx, 200*time.Millisecond) != nil {
+			break
+		}
+		m, err = s.nc.RequestWithContext(rctx, omni.TraceDeleteSubject(id), req)
+	}
+	if err != nil {
+		if nothingHere() {
 			return 0, nil // nothing to purge nor delete here
 		}
 		return 0, unavailable("ask the tracer to delete the session's messages and trace", err)
