@@ -44,6 +44,23 @@ func BenchmarkTrue(b *testing.B) {
 	}
 }
 
+// offAndLandlock opens the unconfined and the landlock Sandbox a benchmark
+// compares (the confined one closed at its end); it is skipped where
+// landlock is not available.
+func offAndLandlock(b *testing.B) (off, conf *Sandbox) {
+	b.Helper()
+	off, err := New(Config{Backend: Off})
+	if err != nil {
+		b.Fatal(err)
+	}
+	conf, err = New(Config{Backend: Landlock})
+	if err != nil {
+		b.Skip(err)
+	}
+	b.Cleanup(conf.Close)
+	return off, conf
+}
+
 // BenchmarkConcurrentTrue is the throughput of one Sandbox under
 // concurrent calls (a toolrunner runs 8 at once): every iteration a round
 // of 32 `bash -c true` through 8 workers unconfined, then the same
@@ -52,15 +69,7 @@ func BenchmarkTrue(b *testing.B) {
 func BenchmarkConcurrentTrue(b *testing.B) {
 	const workers, round = 8, 32
 	ws := b.TempDir()
-	off, err := New(Config{Backend: Off})
-	if err != nil {
-		b.Fatal(err)
-	}
-	conf, err := New(Config{Backend: Landlock})
-	if err != nil {
-		b.Skip(err)
-	}
-	defer conf.Close()
+	off, conf := offAndLandlock(b)
 	runRound := func(s *Sandbox) time.Duration {
 		start := time.Now()
 		var wg sync.WaitGroup
@@ -110,15 +119,7 @@ func BenchmarkConcurrentTrue(b *testing.B) {
 // (what the kernel defers to its own threads is not in it).
 func BenchmarkCallCPU(b *testing.B) {
 	ws := b.TempDir()
-	off, err := New(Config{Backend: Off})
-	if err != nil {
-		b.Fatal(err)
-	}
-	conf, err := New(Config{Backend: Landlock})
-	if err != nil {
-		b.Skip(err)
-	}
-	defer conf.Close()
+	off, conf := offAndLandlock(b)
 	call := func(s *Sandbox) time.Duration {
 		c0 := cpuTime()
 		p, err := s.Command(b.Context(), Spec{Argv: []string{"true"}, Workspace: ws, Env: []string{"PATH=/usr/bin:/bin", "HOME=" + ws}})

@@ -316,12 +316,11 @@ func TestFiftyAbortsLeaveNoOrphan(t *testing.T) {
 	waitGone(t, mark, 2*time.Second)
 }
 
-// As root the landlock backend starts calls directly (direct.go): check
-// that it does, and that the call holds no capability to undo its
-// confinement (mount, umount), cannot reach the host's tree through its
-// namespace's init (/proc/1/root), and is not a namespace init itself
-// (`kill $$` ends it).
-func TestDirectStartGivesNoWayOut(t *testing.T) {
+// directSandbox is a landlock Sandbox that starts its calls directly
+// (direct.go), closed at the test's end; the test is skipped where the
+// direct start cannot run (not root, no procfs per PID namespace).
+func directSandbox(t *testing.T) *Sandbox {
+	t.Helper()
 	if os.Geteuid() != 0 {
 		t.Skip("the direct start needs root")
 	}
@@ -332,10 +331,20 @@ func TestDirectStartGivesNoWayOut(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer s.Close()
+	t.Cleanup(s.Close)
 	if !s.sp.direct {
 		t.Fatal("as root, the landlock backend does not start calls directly")
 	}
+	return s
+}
+
+// As root the landlock backend starts calls directly (direct.go): check
+// that it does, and that the call holds no capability to undo its
+// confinement (mount, umount), cannot reach the host's tree through its
+// namespace's init (/proc/1/root), and is not a namespace init itself
+// (`kill $$` ends it).
+func TestDirectStartGivesNoWayOut(t *testing.T) {
+	s := directSandbox(t)
 	cmd := strings.Join([]string{
 		"grep -E '^Cap(Prm|Eff|Bnd|Amb):' /proc/self/status",
 		"ls /proc/1/root/ >/dev/null 2>&1 && echo HOST-ROOT",

@@ -17,20 +17,7 @@ import (
 // anything in it. The Workspace, which lies in the host's /tmp here, is
 // in every call's fresh /tmp.
 func TestNextCallInAKeptTreeSeesNothingOfTheLast(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("the direct start needs root")
-	}
-	if err := procPidnsWorks(); err != nil {
-		t.Skipf("the direct start needs a procfs per PID namespace (Linux 6.15) and mounts: %v", err)
-	}
-	s, err := New(Config{Backend: Landlock})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
-	if !s.sp.direct {
-		t.Fatal("as root, the landlock backend does not start calls directly")
-	}
+	s := directSandbox(t)
 	ws := t.TempDir()
 	writeFile(t, filepath.Join(ws, "file"), "in the workspace\n")
 	mark := fmt.Sprintf("1000.%d77", os.Getpid())
