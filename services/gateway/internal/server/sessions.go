@@ -13,7 +13,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"floe.dev/pkg/bus"
@@ -384,17 +383,14 @@ func (s *Server) deleteTrace(ctx context.Context, id string) (int, *apiError) {
 	m, err := s.nc.RequestWithContext(rctx, omni.TraceDeleteSubject(id), req)
 	// No tracer listening (one starting or restarting) answers at once:
 	// ask again until one does or the 10 s are up.
-	for errors.Is(err, nats.ErrNoResponders) && !nothingHere() {
-		if retry.Sleep(rctx, 200*time.Millisecond) != nil {
-			break
-		}
-		m, err = s.nc.RequestWithContext(rctx, omni.TraceDeleteSubject(id), req)
-	}
-	if err != nil {
+	for err != nil {
 		if nothingHere() {
 			return 0, nil // nothing to purge nor delete here
 		}
-		return 0, unavailable("ask the tracer to delete the session's messages and trace", err)
+		if !bus.IsNoResponders(err) || retry.Sleep(rctx, 200*time.Millisecond) != nil {
+			return 0, unavailable("ask the tracer to delete the session's messages and trace", err)
+		}
+		m, err = s.nc.RequestWithContext(rctx, omni.TraceDeleteSubject(id), req)
 	}
 	var reply omni.TraceDeleteReply
 	if err := omni.Unpack(m.Data, &reply); err != nil {
