@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"os/exec"
@@ -323,6 +324,7 @@ func (s *server) dial(ctx context.Context) (*sdk.ClientSession, func(), []*Tool,
 	}
 	withTail := func(err error) error {
 		if tail != nil {
+			tail.settle(time.Second)
 			if t := strings.TrimSpace(tail.String()); t != "" {
 				return fmt.Errorf("%w; server stderr: %s", err, t)
 			}
@@ -397,14 +399,32 @@ func (s *server) transport() (sdk.Transport, func(), *tailBuffer, error) {
 		return nil, nil, nil, err
 	}
 	cmd := p.Cmd
-	tail := &tailBuffer{max: stderrTail}
-	cmd.Stderr = tail
+	// stderr through a pipe of our own, so that a failed connect can wait
+	// for what the dying server (or the confining helper, naming a
+	// missing command) wrote before it reads the tail: with a plain
+	// writer, os/exec copies in a goroutine only Wait waits for, and the
+	// error could be read before the message arrived.
+	pr, pw, err := os.Pipe()
+	if err != nil {
+		p.Close()
+		return nil, nil, nil, fmt.Errorf("stderr pipe: %w", err)
+	}
+	tail := &tailBuffer{max: stderrTail, drained: make(chan struct{})}
+	go func() {
+		_, _ = io.Copy(tail, pr)
+		pr.Close()
+		close(tail.drained)
+	}()
+	cmd.Stderr = pw
 	var once sync.Once
 	stop := func() {
 		if cmd.Process != nil {
 			_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
 		}
-		once.Do(p.Close) // the server's /tmp; the transport reaps the process
+		once.Do(func() {
+			pw.Close() // ours: the copy ends once the server's copies are gone
+			p.Close()  // the server's /tmp; the transport reaps the process
+		})
 	}
 	return &sdk.CommandTransport{Command: cmd, TerminateDuration: terminate}, stop, tail, nil
 }
@@ -559,6 +579,23 @@ type tailBuffer struct {
 	mu  sync.Mutex
 	max int
 	buf []byte
+	// drained is closed when the server's stderr has ended (nil: never
+	// waited for).
+	drained chan struct{}
+}
+
+// settle waits, at most d, for the stderr to end: after stop, what the
+// server wrote before it died is then all in the buffer.
+func (t *tailBuffer) settle(d time.Duration) {
+	if t.drained == nil {
+		return
+	}
+	timer := time.NewTimer(d)
+	defer timer.Stop()
+	select {
+	case <-t.drained:
+	case <-timer.C:
+	}
 }
 
 func (t *tailBuffer) Write(p []byte) (int, error) {
