@@ -420,13 +420,14 @@ func (p *Proc) endCall(t *tree, pidfd, nsPid int) {
 		}
 		unix.Close(pidfd)
 		p.limit = p.limits.end()
-		clean := p.limits.alone(nsPid) || t.ns.reset()
+		alone := p.limits.alone(nsPid)
+		clean := alone || t.ns.reset()
 		close(p.ended)
 		if !clean {
 			t.dismantle() // its namespace closed by reset
 			return
 		}
-		sp.recycle(p.sb, t)
+		sp.recycle(p.sb, t, alone)
 	}()
 }
 

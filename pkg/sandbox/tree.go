@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"golang.org/x/sys/unix"
@@ -21,6 +22,19 @@ import (
 // one mounted (refresh, on the inits' thread, after the call's outcome is
 // out), so the next call of the view finds nothing of the last: no
 // process, no file in /tmp. Each call still gets a new IPC namespace.
+// The refresh (a hand-off to the inits' thread, entering the tree,
+// unmounting and mounting: most of the runner's CPU per call left) is
+// skipped when there is nothing to refresh: the call's command was the
+// only process of the call left when it ended (so none is left that
+// could still change anything) and the /tmp is as it was made — its
+// tmpfs holds as many inodes and blocks, and its root and the
+// directories made in it have the same mode, owner, links, size and
+// times (atime included). Every change a call can make to a tmpfs
+// creates an inode or changes a time of the directory it changes (a file
+// made and removed again leaves the directory's mtime and ctime changed;
+// chmod, chown, utimes and xattrs the ctime), and the kernels the direct
+// start runs on (6.15+) give tmpfs fine-grained ctimes once they were
+// read (multigrain timestamps, 6.13), so no change hides in a clock tick.
 // Nothing else of the tree can be changed by a call: it holds no
 // capability (no mount, umount or pivot), the tree's own directories and
 // the system's are read-only, and /proc is read-only; what it writes in
@@ -43,6 +57,11 @@ type tree struct {
 	proc int
 	held []int
 	tmp  bool // a /tmp is mounted
+	// The /tmp mounted last: a handle on it, the directories freshTmp
+	// made in it (relative to it), and its state then (tmpState).
+	tmpFD int
+	dirs  []string
+	fresh string
 }
 
 // takeTree returns a free tree of v ready for a call, or builds one; on a
@@ -122,7 +141,7 @@ func (sp *spawner) stealNS() *pidNS {
 // the tree (the caller returns it home).
 func (sp *spawner) buildCallTree(s *Sandbox, v *view, ns *pidNS) (t *tree, err error) {
 	sp.treesBuilt.Add(1)
-	t = &tree{v: v, ns: ns, mnt: -1, proc: -1}
+	t = &tree{v: v, ns: ns, mnt: -1, proc: -1, tmpFD: -1}
 	defer func() {
 		if err != nil {
 			t.dismantle()
@@ -158,6 +177,10 @@ func (sp *spawner) buildCallTree(s *Sandbox, v *view, ns *pidNS) (t *tree, err e
 // capped at the memory limit with the view's held paths bound into it
 // (and the hidden files among them masked).
 func (t *tree) freshTmp(s *Sandbox) error {
+	if t.tmpFD >= 0 {
+		unix.Close(t.tmpFD)
+		t.tmpFD, t.dirs, t.fresh = -1, nil, ""
+	}
 	if t.tmp {
 		if err := unix.Unmount("/tmp", unix.MNT_DETACH); err != nil {
 			return fmt.Errorf("detach the last call's /tmp: %w", err)
@@ -169,7 +192,13 @@ func (t *tree) freshTmp(s *Sandbox) error {
 		return fmt.Errorf("the call's /tmp: %w", err)
 	}
 	t.tmp = true
+	var dirs []string
 	for i, h := range t.v.held {
+		for d := filepath.Dir(h.path); underHostTmp(d) && d != "/tmp"; d = filepath.Dir(d) {
+			if !slices.Contains(dirs, d[len("/tmp/"):]) {
+				dirs = append(dirs, d[len("/tmp/"):])
+			}
+		}
 		if err := os.MkdirAll(filepath.Dir(h.path), 0o755); err != nil {
 			return err
 		}
@@ -203,23 +232,73 @@ func (t *tree) freshTmp(s *Sandbox) error {
 			}
 		}
 	}
+	fd, err := unix.Open("/tmp", unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("open the call's /tmp: %w", err)
+	}
+	t.tmpFD, t.dirs = fd, dirs
+	if t.fresh, err = t.tmpState(); err != nil {
+		return fmt.Errorf("the call's /tmp: %w", err)
+	}
 	return nil
+}
+
+// tmpState describes the tree's /tmp as far as a call can change it: the
+// inodes and blocks its tmpfs holds, and the inode, mode, owner, links,
+// size and times of its root and of the directories freshTmp made in it.
+func (t *tree) tmpState() (string, error) {
+	var fs unix.Statfs_t
+	if err := unix.Fstatfs(t.tmpFD, &fs); err != nil {
+		return "", err
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "%d %d", fs.Files-fs.Ffree, fs.Blocks-fs.Bfree)
+	for _, d := range append([]string{""}, t.dirs...) {
+		var st unix.Stat_t
+		var err error
+		if d == "" {
+			err = unix.Fstat(t.tmpFD, &st)
+		} else {
+			err = unix.Fstatat(t.tmpFD, d, &st, unix.AT_SYMLINK_NOFOLLOW)
+		}
+		if err != nil {
+			return "", err
+		}
+		fmt.Fprintf(&b, ";%d %o %d %d %d %d %d.%d %d.%d %d.%d", st.Ino, st.Mode, st.Uid, st.Gid, st.Nlink, st.Size,
+			st.Atim.Sec, st.Atim.Nsec, st.Mtim.Sec, st.Mtim.Nsec, st.Ctim.Sec, st.Ctim.Nsec)
+	}
+	return b.String(), nil
+}
+
+// untouched says whether the tree's /tmp is as freshTmp made it.
+func (t *tree) untouched() bool {
+	if t.tmpFD < 0 {
+		return false
+	}
+	st, err := t.tmpState()
+	return err == nil && st == t.fresh
 }
 
 // recycle refreshes the /tmp of a tree whose call has ended (everything
 // of it killed) and gives the tree back to its view; a tree that cannot
-// be refreshed, or whose view is gone, is dismantled.
-func (sp *spawner) recycle(s *Sandbox, t *tree) {
+// be refreshed, or whose view is gone, is dismantled. alone says the
+// call's command was the only process of the call left when it ended:
+// then a /tmp as it was made is not refreshed.
+func (sp *spawner) recycle(s *Sandbox, t *tree, alone bool) {
 	err := errClosed
-	sp.runOn(sp.initReq, func() {
-		if err = unix.Setns(t.mnt, unix.CLONE_NEWNS); err != nil {
-			return
-		}
-		err = t.freshTmp(s)
-		if e := unix.Setns(sp.hostMnt, unix.CLONE_NEWNS); e != nil && err == nil {
-			err = e
-		}
-	})
+	if alone && t.untouched() {
+		err = nil
+	} else {
+		sp.runOn(sp.initReq, func() {
+			if err = unix.Setns(t.mnt, unix.CLONE_NEWNS); err != nil {
+				return
+			}
+			err = t.freshTmp(s)
+			if e := unix.Setns(sp.hostMnt, unix.CLONE_NEWNS); e != nil && err == nil {
+				err = e
+			}
+		})
+	}
 	if err == nil {
 		sp.mu.Lock()
 		if !t.v.gone {
@@ -237,11 +316,11 @@ func (sp *spawner) recycle(s *Sandbox, t *tree) {
 // the last) and returns its PID namespace, for the caller to put back or
 // close.
 func (t *tree) dismantle() *pidNS {
-	for _, fd := range append([]int{t.mnt, t.proc}, t.held...) {
+	for _, fd := range append([]int{t.mnt, t.proc, t.tmpFD}, t.held...) {
 		if fd >= 0 {
 			unix.Close(fd)
 		}
 	}
-	t.mnt, t.proc, t.held = -1, -1, nil
+	t.mnt, t.proc, t.tmpFD, t.held = -1, -1, -1, nil
 	return t.ns
 }

@@ -86,3 +86,64 @@ func waitFreeTree(t *testing.T, s *Sandbox, ws string, within time.Duration) {
 		time.Sleep(5 * time.Millisecond)
 	}
 }
+
+// A call whose command was its only process and which created nothing in
+// /tmp leaves its tree's /tmp in place (tree.go): the next call must
+// still see nothing of it. Each call here changes /tmp or the directory
+// made in it to hold the Workspace without creating a file: a mode, an
+// mtime, an atime; the call after it must see them as they were made.
+func TestATmpChangedInPlaceIsMadeFreshForTheNextCall(t *testing.T) {
+	s := directSandbox(t)
+	base, err := os.MkdirTemp("/tmp", "floe-tree-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(base) })
+	ws := filepath.Join(base, "ws")
+	if err := os.Mkdir(ws, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	const stamp = "978307200" // 2001-01-01, never a fresh /tmp's time
+	observe := fmt.Sprintf(`stat -c '%%n %%a %%u %%g %%X %%Y' /tmp %s`, base)
+	call := func(cmd string) string {
+		t.Helper()
+		out, ex := run(t, t.Context(), s, ws, cmd)
+		if ex.Code != 0 || ex.Error != "" {
+			t.Fatalf("%s: exit %+v\n%s", cmd, ex, out)
+		}
+		waitFreeTree(t, s, ws, 10*time.Second)
+		return out
+	}
+	// modes is what the observer's lines show but the times.
+	modes := func(out string) string {
+		var b strings.Builder
+		for _, l := range strings.Split(strings.TrimSpace(out), "\n") {
+			f := strings.Fields(l)
+			if len(f) != 6 {
+				t.Fatalf("observer: %q", out)
+			}
+			fmt.Fprintln(&b, f[:4])
+		}
+		return b.String()
+	}
+	built := s.sp.treesBuilt.Load()
+	first := call(observe)
+	want := modes(first)
+	for _, change := range []string{
+		"chmod 0700 /tmp",
+		"chmod 0700 " + base,
+		"touch -m -d @" + stamp + " /tmp",
+		"touch -a -d @" + stamp + " /tmp",
+		"touch -m -d @" + stamp + " " + base,
+		"touch -a -d @" + stamp + " " + base,
+	} {
+		call(change)
+		got := call(observe)
+		if modes(got) != want || strings.Contains(got, stamp) {
+			t.Errorf("after %q the next call sees\n%s\nwant as at first\n%s", change, got, first)
+		}
+	}
+	if n := s.sp.treesBuilt.Load() - built; n != 1 {
+		t.Errorf("the calls of one Workspace built %d trees, want 1 (kept)", n)
+	}
+}
