@@ -302,6 +302,26 @@ func (s *Sessions) Update(ctx context.Context, id string, fn func(*omni.SessionR
 	}
 }
 
+// ErrChanged is returned by SetAt when the record is no longer at the
+// revision given.
+var ErrChanged = errors.New("bus: session record changed")
+
+// SetAt stores r over the record's revision rev (a compare-and-set, no
+// retry): ErrChanged when another write got in since rev was read.
+func (s *Sessions) SetAt(ctx context.Context, r *omni.SessionRecord, rev uint64) error {
+	b, err := s.encode(ctx, r)
+	if err != nil {
+		return err
+	}
+	if _, err := s.kv.Update(ctx, r.ID, b, rev); err != nil {
+		if errors.Is(err, jetstream.ErrKeyExists) {
+			return ErrChanged
+		}
+		return fmt.Errorf("bus: update session %s: %w", r.ID, err)
+	}
+	return nil
+}
+
 // ErrBusy is returned by Begin when the Session already runs a Task or
 // compaction; State says which.
 type ErrBusy struct{ State string }

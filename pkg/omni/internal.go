@@ -302,6 +302,14 @@ type SessionRecord struct {
 	// asking, whichever client runs the next Task. The command policy
 	// still applies, and deny-all still denies.
 	AllowedTools []string `msgpack:"allowed_tools,omitempty"`
+	// PurgedThrough is the last FLOE_SESSIONS sequence of the Session
+	// that the engine removed from the stream once the Session had been
+	// idle FLOE_IDLE_KEEP and the tracer had written it (0: none): every
+	// message of the Session at or below it is read from the Trace only.
+	// It is written before the purge, so it may name messages still
+	// held, never a gap it does not name. An SSE client whose
+	// Last-Event-ID is below it gets resync_required (protocol.md §4).
+	PurgedThrough uint64 `msgpack:"purged_through,omitempty"`
 }
 
 // Title sources of a SessionRecord.

@@ -41,6 +41,34 @@ func TestPartialsKeepFromEnvironment(t *testing.T) {
 	}
 }
 
+func TestIdleKeepFromEnvironment(t *testing.T) {
+	for _, tc := range []struct {
+		env     string
+		want    time.Duration
+		wantErr bool
+	}{
+		{"", time.Hour, false},
+		{"10m", 10 * time.Minute, false},
+		{"0s", 0, false},
+		{"off", -1, false},
+		{"soon", 0, true},
+	} {
+		c, err := FromEnv(env(map[string]string{"FLOE_IDLE_KEEP": tc.env}))
+		if (err != nil) != tc.wantErr {
+			t.Fatalf("FLOE_IDLE_KEEP=%q: FromEnv error %v, want error %v", tc.env, err, tc.wantErr)
+		}
+		if err != nil {
+			continue
+		}
+		if err := c.Validate(); err != nil {
+			t.Fatalf("FLOE_IDLE_KEEP=%q: Validate() = %v", tc.env, err)
+		}
+		if c.IdleKeep != tc.want {
+			t.Errorf("FLOE_IDLE_KEEP=%q: IdleKeep = %v, want %v", tc.env, c.IdleKeep, tc.want)
+		}
+	}
+}
+
 func TestFromEnvReadsVariablesOverDefaults(t *testing.T) {
 	c, err := FromEnv(env(map[string]string{
 		"FLOE_HOME": "/data", "FLOE_POOL": "gpu", "FLOE_RETRY_BASE_MS": "50", "FLOE_RETRY_CAP_MS": "900",

@@ -69,13 +69,9 @@ type Config struct {
 	// from the Session's context snapshot (docs/history-window.md).
 	// Unstable, for comparing: FLOE_SNAPSHOTS=off.
 	NoSnapshots bool
-	// PartialsKeep is how long an ended Task's partial messages stay in
-	// FLOE_SESSIONS before they are purged (FLOE_PARTIALS_KEEP, a Go
-	// duration; default 1h; 0 purges at the Task's end; negative or "off"
-	// keeps them). The complete messages and the Trace keep everything.
-	PartialsKeep time.Duration
-	// partialsKeepSet: PartialsKeep was given (0 is a value, not unset).
-	partialsKeepSet bool
+	// Retention is how long ended Tasks' partials and idle Sessions stay
+	// in FLOE_SESSIONS.
+	Retention
 	// MaxSubagentDepth is how deep run_subagent may nest (default 1;
 	// negative disables subagents).
 	MaxSubagentDepth int
@@ -85,6 +81,27 @@ type Config struct {
 	Hooks Hooks
 	// Telemetry traces each Task (nil: off; see pkg/telemetry).
 	Telemetry *telemetry.Provider
+}
+
+// Retention is what the engine purges from FLOE_SESSIONS, and when
+// (purge.Purger).
+type Retention struct {
+	// PartialsKeep is how long an ended Task's partial messages stay in
+	// FLOE_SESSIONS before they are purged (FLOE_PARTIALS_KEEP, a Go
+	// duration; default 1h; 0 purges at the Task's end; negative or "off"
+	// keeps them). The complete messages and the Trace keep everything.
+	PartialsKeep time.Duration
+	// partialsKeepSet: PartialsKeep was given (0 is a value, not unset).
+	partialsKeepSet bool
+	// IdleKeep is how long a Session that runs no Task stays in
+	// FLOE_SESSIONS after its last message before every message of it is
+	// purged, once the tracer has written it (FLOE_IDLE_KEEP, a Go
+	// duration; default 1h; negative or "off" keeps them; purge.Purger).
+	// Off without Home: an engine that cannot read the Traces resumes a
+	// Session from the stream alone.
+	IdleKeep time.Duration
+	// idleKeepSet: IdleKeep was given (0 is a value, not unset).
+	idleKeepSet bool
 }
 
 // DefaultConfig returns the engine's defaults: the values Validate gives
@@ -99,6 +116,9 @@ func DefaultConfig() Config {
 func (c *Config) fill() {
 	if c.PartialsKeep == 0 && !c.partialsKeepSet {
 		c.PartialsKeep = purge.DefaultKeep
+	}
+	if c.IdleKeep == 0 && !c.idleKeepSet {
+		c.IdleKeep = purge.DefaultIdleKeep
 	}
 	if c.Pool == "" {
 		c.Pool = omni.DefaultPool
@@ -238,16 +258,30 @@ func Run(ctx context.Context, nc *nats.Conn, cfg Config, log zerolog.Logger) err
 		e.deps.Snapshots = snapshot.Open(ctx, js, cfg.Home, log)
 	}
 	log.Info().Int("max_tasks", cfg.MaxTasks).Msg("engine started")
-	if cfg.PartialsKeep >= 0 {
+	idle := cfg.IdleKeep >= 0 && cfg.Home != ""
+	if cfg.IdleKeep >= 0 && cfg.Home == "" {
+		log.Info().Msg("no FLOE_HOME: idle Sessions stay on the stream (FLOE_IDLE_KEEP needs the Traces)")
+	}
+	if cfg.PartialsKeep >= 0 || idle {
 		p := purge.New(js, cfg.PartialsKeep, log)
-		e.deps.PartialsEnded = p.Ended
+		if cfg.PartialsKeep >= 0 {
+			e.deps.PartialsEnded = p.Ended
+		}
+		if idle {
+			in := purge.Idle{Keep: cfg.IdleKeep, Records: sessions}
+			if e.deps.Snapshots != nil {
+				in.Snapshots = e.deps.Snapshots
+			}
+			p.SetIdle(in)
+			e.deps.TaskEnded = p.TaskEnded
+		}
 		pctx, stop := context.WithCancel(ctx)
 		done := make(chan struct{})
 		go func() {
 			defer close(done)
 			// What an engine that stopped left pending (purge.Recover).
 			if n, err := p.Recover(pctx, sessions); err != nil && pctx.Err() == nil {
-				log.Warn().Err(err).Msg("cannot recover pending purges of partials")
+				log.Warn().Err(err).Msg("cannot recover pending purges")
 			} else if n > 0 {
 				log.Info().Int("sessions", n).Msg("recovered pending purges of partials")
 			}
@@ -259,7 +293,10 @@ func Run(ctx context.Context, nc *nats.Conn, cfg Config, log zerolog.Logger) err
 }
 
 // SetPartialsKeep sets PartialsKeep, 0 included (Validate leaves it).
-func (c *Config) SetPartialsKeep(d time.Duration) { c.PartialsKeep, c.partialsKeepSet = d, true }
+func (c *Retention) SetPartialsKeep(d time.Duration) { c.PartialsKeep, c.partialsKeepSet = d, true }
+
+// SetIdleKeep sets IdleKeep, 0 included (Validate leaves it).
+func (c *Retention) SetIdleKeep(d time.Duration) { c.IdleKeep, c.idleKeepSet = d, true }
 
 type engine struct {
 	cfg  Config
@@ -575,6 +612,15 @@ func FromEnv(getenv func(string) string) (Config, error) {
 			return c, fmt.Errorf("FLOE_PARTIALS_KEEP=%q: want a duration (1h, 10m, 0s) or off", v)
 		}
 		c.SetPartialsKeep(d)
+	}
+	if v := getenv("FLOE_IDLE_KEEP"); v == "off" {
+		c.SetIdleKeep(-1)
+	} else if v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil {
+			return c, fmt.Errorf("FLOE_IDLE_KEEP=%q: want a duration (1h, 10m, 0s) or off", v)
+		}
+		c.SetIdleKeep(d)
 	}
 	c.Providers.OpenAIBaseURL = getenv("OPENAI_BASE_URL")
 	c.Providers.OpenAIAPIKey = getenv("OPENAI_API_KEY")

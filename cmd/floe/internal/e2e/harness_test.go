@@ -15,6 +15,7 @@ import (
 
 	"floe.dev/cmd/floe/internal/stack"
 	"floe.dev/pkg/bus"
+	"floe.dev/pkg/bus/bustest"
 	"floe.dev/pkg/omni"
 	"floe.dev/services/engine"
 	"floe.dev/services/toolrunner"
@@ -34,6 +35,8 @@ type envOpts struct {
 	mcpConfig string
 	engine    func(*engine.Config)
 	noTrace   bool
+	// log, when set, receives every service's log lines (JSON).
+	log *bustest.Buffer
 }
 
 func start(t *testing.T, o envOpts) *env {
@@ -62,7 +65,11 @@ func startOn(t *testing.T, home string, o envOpts) (*env, func()) {
 	if !o.noTrace {
 		opts.Tracer = &tracer.Config{Home: home}
 	}
-	st, err := stack.Start(context.Background(), opts, testLogger())
+	log := testLogger()
+	if o.log != nil {
+		log = zerolog.New(o.log)
+	}
+	st, err := stack.Start(context.Background(), opts, log)
 	if err != nil {
 		t.Fatal(err)
 	}

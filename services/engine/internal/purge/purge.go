@@ -10,6 +10,23 @@
 // Session's partial subject up to it never removes a message of a running
 // Task.
 //
+// Idle Sessions (SetIdle, FLOE_IDLE_KEEP, default 1 h) leave the stream
+// altogether: once a Session has run no Task for the keep after its last
+// message, every message of it (all classes) is removed from
+// FLOE_SESSIONS, because its Trace holds its history (SPEC §5) and an
+// empty stream's file block is removed where a block holding one live
+// message keeps every byte written to it. When one is due the Purger, in
+// this order: reads the record (idle) and the Session's last sequence L,
+// and the record again (the same revision: no Task began in between);
+// waits until the tracer's durable consumer has acknowledged the
+// Session's last Trace-class message (no tracer consumer: no purge);
+// brings the Session's context snapshot up to L (snapshot.Store.Cover);
+// writes PurgedThrough = L into the record with a compare-and-set on the
+// revision read first (a Task that began since changed it: no purge);
+// and only then purges the Session's subjects below L+1. A crash between
+// the last two leaves a record that names messages still held, never a
+// gap the record does not name.
+//
 // Pending purges live in this engine's memory and are found again from
 // the stream when an engine starts (Recover): every Session that still
 // has partials and runs no Task has them purged a grace period after its
@@ -36,38 +53,114 @@ import (
 // DefaultKeep is how long an ended Task's partials stay by default.
 const DefaultKeep = time.Hour
 
-// Purger purges ended Tasks' partials after Keep. Create with New, call
-// Run on a goroutine the owner waits for, and Ended for each Task end.
+// Purger purges ended Tasks' partials after Keep, and idle Sessions'
+// messages after the idle keep (SetIdle). Create with New, call Run on a
+// goroutine the owner waits for, Ended for each Task end with partials
+// and TaskEnded for each Task end.
 type Purger struct {
 	js   jetstream.JetStream
-	keep time.Duration
+	keep time.Duration // negative: partials are kept
 	log  zerolog.Logger
 	now  func() time.Time
+	idle *Idle // nil: Sessions stay on the stream
 
-	mu   sync.Mutex
-	due  []item        // in due order (keep is the same for every item); mu
-	wake chan struct{} // 1-buffered: an item was added
+	mu     sync.Mutex
+	due    []item          // in due order; mu
+	queued map[string]bool // Sessions with an idle item in due; mu
+	wake   chan struct{}   // 1-buffered: an item was added
 }
 
 type item struct {
 	sid  string
 	upTo uint64 // purge the partials below this sequence
 	at   time.Time
+	idle bool // an idle Session's messages, not partials
 }
 
-// New returns a Purger that keeps partials keep after their Task ended.
+// DefaultIdleKeep is how long a Session stays on the stream by default
+// after its last message when it runs no Task.
+const DefaultIdleKeep = time.Hour
+
+// DefaultTracer is the tracer's durable consumer name.
+const DefaultTracer = "floe-tracer"
+
+// Idle configures the purge of idle Sessions.
+type Idle struct {
+	// Keep is how long after its last message an idle Session stays.
+	Keep time.Duration
+	// Records reads and writes Session records (bus.Sessions).
+	Records IdleRecords
+	// Snapshots, when set, brings a Session's context snapshot up to
+	// its last message before it is purged.
+	Snapshots Coverer
+	// Tracer is the tracer's durable consumer (default DefaultTracer).
+	Tracer string
+}
+
+// IdleRecords reads Session records and writes one with a compare-and-set
+// (bus.Sessions).
+type IdleRecords interface {
+	Records
+	SetAt(ctx context.Context, r *omni.SessionRecord, rev uint64) error
+}
+
+// Coverer stores a Session's context snapshot covering the stream up to
+// its end (snapshot.Store).
+type Coverer interface {
+	Cover(ctx context.Context, sid string, created int64, purged uint64) (uint64, error)
+}
+
+// New returns a Purger that keeps partials keep after their Task ended
+// (negative: for ever).
 func New(js jetstream.JetStream, keep time.Duration, log zerolog.Logger) *Purger {
-	return &Purger{js: js, keep: keep, log: log, now: time.Now, wake: make(chan struct{}, 1)}
+	return &Purger{js: js, keep: keep, log: log, now: time.Now, wake: make(chan struct{}, 1), queued: map[string]bool{}}
+}
+
+// SetIdle turns the purge of idle Sessions on; call it before Recover and
+// Run.
+func (p *Purger) SetIdle(idle Idle) {
+	if idle.Tracer == "" {
+		idle.Tracer = DefaultTracer
+	}
+	p.idle = &idle
 }
 
 // Ended records that the Session's partials below upTo belong to Tasks
 // that have ended (now).
 func (p *Purger) Ended(sid string, upTo uint64) {
-	if upTo == 0 {
+	if upTo == 0 || p.keep < 0 {
 		return
 	}
+	p.add(item{sid: sid, upTo: upTo, at: p.now().Add(p.keep)})
+}
+
+// TaskEnded records that a Task of the Session ended (now): the Session
+// leaves the stream once it has been idle the idle keep.
+func (p *Purger) TaskEnded(sid string) {
+	if p.idle == nil {
+		return
+	}
+	p.add(item{sid: sid, idle: true, at: p.now().Add(p.idle.Keep)})
+}
+
+// add puts it into due in due order (an idle item only when the Session
+// has none: its check finds the Session's last message itself).
+func (p *Purger) add(it item) {
 	p.mu.Lock()
-	p.due = append(p.due, item{sid: sid, upTo: upTo, at: p.now().Add(p.keep)})
+	if it.idle {
+		if p.queued[it.sid] {
+			p.mu.Unlock()
+			return
+		}
+		p.queued[it.sid] = true
+	}
+	i, _ := slices.BinarySearchFunc(p.due, it.at, func(a item, t time.Time) int {
+		if a.at.After(t) {
+			return 1
+		}
+		return -1
+	})
+	p.due = slices.Insert(p.due, i, it)
 	p.mu.Unlock()
 	select {
 	case p.wake <- struct{}{}:
@@ -90,20 +183,34 @@ type Records interface {
 // publishes anything). A Session running a Task is left to that Task's
 // end. It returns how many Sessions it scheduled; a Session it cannot
 // read is skipped with a log line.
+//
+// With SetIdle, every Session with a message on the stream is checked as
+// an idle item at once (the check schedules it its keep after its last
+// message, or drops it when a Task runs): the scan is one stream info
+// listing the stream's subjects.
 func (p *Purger) Recover(ctx context.Context, records Records) (int, error) {
 	stream, err := p.js.Stream(ctx, omni.SessionsStream)
 	if err != nil {
 		return 0, fmt.Errorf("purge: recover: %w", err)
 	}
 	filter := omni.SessionSubject("*", omni.ClassPartial)
+	if p.idle != nil {
+		filter = omni.SessionSubjects
+	}
 	info, err := stream.Info(ctx, jetstream.WithSubjectFilter(filter))
 	if err != nil {
-		return 0, fmt.Errorf("purge: recover: partial subjects: %w", err)
+		return 0, fmt.Errorf("purge: recover: subjects %s: %w", filter, err)
 	}
 	var found []item
 	for subject := range info.State.Subjects {
-		sid, _, ok := omni.ParseSessionSubject(subject)
+		sid, class, ok := omni.ParseSessionSubject(subject)
 		if !ok {
+			continue
+		}
+		if p.idle != nil {
+			p.add(item{sid: sid, idle: true, at: p.now()})
+		}
+		if class != omni.ClassPartial || p.keep < 0 {
 			continue
 		}
 		it, ok, err := p.pending(ctx, records, sid)
@@ -187,7 +294,16 @@ func (p *Purger) Run(ctx context.Context) {
 				p.mu.Lock()
 				it := p.due[0]
 				p.due = p.due[1:]
+				if it.idle {
+					delete(p.queued, it.sid)
+				}
 				p.mu.Unlock()
+				if it.idle {
+					if again := p.session(ctx, it.sid); !again.IsZero() && ctx.Err() == nil {
+						p.add(item{sid: it.sid, idle: true, at: again})
+					}
+					continue
+				}
 				if err := Partials(ctx, p.js, it.sid, it.upTo); err != nil && ctx.Err() == nil {
 					p.log.Warn().Err(err).Str("session_id", it.sid).Uint64("seq", it.upTo).Msg("cannot purge an ended Task's partials")
 				}
@@ -216,4 +332,105 @@ func Partials(ctx context.Context, js jetstream.JetStream, sid string, upTo uint
 		return fmt.Errorf("purge: partials of %s below %d: %w", sid, upTo, err)
 	}
 	return nil
+}
+
+// retry is how long an idle purge that cannot proceed yet waits.
+func (p *Purger) retry() time.Duration {
+	return min(max(p.idle.Keep/4, 100*time.Millisecond), time.Minute)
+}
+
+// session purges the idle Session's messages when it is due and safe (see
+// the package doc), and returns when to check it again (zero: no more;
+// its next Task's end schedules it again).
+func (p *Purger) session(ctx context.Context, sid string) time.Time {
+	log := p.log.With().Str("session_id", sid).Logger()
+	later := p.now().Add(p.retry())
+	idle := func() (*omni.SessionRecord, uint64, bool, error) {
+		r, rev, err := p.idle.Records.Get(ctx, sid)
+		if err != nil {
+			return nil, 0, false, ignoreGone(err)
+		}
+		return r, rev, !r.Deleted && (r.State == "" || r.State == omni.StateIdle), nil
+	}
+	rec, rev, ok, err := idle()
+	if err != nil {
+		log.Warn().Err(err).Msg("idle purge: cannot read the record")
+		return later
+	}
+	if !ok {
+		return time.Time{} // gone, or a Task runs: its end schedules it
+	}
+	last, at, err := bus.LastStoredAt(ctx, p.js, omni.SessionWildcard(sid))
+	if err != nil {
+		log.Warn().Err(err).Msg("idle purge: cannot read the Session's last message")
+		return later
+	}
+	if last == 0 || last <= rec.PurgedThrough {
+		return time.Time{} // nothing of it left on the stream
+	}
+	if due := at.Add(p.idle.Keep); due.After(p.now()) {
+		return due
+	}
+	_, rev2, ok, err := idle()
+	if err != nil || !ok || rev2 != rev {
+		log.Debug().Err(err).Msg("idle purge: the record changed meanwhile; checking again later")
+		return later
+	}
+	if traced, err := p.traced(ctx, sid, last); err != nil || !traced {
+		log.Debug().Err(err).Uint64("seq", last).Msg("idle purge: the tracer has not written the Session yet; checking again later")
+		return later
+	}
+	if p.idle.Snapshots != nil {
+		if _, err := p.idle.Snapshots.Cover(ctx, sid, rec.CreatedUnixMs, rec.PurgedThrough); err != nil {
+			// The next Task folds the Trace instead: slower, not wrong.
+			log.Warn().Err(err).Msg("idle purge: cannot store the context snapshot")
+		}
+	}
+	rec.PurgedThrough = last
+	if err := p.idle.Records.SetAt(ctx, rec, rev); err != nil {
+		if errors.Is(err, bus.ErrChanged) {
+			log.Debug().Msg("idle purge: the record changed meanwhile; checking again later")
+		} else {
+			log.Warn().Err(err).Msg("idle purge: cannot record the purge")
+		}
+		return later
+	}
+	stream, err := p.js.Stream(ctx, omni.SessionsStream)
+	if err == nil {
+		err = stream.Purge(ctx, jetstream.WithPurgeSubject(omni.SessionWildcard(sid)), jetstream.WithPurgeSequence(last+1))
+	}
+	if err != nil {
+		// The record says purged; the messages stay until the next try.
+		log.Warn().Err(err).Uint64("seq", last).Msg("idle purge: cannot purge the Session's messages")
+		return later
+	}
+	log.Debug().Uint64("seq", last).Msg("idle Session purged from the stream")
+	return time.Time{}
+}
+
+// traced reports whether the tracer's durable consumer has acknowledged
+// every Trace-class message of the Session up to last (false when there
+// is no tracer consumer).
+func (p *Purger) traced(ctx context.Context, sid string, last uint64) (bool, error) {
+	cons, err := p.js.Consumer(ctx, omni.SessionsStream, p.idle.Tracer)
+	if errors.Is(err, jetstream.ErrConsumerNotFound) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	floor := cons.CachedInfo().AckFloor.Stream
+	if floor >= last {
+		return true, nil
+	}
+	for _, class := range omni.TraceClasses {
+		seq, err := bus.LastStored(ctx, p.js, omni.SessionSubject(sid, class))
+		if err != nil {
+			return false, err
+		}
+		if seq > floor {
+			return false, nil
+		}
+	}
+	return true, nil
 }

@@ -29,6 +29,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 
 	"github.com/klauspost/compress/s2"
 	"github.com/nats-io/nats.go/jetstream"
@@ -146,6 +147,9 @@ type Store struct {
 	// entries; Keep how many Sessions' contexts stay in memory.
 	Every, Grow, Keep int
 
+	// refolds counts the Loads that found no usable snapshot.
+	refolds atomic.Int64
+
 	mu    sync.Mutex
 	mem   map[string]*list.Element // of *held; mu
 	order *list.List               // most recently used first; mu
@@ -184,22 +188,45 @@ func Open(ctx context.Context, js jetstream.JetStream, home string, log zerolog.
 // returns, except that the sequence may be later than Replay's (a snapshot
 // covers the stream as far as it was when taken) with no Trace-class
 // message of the Session in between. The context is the caller's to fold on. created is the Session
-// record's CreatedUnixMs.
-func (s *Store) Load(ctx context.Context, sid string, created int64) (*fold.Context, uint64, int, error) {
+// record's CreatedUnixMs, purged its PurgedThrough: the Session's messages
+// up to it left the stream on purpose (purge.Purger, FLOE_IDLE_KEEP), so a
+// snapshot that covers them still applies although the stream no longer
+// holds its mark.
+func (s *Store) Load(ctx context.Context, sid string, created int64, purged uint64) (*fold.Context, uint64, int, error) {
+	return s.load(ctx, sid, created, purged, false)
+}
+
+// Cover brings the Session's snapshot up to the stream's end and stores it
+// in the bucket whatever Every says, and returns the sequence it covers
+// (at least the stream's last sequence when it began): the idle purge
+// (purge.Purger) calls it before it removes the Session's messages, so
+// that the next Task starts from the snapshot instead of folding the
+// whole Trace. It must not run while a Task of the Session loads (the
+// purge runs only on an idle Session).
+func (s *Store) Cover(ctx context.Context, sid string, created int64, purged uint64) (uint64, error) {
+	if s.kv == nil {
+		return 0, errors.New("snapshot: no bucket to store the snapshot in")
+	}
+	_, seq, _, err := s.load(ctx, sid, created, purged, true)
+	return seq, err
+}
+
+func (s *Store) load(ctx context.Context, sid string, created int64, purged uint64, store bool) (*fold.Context, uint64, int, error) {
 	stream, err := s.js.Stream(ctx, omni.SessionsStream)
 	if err != nil {
 		return nil, 0, 0, fmt.Errorf("snapshot: stream info: %w", err)
 	}
 	info := stream.CachedInfo()
 	epoch := info.Created.UnixMilli()
-	h, why := s.base(ctx, stream, sid, created, epoch, info.State.FirstSeq, info.State.LastSeq)
+	h, why := s.base(ctx, stream, sid, created, epoch, purged, info.State.FirstSeq, info.State.LastSeq)
 	if h == nil {
 		log := s.log.Info()
 		if why != errMissing {
 			log = s.log.Warn()
 		}
 		log.Str("session_id", sid).Str("reason", why.Error()).Msg("no usable context snapshot: folding the whole history")
-		return s.full(ctx, sid, created, epoch, info.State.LastSeq)
+		s.refolds.Add(1)
+		return s.full(ctx, sid, created, epoch, info.State.LastSeq, store)
 	}
 	fc, bad, last := h.fc, 0, h.seq
 	var m omni.Message
@@ -220,6 +247,11 @@ func (s *Store) Load(ctx context.Context, sid string, created int64) (*fold.Cont
 		return nil, 0, 0, fmt.Errorf("snapshot: records of %s after seq %d: %w", sid, h.seq, err)
 	}
 	h.seq = last
+	if store {
+		// Every Trace-class message of the Session up to the stream's last
+		// sequence before the read was folded.
+		h.seq, h.stored = max(last, info.State.LastSeq), -1
+	}
 	// Cloned before h goes back to memory, where the next Load may take it.
 	clone := fc.Clone()
 	s.keep(ctx, h)
@@ -230,10 +262,16 @@ var errMissing = errors.New("none stored")
 
 // base takes the Session's snapshot out of memory, or reads the stored one,
 // and checks that it applies; nil and why when none does.
-func (s *Store) base(ctx context.Context, stream jetstream.Stream, sid string, created, epoch int64, first, last uint64) (*held, error) {
+func (s *Store) base(ctx context.Context, stream jetstream.Stream, sid string, created, epoch int64, purged, first, last uint64) (*held, error) {
 	check := func(h *held) error {
+		// The Session's messages up to purged were removed on purpose, and
+		// the snapshot covers them: its mark may be gone, and so may what
+		// the stream dropped before its first sequence (other Sessions'
+		// purged messages; this Session had none between purged and its
+		// next Task).
+		covered := purged > 0 && h.seq >= purged && h.mark <= purged
 		switch {
-		case h.mark > 0 && !s.holds(ctx, stream, sid, h.mark):
+		case h.mark > 0 && !covered && !s.holds(ctx, stream, sid, h.mark):
 			return fmt.Errorf("the stream no longer holds the Session's message %d (deleted since?)", h.mark)
 		case h.created != created:
 			return errors.New("of another Session of the same id")
@@ -241,7 +279,7 @@ func (s *Store) base(ctx context.Context, stream jetstream.Stream, sid string, c
 			return errors.New("of another incarnation of the stream")
 		case h.seq > last:
 			return fmt.Errorf("past the stream's end (seq %d, last %d)", h.seq, last)
-		case h.seq+1 < first:
+		case h.seq+1 < first && !covered:
 			return fmt.Errorf("the stream no longer holds what follows it (seq %d, first %d)", h.seq, first)
 		}
 		return nil
@@ -303,7 +341,7 @@ func (s *Store) holds(ctx context.Context, stream jetstream.Stream, sid string, 
 // Session's snapshot. before is the stream's last sequence before the fold
 // began: the fold read every Trace-class message of the Session up to it,
 // so the snapshot covers it even when the Session's last message is older.
-func (s *Store) full(ctx context.Context, sid string, created, epoch int64, before uint64) (*fold.Context, uint64, int, error) {
+func (s *Store) full(ctx context.Context, sid string, created, epoch int64, before uint64, store bool) (*fold.Context, uint64, int, error) {
 	fc := fold.New()
 	last, bad, err := trace.Replay(ctx, s.js, s.home, sid, fc.Apply, fc.Reset)
 	if err != nil {
@@ -317,6 +355,9 @@ func (s *Store) full(ctx context.Context, sid string, created, epoch int64, befo
 	}
 	clone := fc.Clone()
 	s.keep(ctx, &held{sid: sid, created: created, epoch: epoch, seq: max(last, before), mark: mark, fc: fc, stored: -1})
+	if store {
+		last = max(last, before)
+	}
 	return clone, last, bad, nil
 }
 
@@ -358,6 +399,10 @@ func (s *Store) put(ctx context.Context, h *held) error {
 	}
 	return nil
 }
+
+// Refolds is how many Loads found no usable snapshot and folded the whole
+// history.
+func (s *Store) Refolds() int64 { return s.refolds.Load() }
 
 // Forget drops the Session's snapshot from memory and the bucket (a
 // deleted Session). Dropping one is always safe: the next Task folds the

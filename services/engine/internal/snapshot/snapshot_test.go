@@ -122,7 +122,7 @@ func (f *fixture) covers(last, full uint64) bool {
 
 func (f *fixture) load(s *Store, created int64) (string, uint64) {
 	f.t.Helper()
-	fc, last, bad, err := s.Load(f.ctx, sid, created)
+	fc, last, bad, err := s.Load(f.ctx, sid, created, 0)
 	if err != nil {
 		f.t.Fatalf("Load: %v", err)
 	}

@@ -115,6 +115,9 @@ type Deps struct {
 	// PartialsEnded, when set, is told at a Task's end that the Session's
 	// partial messages below upTo belong to ended Tasks (purge.Purger).
 	PartialsEnded func(sid string, upTo uint64)
+	// TaskEnded, when set, is told that a Task of the Session ended (the
+	// idle purge, purge.Purger.TaskEnded).
+	TaskEnded func(sid string)
 }
 
 // Outcome statuses of a Task.
@@ -274,7 +277,7 @@ func (r *Runner) Run(ctx context.Context) (status string, err error) {
 	)
 	if r.d.Snapshots != nil {
 		var fc *fold.Context
-		fc, lastSeq, bad, err = r.d.Snapshots.Load(ctx, r.sid, r.rec.CreatedUnixMs)
+		fc, lastSeq, bad, err = r.d.Snapshots.Load(ctx, r.sid, r.rec.CreatedUnixMs, r.rec.PurgedThrough)
 		if err == nil {
 			r.hist.restore(fc)
 		}
@@ -353,6 +356,9 @@ func (r *Runner) Run(ctx context.Context) (status string, err error) {
 	}
 	if lastPartial > 0 {
 		r.d.PartialsEnded(r.sid, lastPartial+1)
+	}
+	if r.d.TaskEnded != nil {
+		r.d.TaskEnded(r.sid)
 	}
 	return status, nil
 }
