@@ -47,7 +47,10 @@ type env struct {
 
 // start brings the stack up. HOME is a temporary directory, so the tools'
 // login shell loads no profile of the machine.
-func start(t *testing.T) *env {
+func start(t *testing.T) *env { t.Helper(); return startWith(t, nil) }
+
+// startWith is start with the engine's Config adjusted by tune.
+func startWith(t *testing.T, tune func(*engine.Config)) *env {
 	t.Helper()
 	home := t.TempDir()
 	t.Setenv("HOME", home)
@@ -57,6 +60,9 @@ func start(t *testing.T) *env {
 	}
 	eng := engine.Config{RetryMax: 5, RetryBase: 20 * time.Millisecond, RetryCap: 100 * time.Millisecond,
 		HeartbeatTimeout: 5 * time.Second, Home: home}
+	if tune != nil {
+		tune(&eng)
+	}
 	tr := toolrunner.Config{RunnerID: "runner-0"}
 	var st *stack.Stack
 	var addr string

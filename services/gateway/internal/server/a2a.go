@@ -224,7 +224,7 @@ func (s *Server) a2aLoad(ctx context.Context, b *bindings, id string) (*omni.Ses
 		}
 		return nil, nil, rpcFromAPI(e)
 	}
-	if kept, _, err := s.retained(ctx, tr.From); err != nil {
+	if kept, _, err := s.retained(ctx, tr.From, rec.PurgedThrough); err != nil {
 		return nil, nil, a2a.Errorf(a2a.CodeInternal, "read the task: the bus is unavailable")
 	} else if !kept {
 		return nil, nil, a2a.Errorf(a2a.CodeTaskNotFound, "task %q: its messages have left the stream's retention", id)

@@ -166,7 +166,7 @@ func (s *Server) handleAGUIRun(w http.ResponseWriter, r *http.Request) *apiError
 	if err := b.put(ctx, threadKey(run.ThreadID), th); err != nil {
 		return unavailable("store thread", err)
 	}
-	return s.streamAGUIRun(w, r, &run, "")
+	return s.streamAGUIRun(w, r, &run, "", rec.PurgedThrough)
 }
 
 func (s *Server) handleAGUIReplay(w http.ResponseWriter, r *http.Request) *apiError {
@@ -190,7 +190,7 @@ func (s *Server) handleAGUIReplay(w http.ResponseWriter, r *http.Request) *apiEr
 	if last == "" {
 		last = r.URL.Query().Get("lastEventId")
 	}
-	return s.streamAGUIRun(w, r, &run, last)
+	return s.streamAGUIRun(w, r, &run, last, rec.PurgedThrough)
 }
 
 // eventPos is an event's place in the stream: its message's sequence and
@@ -228,8 +228,9 @@ func (p eventPos) after(o agui.Out) bool {
 
 // streamAGUIRun answers the run's events as SSE: from its RUN_STARTED, or
 // only those after lastID, following the stream live to the run's end.
-func (s *Server) streamAGUIRun(w http.ResponseWriter, r *http.Request, run *aguiRun, lastID string) *apiError {
-	kept, epoch, err := s.retained(r.Context(), run.From)
+// purged is the Session record's PurgedThrough.
+func (s *Server) streamAGUIRun(w http.ResponseWriter, r *http.Request, run *aguiRun, lastID string, purged uint64) *apiError {
+	kept, epoch, err := s.retained(r.Context(), run.From, purged)
 	if err != nil {
 		return unavailable("read stream", err)
 	}

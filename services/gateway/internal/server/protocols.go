@@ -217,13 +217,15 @@ func (s *Server) lastSeq(ctx context.Context) (uint64, int64, error) {
 }
 
 // retained reports whether the stream still holds everything from
-// sequence from on (a Task's messages), and the stream's epoch.
-func (s *Server) retained(ctx context.Context, from uint64) (bool, int64, error) {
+// sequence from on (a Task's messages) of a Session whose record says its
+// messages up to purged left the stream (PurgedThrough), and the stream's
+// epoch.
+func (s *Server) retained(ctx context.Context, from, purged uint64) (bool, int64, error) {
 	info, err := s.stream.Info(ctx)
 	if err != nil {
 		return false, 0, err
 	}
-	return info.State.FirstSeq <= max(from, 1), epochOf(info), nil
+	return info.State.FirstSeq <= max(from, 1) && purged < max(from, 1), epochOf(info), nil
 }
 
 // sseStart writes the head of an SSE answer and returns a function that

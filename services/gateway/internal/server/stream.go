@@ -39,7 +39,9 @@ import (
 //     its Session produces, or a write blocks past Options.WriteTimeout) it
 //     is disconnected. Nothing is lost: it reconnects with Last-Event-ID
 //     and the gap is replayed from JetStream, or it gets resync_required
-//     when the gap has left retention.
+//     when the gap has left retention (below the stream's first sequence,
+//     or below the Session record's PurgedThrough: an idle Session's
+//     messages purged by the engine, FLOE_IDLE_KEEP).
 //
 // Reconnects: the client registers with the tail first (which returns the
 // tail's position P), then its gap [Last-Event-ID+1, P] is replayed by a
@@ -102,8 +104,10 @@ type position struct {
 	start uint64
 }
 
-// locate decides the mode from the Last-Event-ID and the stream's state.
-func (s *Server) locate(ctx context.Context, lastID string) (position, error) {
+// locate decides the mode from the Last-Event-ID, the stream's state and
+// the Session's purged range (its record's PurgedThrough): an id below it
+// asks for messages the stream no longer holds for this Session.
+func (s *Server) locate(ctx context.Context, lastID string, purged uint64) (position, error) {
 	info, err := s.stream.Info(ctx)
 	if err != nil {
 		return position{}, err
@@ -117,7 +121,7 @@ func (s *Server) locate(ctx context.Context, lastID string) (position, error) {
 	switch {
 	case !ok || epoch != p.epoch || seq > last:
 		p.mode = modeResync
-	case seq+1 <= last && seq+1 < first:
+	case seq+1 <= last && seq+1 < first, seq < purged:
 		p.mode = modeResync
 	default:
 		p.mode, p.start = modeReplay, seq+1
@@ -152,7 +156,7 @@ func (s *Server) handleStream(w http.ResponseWriter, r *http.Request) *apiError 
 		}
 	}()
 
-	pos, err := s.locate(ctx, lastID)
+	pos, err := s.locate(ctx, lastID, rec.PurgedThrough)
 	if err != nil {
 		return unavailable("open stream", err)
 	}
@@ -446,7 +450,7 @@ func (k *sseConn) replay(ctx context.Context, start uint64) error {
 		}
 		return nil
 	}
-	return s.scan(ctx, k.sid, omni.ClientClasses, start, evicted, func(m bus.StreamMsg) error {
+	err := s.scan(ctx, k.sid, omni.ClientClasses, start, evicted, func(m bus.StreamMsg) error {
 		k.event(m.Seq, m.Class == omni.ClassServer, m.Data)
 		s.metrics.sseReplayed.Inc()
 		if len(k.buf) >= replayBatch {
@@ -454,6 +458,29 @@ func (k *sseConn) replay(ctx context.Context, start uint64) error {
 		}
 		return nil
 	})
+	if err != nil {
+		return err
+	}
+	// The engine records an idle Session's purge before it purges: a
+	// record read after the replay that names part of the gap as purged
+	// may have had messages removed under the replay.
+	return s.purgedSince(ctx, k.sid, start)
+}
+
+// purgedSince is errGapGone when the Session's record says that its
+// messages from start on were purged (PurgedThrough >= start).
+func (s *Server) purgedSince(ctx context.Context, sid string, start uint64) error {
+	rec, _, err := s.sessions.Get(ctx, sid)
+	if errors.Is(err, bus.ErrSessionNotFound) {
+		return nil // deleted meanwhile: the stream ends
+	}
+	if err != nil {
+		return err
+	}
+	if rec.PurgedThrough >= start {
+		return errGapGone
+	}
+	return nil
 }
 
 // maxReplays bounds the replays running at once, each one short-lived
