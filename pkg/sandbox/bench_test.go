@@ -112,7 +112,8 @@ func BenchmarkConcurrentTrue(b *testing.B) {
 
 // BenchmarkCallCPU is what confinement costs the runner's machine per
 // call, in CPU: every iteration ten unconfined and then ten confined (the
-// direct start as root) `true`, the CPU time (user and system, of this
+// direct start as root) calls of a command — `true`, and `bash -lc true`
+// (what exec_command runs, a few milliseconds) — the CPU time (user and system, of this
 // process and the children it waited for: the runner's threads, the
 // namespaces' inits, the command) measured around each ten, so that what
 // a confined call does after its outcome is out (its tree's recycling)
@@ -122,11 +123,23 @@ func BenchmarkConcurrentTrue(b *testing.B) {
 // work; what the kernel defers to its own threads is not in it), and the
 // same for this process alone (the runner's own CPU, RUSAGE_SELF).
 func BenchmarkCallCPU(b *testing.B) {
+	for _, c := range []struct {
+		name string
+		argv []string
+	}{
+		{"true", []string{"true"}},
+		{"bash-lc-true", []string{"bash", "-lc", "true"}},
+	} {
+		b.Run(c.name, func(b *testing.B) { benchCallCPU(b, c.argv) })
+	}
+}
+
+func benchCallCPU(b *testing.B, argv []string) {
 	const chunk = 10
 	ws := b.TempDir()
 	off, conf := offAndLandlock(b)
 	call := func(s *Sandbox) {
-		p, err := s.Command(b.Context(), Spec{Argv: []string{"true"}, Workspace: ws, Env: []string{"PATH=/usr/bin:/bin", "HOME=" + ws}})
+		p, err := s.Command(b.Context(), Spec{Argv: argv, Workspace: ws, Env: []string{"PATH=/usr/bin:/bin", "HOME=" + ws}})
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -362,7 +362,7 @@ func (p *Proc) startDirect() (err error) {
 	}
 	ran = true
 	// The call's now: its process holds its namespaces.
-	pidfd, e := unix.PidfdOpen(cmd.Process.Pid, 0)
+	pidfd, e := unix.PidfdOpen(cmd.Process.Pid, unix.PIDFD_NONBLOCK)
 	if e != nil {
 		// Unreachable while the child is not reaped; fail closed.
 		cmd.Process.Kill()
@@ -409,16 +409,15 @@ func (p *Proc) endCall(t *tree, pidfd, nsPid int) {
 	p.watchLimits(t.proc)
 	p.ended = make(chan struct{})
 	sp := p.sb.sp
+	// The pidfd (non-blocking) goes to the runtime's poller: the goroutine
+	// waiting for the exit parks without holding an OS thread in a
+	// blocking poll(2).
+	exited := os.NewFile(uintptr(pidfd), "pidfd")
 	sp.wg.Add(1)
 	go func() {
 		defer sp.wg.Done()
-		fds := []unix.PollFd{{Fd: int32(pidfd), Events: unix.POLLIN}}
-		for {
-			if _, err := unix.Poll(fds, -1); !errors.Is(err, unix.EINTR) {
-				break
-			}
-		}
-		unix.Close(pidfd)
+		waitExit(exited)
+		exited.Close()
 		p.limit = p.limits.end()
 		alone := p.limits.alone(nsPid)
 		clean := alone || t.ns.reset()
@@ -429,6 +428,27 @@ func (p *Proc) endCall(t *tree, pidfd, nsPid int) {
 		}
 		sp.recycle(p.sb, t, alone)
 	}()
+}
+
+// waitExit returns once the process of the pidfd f has exited (the
+// pidfd reads as ready), parked in the runtime's poller meanwhile; where f
+// is not pollable, in a blocking poll(2).
+func waitExit(f *os.File) {
+	if rc, err := f.SyscallConn(); err == nil {
+		if rc.Read(func(fd uintptr) bool { return exitedFD(fd, 0) }) == nil {
+			return
+		}
+	}
+	for !exitedFD(f.Fd(), -1) {
+	}
+}
+
+// exitedFD polls a pidfd for the process's exit, for up to timeout ms
+// (-1: no limit).
+func exitedFD(fd uintptr, timeout int) bool {
+	fds := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
+	n, err := unix.Poll(fds, timeout)
+	return n > 0 || (err != nil && !errors.Is(err, unix.EINTR))
 }
 
 // callEnv is the command's environment: TMPDIR is the private /tmp, and a
