@@ -54,7 +54,8 @@ import (
 // copy of that view, its tree (tree.go): a mount namespace of its own
 // with a tmpfs /tmp and a procfs of the call's PID namespace (the pidns=
 // mount option, Linux 6.15), kept after the call, paired with that PID
-// namespace, for the next call of the view, which gets a fresh /tmp. Per
+// namespace, for the next call of the view, which gets a fresh /tmp (or
+// the last call's, when that call left it untouched: tree.go). Per
 // call the thread enters a kept tree (a new one is built only when none
 // is free) and a new IPC namespace, forks the command, and returns to the
 // host's namespaces. A Workspace that lies in the host's /tmp is held by
