@@ -34,7 +34,7 @@ type Sessions struct {
 	nc *nats.Conn // for leader reads (GetLatest); nil: GetLatest is Get
 
 	mu       sync.Mutex
-	policies map[string][]byte // digest → stored policy msgpack; mu
+	policies map[string]storedPolicy // digest → stored policy; mu
 }
 
 // policyKeyPrefix begins the keys of the Session record bucket that hold
@@ -46,12 +46,13 @@ const policyKeyPrefix = "policy."
 const maxPolicies = 64
 
 // encode is the stored form of r: its command policy stored apart (when
-// it has one) and named by its digest.
-func (s *Sessions) encode(ctx context.Context, r *omni.SessionRecord) ([]byte, error) {
+// it has one) and named by its digest. at is the revision the write
+// replaces (0: a new record), a lower bound of the bucket's last sequence.
+func (s *Sessions) encode(ctx context.Context, r *omni.SessionRecord, at uint64) ([]byte, error) {
 	cp := *r
 	cp.CommandPolicyRef = ""
 	if r.CommandPolicy != nil {
-		ref, err := s.storePolicy(ctx, r.CommandPolicy)
+		ref, err := s.storePolicy(ctx, r.CommandPolicy, at)
 		if err != nil {
 			return nil, err
 		}
@@ -60,38 +61,74 @@ func (s *Sessions) encode(ctx context.Context, r *omni.SessionRecord) ([]byte, e
 	return omni.Pack(&cp)
 }
 
-// storePolicy stores p under its digest unless it is there already, and
-// returns the digest.
-func (s *Sessions) storePolicy(ctx context.Context, p *omni.CommandPolicy) (string, error) {
+// policyLag is how many bucket writes a stored policy may lag behind a
+// record write before the store writes it again (the same bytes). The
+// file store removes a sealed block once it holds no live message, and a
+// policy written once would keep its block, every old record version in
+// it included, for ever: written again, it follows the records, and a
+// home whose records are all rewritten since (the idle purge rewrites an
+// idle Session's) keeps only its block being written. One extra write of
+// 1 KB per policyLag record writes (about 0.9 KB each; a block of 4 MiB
+// holds about 4,600).
+const policyLag = 1000
+
+// storePolicy stores p under its digest unless it is there already (and
+// no more than policyLag writes behind at, the revision the caller's
+// write replaces), and returns the digest.
+func (s *Sessions) storePolicy(ctx context.Context, p *omni.CommandPolicy, at uint64) (string, error) {
 	b, err := omni.Pack(p)
 	if err != nil {
 		return "", err
 	}
 	sum := sha256.Sum256(b)
 	ref := hex.EncodeToString(sum[:16])
-	if s.policy(ref) != nil {
+	key := policyKeyPrefix + ref
+	if have, ok := s.policy(ref); ok {
+		if have.rev == 0 || at <= have.rev+policyLag {
+			return ref, nil
+		}
+		rev, err := s.kv.Put(ctx, key, have.b)
+		if err != nil {
+			// It is still stored where it was: only its block stays.
+			return ref, nil
+		}
+		s.remember(ref, have.b, rev)
 		return ref, nil
 	}
-	if _, err := s.kv.Create(ctx, policyKeyPrefix+ref, b); err != nil && !errors.Is(err, jetstream.ErrKeyExists) {
+	rev, err := s.kv.Create(ctx, key, b)
+	if errors.Is(err, jetstream.ErrKeyExists) {
+		rev = 0 // stored by another writer: its revision is learnt on a read
+		if e, err := s.kv.Get(ctx, key); err == nil {
+			rev = e.Revision()
+		}
+	} else if err != nil {
 		return "", fmt.Errorf("bus: store command policy %s: %w", ref, err)
 	}
-	s.remember(ref, b)
+	s.remember(ref, b, rev)
 	return ref, nil
 }
 
-func (s *Sessions) policy(ref string) []byte {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.policies[ref]
+// storedPolicy is a policy's msgpack and the revision it was stored at
+// (0: unknown).
+type storedPolicy struct {
+	b   []byte
+	rev uint64
 }
 
-func (s *Sessions) remember(ref string, b []byte) {
+func (s *Sessions) policy(ref string) (storedPolicy, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	p, ok := s.policies[ref]
+	return p, ok
+}
+
+func (s *Sessions) remember(ref string, b []byte, rev uint64) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.policies == nil || len(s.policies) >= maxPolicies {
-		s.policies = map[string][]byte{}
+		s.policies = map[string]storedPolicy{}
 	}
-	s.policies[ref] = b
+	s.policies[ref] = storedPolicy{b: b, rev: max(rev, s.policies[ref].rev)}
 }
 
 // decode reads a stored record, its command policy filled in: an
@@ -106,16 +143,18 @@ func (s *Sessions) decode(ctx context.Context, id string, rev uint64, b []byte) 
 		return &r, nil
 	}
 	ref := r.CommandPolicyRef
-	pb := s.policy(ref)
-	if pb == nil {
+	have, ok := s.policy(ref)
+	pb := have.b
+	if !ok {
+		var prev uint64
 		e, err := s.kv.Get(ctx, policyKeyPrefix+ref)
 		if err == nil {
-			pb = e.Value()
+			pb, prev = e.Value(), e.Revision()
 		} else if s.nc != nil {
 			// A direct get may be answered by a replica that lags (it has
 			// no policy written a moment ago) or by none: only the
 			// leader's "not found" means the policy is missing.
-			_, pb, err = s.leaderGet(ctx, policyKeyPrefix+ref)
+			prev, pb, err = s.leaderGet(ctx, policyKeyPrefix+ref)
 			if errors.Is(err, ErrSessionNotFound) {
 				err = jetstream.ErrKeyNotFound
 			}
@@ -130,7 +169,7 @@ func (s *Sessions) decode(ctx context.Context, id string, rev uint64, b []byte) 
 		if hex.EncodeToString(sum[:16]) != ref {
 			return nil, &UndecodableError{ID: id, Revision: rev, Principal: r.Principal, Err: fmt.Errorf("its command policy %s is stored damaged", ref)}
 		}
-		s.remember(ref, pb)
+		s.remember(ref, pb, prev)
 	}
 	p := &omni.CommandPolicy{}
 	if err := omni.Unpack(pb, p); err != nil {
@@ -151,7 +190,7 @@ var (
 
 // Create stores a new record; ErrSessionExists if the id is taken.
 func (s *Sessions) Create(ctx context.Context, r *omni.SessionRecord) error {
-	b, err := s.encode(ctx, r)
+	b, err := s.encode(ctx, r, 0)
 	if err != nil {
 		return err
 	}
@@ -288,7 +327,7 @@ func (s *Sessions) Update(ctx context.Context, id string, fn func(*omni.SessionR
 		if err := fn(r); err != nil {
 			return nil, err
 		}
-		b, err := s.encode(ctx, r)
+		b, err := s.encode(ctx, r, rev)
 		if err != nil {
 			return nil, err
 		}
@@ -302,20 +341,16 @@ func (s *Sessions) Update(ctx context.Context, id string, fn func(*omni.SessionR
 	}
 }
 
-// ErrChanged is returned by SetAt when the record is no longer at the
-// revision given.
-var ErrChanged = errors.New("bus: session record changed")
-
 // SetAt stores r over the record's revision rev (a compare-and-set, no
-// retry): ErrChanged when another write got in since rev was read.
+// retry): ErrConflict when another write got in since rev was read.
 func (s *Sessions) SetAt(ctx context.Context, r *omni.SessionRecord, rev uint64) error {
-	b, err := s.encode(ctx, r)
+	b, err := s.encode(ctx, r, rev)
 	if err != nil {
 		return err
 	}
 	if _, err := s.kv.Update(ctx, r.ID, b, rev); err != nil {
 		if errors.Is(err, jetstream.ErrKeyExists) {
-			return ErrChanged
+			return ErrConflict
 		}
 		return fmt.Errorf("bus: update session %s: %w", r.ID, err)
 	}

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"reflect"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -153,5 +154,57 @@ func TestRecordsNameTheirCommandPolicy(t *testing.T) {
 	}
 	if r, _, err := env.Sessions.Get(ctx, "s-2"); err != nil || !reflect.DeepEqual(r.CommandPolicy, policy) {
 		t.Errorf("after another Session's delete: %+v, %v", r, err)
+	}
+}
+
+// The stored policy follows the records: once the writes since it lag
+// policyLag behind a record write, it is written again, so that it never
+// keeps a sealed block of the bucket (and every old record version in
+// it) alive (docs/operations.md "Retention and disk").
+func TestStoredPolicyFollowsTheRecords(t *testing.T) {
+	t.Parallel()
+	env := bustest.Start(t, bus.Config{})
+	ctx := context.Background()
+	policy := &omni.CommandPolicy{Source: "/etc/floe/policy.json", Rules: []omni.CommandRule{{Name: "no-dd", Pattern: `^dd\s`}}}
+	if err := env.Sessions.Create(ctx, &omni.SessionRecord{ID: "s-1", Model: "m", CommandPolicy: policy}); err != nil {
+		t.Fatal(err)
+	}
+	kv, err := env.JS.KeyValue(ctx, omni.SessionsBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	policyRev := func() uint64 {
+		t.Helper()
+		keys, err := kv.ListKeys(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for k := range keys.Keys() {
+			if strings.HasPrefix(k, bus.PolicyKeyPrefix) {
+				e, err := kv.Get(ctx, k)
+				if err != nil {
+					t.Fatal(err)
+				}
+				return e.Revision()
+			}
+		}
+		t.Fatal("no policy stored")
+		return 0
+	}
+	first := policyRev()
+	var last uint64
+	for i := range bus.PolicyLag + 50 {
+		if _, err := env.Sessions.Update(ctx, "s-1", func(r *omni.SessionRecord) error { r.Title = strconv.Itoa(i); return nil }); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, last, err = env.Sessions.Get(ctx, "s-1"); err != nil {
+		t.Fatal(err)
+	}
+	if got := policyRev(); got == first || last-got > bus.PolicyLag+1 {
+		t.Fatalf("policy at revision %d (first %d), the record at %d: want it within %d writes", got, first, last, bus.PolicyLag)
+	}
+	if r, _, err := env.Sessions.Get(ctx, "s-1"); err != nil || !reflect.DeepEqual(r.CommandPolicy, policy) {
+		t.Fatalf("record after the policy was written again: %+v, %v", r, err)
 	}
 }

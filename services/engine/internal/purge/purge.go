@@ -388,7 +388,7 @@ func (p *Purger) session(ctx context.Context, sid string) time.Time {
 	}
 	rec.PurgedThrough = last
 	if err := p.idle.Records.SetAt(ctx, rec, rev); err != nil {
-		if errors.Is(err, bus.ErrChanged) {
+		if errors.Is(err, bus.ErrConflict) {
 			log.Debug().Msg("idle purge: the record changed meanwhile; checking again later")
 		} else {
 			log.Warn().Err(err).Msg("idle purge: cannot record the purge")
