@@ -133,8 +133,14 @@ func runLong(ctx context.Context, c *Config, p *progress) (*LongResult, error) {
 // process, and the history and disk figures.
 func runLongInProc(ctx context.Context, c *Config, p *progress) (*LongResult, error) {
 	// The grace period has passed for every Task (disk_per_trace is the
-	// disk after it): partials are purged as each Task ends.
-	e, err := startEnvTuned(ctx, c.root, "long", true, "", func(o *stack.Options) { o.Engine.SetPartialsKeep(0) }, c.Log)
+	// disk after it): partials are purged as each Task ends, and the
+	// Sessions leave the stream once idle for longIdleKeep (a keep of 0
+	// would purge and snapshot the long Session between its Tasks, which
+	// the Task figures must not pay: a real keep is an hour).
+	e, err := startEnvTuned(ctx, c.root, "long", true, "", func(o *stack.Options) {
+		o.Engine.SetPartialsKeep(0)
+		o.Engine.SetIdleKeep(longIdleKeep)
+	}, c.Log)
 	if err != nil {
 		return nil, err
 	}
@@ -241,6 +247,10 @@ func runLongInProc(ctx context.Context, c *Config, p *progress) (*LongResult, er
 	if res.WholeBytes, res.Whole, err = timeGet(ctx, e, s.ID, ""); err != nil {
 		return nil, err
 	}
+	// The idle purge (FLOE_IDLE_KEEP) has run for both Sessions.
+	if err := sessionsPurged(ctx, e); err != nil {
+		return nil, err
+	}
 	syncDisks()
 	res.Disk = dirBytes(e.home)
 	res.TraceBytes = dirBytes(filepath.Join(e.home, "traces"))
@@ -287,6 +297,26 @@ func runLongInProc(ctx context.Context, c *Config, p *progress) (*LongResult, er
 	res.DiskRetained = dirBytes(e.home)
 	p.logf("long: with FLOE_SESSIONS expired by age: the home %d bytes, the store %d", res.DiskRetained, dirBytes(filepath.Join(e.home, "jetstream")))
 	return res, nil
+}
+
+// longIdleKeep is FLOE_IDLE_KEEP of the long scenario's home: longer
+// than the gap between two Tasks of a Session.
+const longIdleKeep = 2 * time.Second
+
+// sessionsPurged waits until the idle purge has removed every message of
+// FLOE_SESSIONS (both Sessions are idle).
+func sessionsPurged(ctx context.Context, e *env) error {
+	st, err := e.js.Stream(ctx, omni.SessionsStream)
+	if err != nil {
+		return fmt.Errorf("bench: %w", err)
+	}
+	if err := waitFor(ctx, time.Minute, func() bool {
+		info, err := st.Info(ctx)
+		return err == nil && info.State.Msgs == 0
+	}); err != nil {
+		return fmt.Errorf("bench: idle Sessions still on the stream: %w", err)
+	}
+	return nil
 }
 
 // expireSessions gives FLOE_SESSIONS a max age of 2 s (its duplicate
