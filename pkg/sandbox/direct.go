@@ -408,6 +408,7 @@ func readAt(dir int, name string) ([]byte, error) {
 // fresh /tmp and goes back to its view (recycle).
 func (p *Proc) endCall(t *tree, pidfd, nsPid int) {
 	p.watchLimits(t.proc)
+	p.exited = make(chan struct{})
 	p.ended = make(chan struct{})
 	sp := p.sb.sp
 	// The pidfd (non-blocking) goes to the runtime's poller: the goroutine
@@ -419,6 +420,7 @@ func (p *Proc) endCall(t *tree, pidfd, nsPid int) {
 		defer sp.wg.Done()
 		waitExit(exited)
 		exited.Close()
+		close(p.exited)
 		p.limit = p.limits.end()
 		alone := p.limits.alone(nsPid)
 		clean := alone || t.ns.reset()

@@ -338,6 +338,7 @@ type Proc struct {
 	// limit set).
 	direct bool
 	limits *limits
+	exited chan struct{} // closed once the command has exited
 	ended  chan struct{}
 	limit  string
 	// tracked: a helper forked by the spawner, which kills it on Close.
@@ -485,6 +486,12 @@ func (p *Proc) Start() error {
 func (p *Proc) Run() error {
 	if err := p.Start(); err != nil {
 		return err
+	}
+	if p.exited != nil {
+		// A direct start: wait for the exit in the runtime's poller
+		// first (endCall), so that no thread sits in Cmd.Wait's
+		// blocking waitid(2) while the call runs.
+		<-p.exited
 	}
 	return p.Cmd.Wait()
 }
