@@ -13,6 +13,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"floe.dev/pkg/bus"
 	"floe.dev/pkg/bus/embed"
 	"floe.dev/pkg/omni"
 )
@@ -48,21 +49,21 @@ func cmdTools(ctx context.Context, args []string) error {
 		return errors.New("no tool runner pool found (no floe-toolrunner-* consumer on FLOE_TOOLS): is a toolrunner running?")
 	}
 	w := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
-	defer w.Flush()
+	var failed []string
 	for i, p := range pools {
 		if i > 0 {
 			fmt.Fprintln(w)
 		}
-		rctx, cancel := context.WithTimeout(ctx, *timeout)
-		reply, err := nc.RequestWithContext(rctx, omni.ToolListSubject(p), nil)
-		cancel()
+		reply, err := askPool(ctx, nc, p, *timeout)
 		if err != nil {
 			fmt.Fprintf(w, "pool %s: no runner answered: %v\n", p, err)
+			failed = append(failed, p)
 			continue
 		}
 		var list omni.ToolList
 		if err := omni.Unpack(reply.Data, &list); err != nil {
 			fmt.Fprintf(w, "pool %s: unreadable tool list: %v\n", p, err)
+			failed = append(failed, p)
 			continue
 		}
 		fmt.Fprintf(w, "pool %s (answered by %s): %d tools\n", p, list.Runner, len(list.Tools))
@@ -81,7 +82,35 @@ func cmdTools(ctx context.Context, args []string) error {
 			}
 		}
 	}
+	if err := w.Flush(); err != nil {
+		return err
+	}
+	if len(failed) > 0 {
+		return fmt.Errorf("no tool list from pool %s", strings.Join(failed, ", "))
+	}
 	return nil
+}
+
+// askPool requests pool's tool list, waiting up to timeout for a runner:
+// a runner that is still starting (connecting its MCP servers) has not
+// subscribed yet, which NATS answers at once with "no responders".
+func askPool(ctx context.Context, nc *nats.Conn, pool string, timeout time.Duration) (*nats.Msg, error) {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	const maxPause = time.Second
+	pause := 50 * time.Millisecond
+	for {
+		reply, err := nc.RequestWithContext(ctx, omni.ToolListSubject(pool), nil)
+		if err == nil || !bus.IsNoResponders(err) {
+			return reply, err
+		}
+		select {
+		case <-ctx.Done():
+			return nil, err
+		case <-time.After(pause):
+		}
+		pause = min(2*pause, maxPause)
+	}
 }
 
 func oneLine(s string) string { return strings.Join(strings.Fields(s), " ") }

@@ -14,7 +14,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
+
 	"floe.dev/cmd/floe/internal/mcptest"
+	"floe.dev/pkg/bus"
+	"floe.dev/pkg/bus/bustest"
+	"floe.dev/pkg/omni"
 )
 
 func freeAddr(t *testing.T) string {
@@ -114,5 +119,54 @@ func TestToolsListsAPoolsToolsWithTheirSource(t *testing.T) {
 	msg, err := run.CombinedOutput()
 	if err == nil || !strings.Contains(string(msg), "FLOE_MCP_CONFIG "+bad) || !strings.Contains(string(msg), "line 2, column") {
 		t.Errorf("floe run with a bad MCP config: %v\n%s", err, msg)
+	}
+}
+
+// `floe tools` waits up to --timeout for a pool whose runner has not
+// subscribed yet (NATS answers "no responders" at once), and exits non-zero
+// naming the pool when none answers in time.
+func TestToolsWaitsForARunnerThatIsStillStarting(t *testing.T) {
+	bin := buildFloe(t)
+	env := bustest.Start(t, bus.Config{})
+	url := env.Server.ClientURL()
+
+	tools := func(timeout string) ([]byte, error) {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		cmd := exec.CommandContext(ctx, bin, "tools", "--nats", url, "--pool", "late", "--timeout", timeout)
+		cmd.Env = cleanEnv(t.TempDir())
+		return cmd.CombinedOutput()
+	}
+
+	out, err := tools("300ms")
+	if err == nil || !strings.Contains(string(out), "pool late: no runner answered") || !strings.Contains(string(out), "no tool list from pool late") {
+		t.Fatalf("floe tools with no runner: %v\n%s", err, out)
+	}
+
+	type result struct {
+		out []byte
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		out, err := tools("40s")
+		done <- result{out, err}
+	}()
+	// The runner subscribes later (if the command is slower to start than
+	// this pause, the test passes without exercising the wait: it never
+	// fails for load).
+	time.Sleep(1500 * time.Millisecond)
+	reply, err := omni.Pack(omni.ToolList{Runner: "late-runner", Tools: []omni.ToolSpec{{Name: "read_file", Permission: "r"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sub, err := env.Conn.Subscribe(omni.ToolListSubject("late"), func(m *nats.Msg) { _ = m.Respond(reply) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Unsubscribe()
+	r := <-done
+	if r.err != nil || !regexp.MustCompile(`pool late \(answered by late-runner\): 1 tools`).Match(r.out) {
+		t.Fatalf("floe tools with a late runner: %v\n%s", r.err, r.out)
 	}
 }
