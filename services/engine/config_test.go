@@ -13,58 +13,40 @@ func env(m map[string]string) func(string) string {
 	return func(k string) string { return m[k] }
 }
 
-func TestPartialsKeepFromEnvironment(t *testing.T) {
-	for _, tc := range []struct {
-		env     string
-		want    time.Duration
-		wantErr bool
+// FLOE_PARTIALS_KEEP and FLOE_IDLE_KEEP read the same way: a duration,
+// "off" (-1), default an hour.
+func TestKeepsFromEnvironment(t *testing.T) {
+	for _, v := range []struct {
+		name string
+		got  func(Config) time.Duration
 	}{
-		{"", time.Hour, false},
-		{"10m", 10 * time.Minute, false},
-		{"0s", 0, false},
-		{"off", -1, false},
-		{"soon", 0, true},
+		{"FLOE_PARTIALS_KEEP", func(c Config) time.Duration { return c.PartialsKeep }},
+		{"FLOE_IDLE_KEEP", func(c Config) time.Duration { return c.IdleKeep }},
 	} {
-		c, err := FromEnv(env(map[string]string{"FLOE_PARTIALS_KEEP": tc.env}))
-		if (err != nil) != tc.wantErr {
-			t.Fatalf("FLOE_PARTIALS_KEEP=%q: FromEnv error %v, want error %v", tc.env, err, tc.wantErr)
-		}
-		if err != nil {
-			continue
-		}
-		if err := c.Validate(); err != nil {
-			t.Fatalf("FLOE_PARTIALS_KEEP=%q: Validate() = %v", tc.env, err)
-		}
-		if c.PartialsKeep != tc.want {
-			t.Errorf("FLOE_PARTIALS_KEEP=%q: PartialsKeep = %v, want %v", tc.env, c.PartialsKeep, tc.want)
-		}
-	}
-}
-
-func TestIdleKeepFromEnvironment(t *testing.T) {
-	for _, tc := range []struct {
-		env     string
-		want    time.Duration
-		wantErr bool
-	}{
-		{"", time.Hour, false},
-		{"10m", 10 * time.Minute, false},
-		{"0s", 0, false},
-		{"off", -1, false},
-		{"soon", 0, true},
-	} {
-		c, err := FromEnv(env(map[string]string{"FLOE_IDLE_KEEP": tc.env}))
-		if (err != nil) != tc.wantErr {
-			t.Fatalf("FLOE_IDLE_KEEP=%q: FromEnv error %v, want error %v", tc.env, err, tc.wantErr)
-		}
-		if err != nil {
-			continue
-		}
-		if err := c.Validate(); err != nil {
-			t.Fatalf("FLOE_IDLE_KEEP=%q: Validate() = %v", tc.env, err)
-		}
-		if c.IdleKeep != tc.want {
-			t.Errorf("FLOE_IDLE_KEEP=%q: IdleKeep = %v, want %v", tc.env, c.IdleKeep, tc.want)
+		for _, tc := range []struct {
+			env     string
+			want    time.Duration
+			wantErr bool
+		}{
+			{"", time.Hour, false},
+			{"10m", 10 * time.Minute, false},
+			{"0s", 0, false},
+			{"off", -1, false},
+			{"soon", 0, true},
+		} {
+			c, err := FromEnv(env(map[string]string{v.name: tc.env}))
+			if (err != nil) != tc.wantErr {
+				t.Fatalf("%s=%q: FromEnv error %v, want error %v", v.name, tc.env, err, tc.wantErr)
+			}
+			if err != nil {
+				continue
+			}
+			if err := c.Validate(); err != nil {
+				t.Fatalf("%s=%q: Validate() = %v", v.name, tc.env, err)
+			}
+			if got := v.got(c); got != tc.want {
+				t.Errorf("%s=%q: %v, want %v", v.name, tc.env, got, tc.want)
+			}
 		}
 	}
 }

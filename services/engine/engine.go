@@ -298,6 +298,24 @@ func (c *Retention) SetPartialsKeep(d time.Duration) { c.PartialsKeep, c.partial
 // SetIdleKeep sets IdleKeep, 0 included (Validate leaves it).
 func (c *Retention) SetIdleKeep(d time.Duration) { c.IdleKeep, c.idleKeepSet = d, true }
 
+// keepFromEnv reads a keep variable's value v: a duration, or off (-1);
+// empty leaves the default.
+func keepFromEnv(v, name string, set func(time.Duration)) error {
+	switch v {
+	case "":
+		return nil
+	case "off":
+		set(-1)
+		return nil
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil {
+		return fmt.Errorf("%s=%q: want a duration (1h, 10m, 0s) or off", name, v)
+	}
+	set(d)
+	return nil
+}
+
 type engine struct {
 	cfg  Config
 	nc   *nats.Conn
@@ -604,23 +622,13 @@ func FromEnv(getenv func(string) string) (Config, error) {
 		c.RetryMax = n
 	}
 	c.NoSnapshots = getenv("FLOE_SNAPSHOTS") == "off"
-	if v := getenv("FLOE_PARTIALS_KEEP"); v == "off" {
-		c.SetPartialsKeep(-1)
-	} else if v != "" {
-		d, err := time.ParseDuration(v)
-		if err != nil {
-			return c, fmt.Errorf("FLOE_PARTIALS_KEEP=%q: want a duration (1h, 10m, 0s) or off", v)
+	for _, k := range []struct {
+		name string
+		set  func(time.Duration)
+	}{{"FLOE_PARTIALS_KEEP", c.SetPartialsKeep}, {"FLOE_IDLE_KEEP", c.SetIdleKeep}} {
+		if err := keepFromEnv(getenv(k.name), k.name, k.set); err != nil {
+			return c, err
 		}
-		c.SetPartialsKeep(d)
-	}
-	if v := getenv("FLOE_IDLE_KEEP"); v == "off" {
-		c.SetIdleKeep(-1)
-	} else if v != "" {
-		d, err := time.ParseDuration(v)
-		if err != nil {
-			return c, fmt.Errorf("FLOE_IDLE_KEEP=%q: want a duration (1h, 10m, 0s) or off", v)
-		}
-		c.SetIdleKeep(d)
 	}
 	c.Providers.OpenAIBaseURL = getenv("OPENAI_BASE_URL")
 	c.Providers.OpenAIAPIKey = getenv("OPENAI_API_KEY")
