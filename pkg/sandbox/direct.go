@@ -57,7 +57,8 @@ import (
 // namespace, for the next call of the view, which gets a fresh /tmp (or
 // the last call's, when that call left it untouched: tree.go). Per
 // call the thread enters a kept tree (a new one is built only when none
-// is free) and a new IPC namespace, forks the command, and returns to the
+// is free) and its IPC namespace (the last call's when that left no IPC
+// object, else a new one: ipc.go), forks the command, and returns to the
 // host's namespaces. A Workspace that lies in the host's /tmp is held by
 // the view under its /proc and bound again into each call's /tmp. The
 // view's build and its detach (an RCU grace period, 3 ms under load)
@@ -295,8 +296,9 @@ func (sp *spawner) home() error {
 
 // startDirect starts p's command as described above; it runs on a
 // spawner thread: it enters a tree of the call's view (tree.go: a copy of
-// the view with a fresh /tmp and the /proc of its PID namespace) and a
-// new IPC namespace, and forks the command into the tree's PID namespace.
+// the view with a fresh /tmp and the /proc of its PID namespace) and an
+// empty IPC namespace (ipc.go), and forks the command into the tree's PID
+// namespace.
 func (p *Proc) startDirect() (err error) {
 	sp, cmd := p.sb.sp, p.Cmd
 	v, err := sp.takeView(p.sb, p.ws, p.read)
@@ -336,7 +338,7 @@ func (p *Proc) startDirect() (err error) {
 	if err := unix.Setns(t.mnt, unix.CLONE_NEWNS); err != nil {
 		return fmt.Errorf("sandbox: enter the call's tree: %w", err)
 	}
-	if err := unix.Unshare(unix.CLONE_NEWIPC); err != nil {
+	if err := t.ipc.enter(sp.hostProc); err != nil {
 		return fmt.Errorf("sandbox: IPC namespace: %w", err)
 	}
 	env := callEnv(cmd.Env)

@@ -21,7 +21,8 @@ import (
 // namespace's init, as before) and then its /tmp is detached and a new
 // one mounted (refresh, on the inits' thread, after the call's outcome is
 // out), so the next call of the view finds nothing of the last: no
-// process, no file in /tmp. Each call still gets a new IPC namespace.
+// process, no file in /tmp, no IPC object (its IPC namespace is kept
+// too, when the call left it empty: ipc.go).
 // The refresh (a hand-off to the inits' thread, entering the tree,
 // unmounting and mounting: most of the runner's CPU per call left) is
 // skipped when there is nothing to refresh: the call's command was the
@@ -62,6 +63,9 @@ type tree struct {
 	tmpFD int
 	dirs  []string
 	fresh string
+	// The IPC namespace of its last call (ipc.go), kept for the next
+	// call when that call left it empty (ipcNS.isEmpty).
+	ipc ipcNS
 }
 
 // takeTree returns a free tree of v ready for a call, or builds one; on a
@@ -141,7 +145,7 @@ func (sp *spawner) stealNS() *pidNS {
 // the tree (the caller returns it home).
 func (sp *spawner) buildCallTree(s *Sandbox, v *view, ns *pidNS) (t *tree, err error) {
 	sp.treesBuilt.Add(1)
-	t = &tree{v: v, ns: ns, mnt: -1, proc: -1, tmpFD: -1}
+	t = &tree{v: v, ns: ns, mnt: -1, proc: -1, tmpFD: -1, ipc: noIPC}
 	defer func() {
 		if err != nil {
 			t.dismantle()
@@ -283,8 +287,12 @@ func (t *tree) untouched() bool {
 // of it killed) and gives the tree back to its view; a tree that cannot
 // be refreshed, or whose view is gone, is dismantled. alone says the
 // call's command was the only process of the call left when it ended:
-// then a /tmp as it was made is not refreshed.
+// then a /tmp as it was made is not refreshed, and an IPC namespace with
+// no object is kept.
 func (sp *spawner) recycle(s *Sandbox, t *tree, alone bool) {
+	// Kept only when the command was the call's last process: a process
+	// killed in the middle of a system call may still finish it.
+	t.ipc.empty = alone && t.ipc.isEmpty()
 	err := errClosed
 	if alone && t.untouched() {
 		err = nil
@@ -322,5 +330,6 @@ func (t *tree) dismantle() *pidNS {
 		}
 	}
 	t.mnt, t.proc, t.tmpFD, t.held = -1, -1, -1, nil
+	t.ipc.close()
 	return t.ns
 }
