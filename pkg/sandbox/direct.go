@@ -372,18 +372,7 @@ func (p *Proc) startDirect() (err error) {
 		cmd.Wait()
 		return fmt.Errorf("sandbox: pidfd: %w", e)
 	}
-	// The command's pid in its namespace, to tell it from anything it
-	// left behind (from its pidfd's fdinfo: much cheaper to read than its
-	// status).
-	nsPid := -1
-	if b, err := readAt(sp.hostProc, fmt.Sprintf("thread-self/fdinfo/%d", pidfd)); err == nil {
-		for _, line := range strings.Split(string(b), "\n") {
-			if f := strings.Fields(line); len(f) > 1 && f[0] == "NSpid:" {
-				nsPid, _ = strconv.Atoi(f[len(f)-1])
-			}
-		}
-	}
-	p.endCall(t, pidfd, nsPid)
+	p.endCall(t, pidfd)
 	t = nil
 	return nil
 }
@@ -408,7 +397,7 @@ func readAt(dir int, name string) ([]byte, error) {
 // anything is left: the namespace's /proc shows more than its init and
 // the command), and then, once the call's outcome is out, its tree gets a
 // fresh /tmp and goes back to its view (recycle).
-func (p *Proc) endCall(t *tree, pidfd, nsPid int) {
+func (p *Proc) endCall(t *tree, pidfd int) {
 	p.watchLimits(t.proc)
 	p.exited = make(chan struct{})
 	p.ended = make(chan struct{})
@@ -421,10 +410,10 @@ func (p *Proc) endCall(t *tree, pidfd, nsPid int) {
 	go func() {
 		defer sp.wg.Done()
 		waitExit(exited)
-		exited.Close()
 		close(p.exited)
 		p.limit = p.limits.end()
-		alone := p.limits.alone(nsPid)
+		alone := p.limits.alone(func() int { return nsPid(sp.hostProc, pidfd) })
+		exited.Close()
 		clean := alone || t.ns.reset()
 		close(p.ended)
 		if !clean {
@@ -766,14 +755,52 @@ type limits struct {
 }
 
 // alone says whether nothing but the namespace's init and the call's
-// command (nsPid) is left in the call's /proc (false when unsure).
-func (l *limits) alone(nsPid int) bool {
-	if nsPid < 2 {
+// command is left in the call's /proc (false when unsure), once the
+// command has exited. The command is usually reaped by then (Run waits
+// for it as soon as it exits); only when one process is left is the
+// command's pid in its namespace read (nsPid, from its pidfd, while it
+// is not reaped) to tell the command from anything it left behind.
+func (l *limits) alone(nsPid func() int) bool {
+	left, n := 0, 0
+	count := func() bool {
+		n = 0
+		return l.w.each(func(pid int, _ []byte) { n, left = n+1, pid })
+	}
+	if !count() {
 		return false
 	}
-	others := false
-	ok := l.w.each(func(pid int, _ []byte) { others = others || pid != nsPid })
-	return ok && !others
+	switch {
+	case n == 0:
+		return true
+	case n > 1:
+		return false
+	}
+	switch pid := nsPid(); {
+	case pid == left:
+		return true
+	case pid < 0:
+		// Reaped meanwhile (or unreadable): what is left now is all.
+		return count() && n == 0
+	}
+	return false
+}
+
+// nsPid is the pid, in its PID namespace, of the process of pidfd (from
+// the pidfd's fdinfo: much cheaper to read than its status); -1 when it
+// has been reaped or cannot be read. proc is a handle on the host's /proc.
+func nsPid(proc, pidfd int) int {
+	b, err := readAt(proc, fmt.Sprintf("thread-self/fdinfo/%d", pidfd))
+	if err != nil {
+		return -1
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if f := strings.Fields(line); len(f) > 1 && f[0] == "NSpid:" {
+			if n, err := strconv.Atoi(f[len(f)-1]); err == nil && n > 0 {
+				return n
+			}
+		}
+	}
+	return -1
 }
 
 // watchLimits starts the call's watcher on its /proc (fd, the tree's
