@@ -103,6 +103,10 @@ type sink struct {
 	// itself whether it is a valid record: false skips it (counted in
 	// Skipped or Bad, as a line that does not decode).
 	lazy func(seq uint64, data []byte) bool
+	// scratch, when set, is the memory Trace files are read into (grown
+	// as needed) in place of a new buffer each: LoadWindow's, which
+	// copies out the few records it returns and reuses the rest.
+	scratch *[]byte
 }
 
 // stable reports whether the sink keeps the records' Data, so that a
@@ -317,8 +321,16 @@ func readFile(path string, limit int64, out *sink) (int, error) {
 	if limit >= 0 {
 		size = min(size, limit)
 	}
-	data := make([]byte, 0, size+1)
-	data, err = readAll(r, data)
+	var data []byte
+	if out.scratch != nil {
+		// After what earlier files left in it: their records keep
+		// their slices (a grown buffer leaves them the old one).
+		start := len(*out.scratch)
+		buf, rerr := readAll(r, slices.Grow(*out.scratch, int(size)+1))
+		data, err, *out.scratch = buf[start:], rerr, buf
+	} else {
+		data, err = readAll(r, make([]byte, 0, size+1))
+	}
 	if err != nil {
 		return 0, fmt.Errorf("trace: read %s: %w", path, err)
 	}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -62,14 +63,59 @@ func LoadWindow(ctx context.Context, js jetstream.JetStream, home, sessionID str
 		return nil, nil, fmt.Errorf("trace: window of %d Tasks", w.Tasks)
 	}
 	h := &History{}
-	var all []Record
-	if err := h.load(ctx, js, home, sessionID, opt, &sink{records: &all, raw: true}); err != nil {
+	// The whole history is read into pooled memory (a long Session's
+	// Trace is megabytes, a window kilobytes): the window's records are
+	// copied out before it goes back.
+	mem := windowPool.Get().(*windowMem)
+	defer mem.put()
+	all := &mem.records
+	if err := h.load(ctx, js, home, sessionID, opt, &sink{records: all, raw: true, scratch: &mem.data}); err != nil {
 		return nil, nil, err
 	}
+	p, err := window(*all, w)
+	if err != nil {
+		return nil, nil, err
+	}
+	size := 0
+	for _, r := range p.Records {
+		size += len(r.Data)
+	}
+	own := make([]byte, 0, size)
+	for i, r := range p.Records {
+		own = append(own, r.Data...)
+		p.Records[i].Data = own[len(own)-len(r.Data) : len(own) : len(own)]
+	}
+	return h, p, nil
+}
+
+// windowMem is LoadWindow's reusable memory: the history's records and
+// the bytes of its Trace files.
+type windowMem struct {
+	records []Record
+	data    []byte
+}
+
+var windowPool = sync.Pool{New: func() any { return new(windowMem) }}
+
+// maxPooledWindow bounds the memory a pooled windowMem keeps.
+const maxPooledWindow = 64 << 20
+
+// put clears m (no Data stays referenced) and pools it unless too large.
+func (m *windowMem) put() {
+	clear(m.records)
+	m.records, m.data = m.records[:0], m.data[:0]
+	if cap(m.data) > maxPooledWindow || cap(m.records) > maxPooledWindow/32 {
+		return
+	}
+	windowPool.Put(m)
+}
+
+// window is the page w selects of the history all.
+func window(all []Record, w Window) (*Page, error) {
 	end := len(all)
 	if w.HaveBefore {
 		if w.Before < 0 || w.Before > end {
-			return nil, nil, fmt.Errorf("%w: %d of %d records", ErrCursor, w.Before, end)
+			return nil, fmt.Errorf("%w: %d of %d records", ErrCursor, w.Before, end)
 		}
 		end = w.Before
 	}
@@ -84,7 +130,7 @@ func LoadWindow(ctx context.Context, js jetstream.JetStream, home, sessionID str
 		p.Records = append(p.Records, r)
 		p.Ordinals = append(p.Ordinals, p.Start+i)
 	}
-	return h, p, nil
+	return p, nil
 }
 
 // windowStart returns where the newest tasks Tasks of recs start, walking

@@ -264,3 +264,35 @@ func abs(n int) int {
 	}
 	return n
 }
+
+// A page's records are its own: LoadWindow reads the history into memory
+// it reuses, and a page read earlier keeps its bytes after later reads
+// (another Session's between them).
+func TestWindowPagesKeepTheirBytesAcrossReads(t *testing.T) {
+	f, other := newFixture(t), newFixture(t)
+	for i, x := range []*fixture{f, other} {
+		x.publish(meta())
+		for n := range 6 {
+			x.task(n+100*i, 1)
+		}
+		x.trace(len(x.seqs), "")
+	}
+	whole := texts(f.load(Options{}).Records)
+	var held [][]Record // pages as returned, newest first
+	p := f.window(Window{Tasks: 1})
+	for {
+		held = append(held, p.Records)
+		other.window(Window{Tasks: 3})
+		if !p.More || len(held) > 100 {
+			break
+		}
+		p = f.window(Window{Tasks: 1, Before: p.Start, HaveBefore: true})
+	}
+	var got []string
+	for _, recs := range slices.Backward(held) {
+		got = append(got, texts(recs)...)
+	}
+	if !slices.Equal(got, whole) {
+		t.Fatalf("pages held across reads =\n%v\nwant\n%v", got, whole)
+	}
+}
