@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
+
 	"floe.dev/pkg/bus"
 	"floe.dev/pkg/bus/bustest"
 	"floe.dev/pkg/omni"
@@ -220,4 +222,68 @@ func TestScanRunsCreatedBeforeAnyDelivery(t *testing.T) {
 	}); !errors.Is(err, refused) {
 		t.Errorf("Scan with a failing created = %v, want its error", err)
 	}
+}
+
+// A read until caught up ends when the messages it had still to get are
+// purged under it (an idle Session's purge, a retention): the last message
+// it got said more were pending, and none will come.
+func TestFollowUntilCaughtUpEndsWhenTheRestIsPurged(t *testing.T) {
+	t.Parallel()
+	env := bustest.Start(t, bus.Config{Memory: true})
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	const sid = "session-2026-12-04-10-00-00-0001abcd"
+	subj := omni.SessionSubject(sid, omni.ClassModel)
+	const n = 3000
+	for i := range n {
+		if _, err := env.JS.PublishAsync(subj, []byte(strconv.Itoa(i))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	select {
+	case <-env.JS.PublishAsyncComplete():
+	case <-ctx.Done():
+		t.Fatal("publishing timed out")
+	}
+	first, release := make(chan struct{}), make(chan struct{})
+	got := 0
+	done := make(chan error, 1)
+	go func() {
+		done <- bus.Follow(ctx, env.JS, sid, nil, 0, true, func(m bus.StreamMsg) error {
+			if got == 0 {
+				close(first)
+				<-release // the rest is purged while the reader holds the first
+			}
+			if want := strconv.Itoa(got); string(m.Data) != want {
+				return fmt.Errorf("message %d reads %q, want %q", got, m.Data, want)
+			}
+			got++
+			return nil
+		})
+	}()
+	select {
+	case <-first:
+	case <-ctx.Done():
+		t.Fatal("no first message")
+	}
+	st, err := env.JS.Stream(ctx, omni.SessionsStream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Purge(ctx, jetstream.WithPurgeSubject(omni.SessionWildcard(sid))); err != nil {
+		t.Fatal(err)
+	}
+	close(release)
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("Follow after the purge: %v (got %d)", err, got)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatalf("Follow still waiting 30 s after the purge (got %d of %d)", got, n)
+	}
+	if got >= n {
+		t.Fatalf("got all %d messages: the purge came after every delivery, the test shows nothing", n)
+	}
+	bustest.Eventually(t, 10*time.Second, "no consumer left behind", func() bool { return consumers(t, ctx, env) == 0 })
 }

@@ -108,12 +108,32 @@ func follow(ctx context.Context, js jetstream.JetStream, sessionID string, class
 	if untilCaughtUp && tail.pendingAtStart == 0 {
 		return nil
 	}
+	// Caught up is normally the message that leaves none pending; when
+	// the messages still to come are purged instead (an idle Session's
+	// purge, a retention), none does, and a quiet read asks the consumer.
+	var check <-chan time.Time
+	if untilCaughtUp {
+		tick := time.NewTicker(caughtUpCheck)
+		defer tick.Stop()
+		check = tick.C
+	}
+	quiet := false // no message since the last tick
 	for {
 		var m jetstream.Msg
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
 		case m = <-msgs:
+			quiet = false
+		case <-check:
+			if !quiet || len(msgs) > 0 {
+				quiet = true
+				continue
+			}
+			if drained, err := tail.drained(ctx); err == nil && drained && len(msgs) == 0 {
+				return nil
+			}
+			continue
 		}
 		md, err := m.Metadata() // the Tail checked it
 		if err != nil {
@@ -256,6 +276,10 @@ func apiPrefix(js jetstream.JetStream) string {
 	}
 	return jetstream.DefaultAPIPrefix
 }
+
+// caughtUpCheck is how long a read until caught up waits without a
+// message before it asks its consumer whether anything is left.
+const caughtUpCheck = 500 * time.Millisecond
 
 // ErrStop may be returned by a Follow callback to end it without error.
 var ErrStop = errors.New("bus: stop")

@@ -110,6 +110,31 @@ func StartTail(ctx context.Context, js jetstream.JetStream, stream string, subje
 	return t, nil
 }
 
+// drained reports whether the consumer has nothing left for fn: none
+// pending on the server, and every message it delivered accepted and
+// handed over (no delivery in progress). Messages purged before they were
+// delivered leave the pending count without a delivery, so a reader
+// waiting for the one that leaves none pending would wait for ever. (A
+// purge moves the consumer's delivered stream sequence forward, not its
+// delivery count, which is what is compared.)
+func (t *Tail) drained(ctx context.Context) (bool, error) {
+	if !t.delivering.TryLock() {
+		return false, nil // a delivery is being handed over
+	}
+	defer t.delivering.Unlock()
+	t.mu.Lock()
+	cons, dseq := t.cons, t.dseq
+	t.mu.Unlock()
+	if cons == nil {
+		return false, nil // being replaced
+	}
+	info, err := cons.Info(ctx)
+	if err != nil {
+		return false, err
+	}
+	return info.NumPending == 0 && info.Delivered.Consumer == dseq, nil
+}
+
 // Consumer returns the name of the consumer in use ("" while none is).
 func (t *Tail) Consumer() string {
 	t.mu.Lock()
