@@ -429,8 +429,21 @@ func (w *watcher) each(f func(pid int, name []byte)) bool {
 	if _, err := unix.Seek(w.dir, procPidsOffset(), io.SeekStart); err != nil {
 		return false
 	}
+	return eachDirent(w.dir, w.dents, func(name []byte) bool {
+		if pid := atoiPid(name); pid > 1 && pid != w.self {
+			f(pid, name)
+		}
+		return true
+	})
+}
+
+// eachDirent reads the directory fd from its current offset to its end
+// through buf, calling f with every entry's name until f returns false;
+// it reports whether it read to the end (false on an error, an entry it
+// cannot parse, or f's false).
+func eachDirent(fd int, buf []byte, f func(name []byte) bool) bool {
 	for {
-		n, err := unix.Getdents(w.dir, w.dents)
+		n, err := unix.Getdents(fd, buf)
 		if errors.Is(err, unix.EINTR) {
 			continue
 		}
@@ -440,7 +453,7 @@ func (w *watcher) each(f func(pid int, name []byte)) bool {
 		if n <= 0 {
 			return true
 		}
-		for b := w.dents[:n]; len(b) >= direntName; {
+		for b := buf[:n]; len(b) >= direntName; {
 			// struct linux_dirent64: ino u64, off s64, reclen u16,
 			// type u8, name NUL-terminated.
 			reclen := int(binary.NativeEndian.Uint16(b[16:18]))
@@ -451,8 +464,8 @@ func (w *watcher) each(f func(pid int, name []byte)) bool {
 			if i := bytes.IndexByte(name, 0); i >= 0 {
 				name = name[:i]
 			}
-			if pid := atoiPid(name); pid > 1 && pid != w.self {
-				f(pid, name)
+			if !f(name) {
+				return false
 			}
 			b = b[reclen:]
 		}

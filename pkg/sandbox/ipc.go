@@ -2,7 +2,6 @@ package sandbox
 
 import (
 	"bytes"
-	"encoding/binary"
 	"io"
 
 	"golang.org/x/sys/unix"
@@ -117,29 +116,9 @@ func (n *ipcNS) isEmpty() bool {
 	if _, err := unix.Seek(n.mq, 0, io.SeekStart); err != nil {
 		return false
 	}
-	for {
-		c, err := unix.Getdents(n.mq, n.buf)
-		if err != nil {
-			return false
-		}
-		if c <= 0 {
-			return true
-		}
-		for b := n.buf[:c]; len(b) >= direntName; {
-			reclen := int(binary.NativeEndian.Uint16(b[16:18]))
-			if reclen < direntName || reclen > len(b) {
-				return false
-			}
-			name := b[direntName:reclen]
-			if i := bytes.IndexByte(name, 0); i >= 0 {
-				name = name[:i]
-			}
-			if string(name) != "." && string(name) != ".." {
-				return false
-			}
-			b = b[reclen:]
-		}
-	}
+	return eachDirent(n.mq, n.buf, func(name []byte) bool {
+		return string(name) == "." || string(name) == ".."
+	})
 }
 
 // close releases the handles (the namespace ends with its last process).
