@@ -16,6 +16,7 @@ import (
 
 	"floe.dev/pkg/bus"
 	"floe.dev/pkg/bus/embed"
+	"floe.dev/pkg/omni"
 )
 
 // Env is one test's broker and the layout on it.
@@ -95,4 +96,26 @@ func (l *Buffer) String() string {
 // Contains reports whether what was written so far contains s.
 func (l *Buffer) Contains(s string) bool {
 	return strings.Contains(l.String(), s)
+}
+
+// Held is how many messages of Session sid FLOE_SESSIONS holds, from the
+// stream's state (a read until caught up would wait for messages purged
+// while it reads).
+func Held(t testing.TB, js jetstream.JetStream, sid string) uint64 {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	st, err := js.Stream(ctx, omni.SessionsStream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := st.Info(ctx, jetstream.WithSubjectFilter(omni.SessionWildcard(sid)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var n uint64
+	for _, c := range info.State.Subjects {
+		n += c
+	}
+	return n
 }

@@ -6,32 +6,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
-
 	"floe.dev/pkg/bus/bustest"
 	"floe.dev/pkg/omni"
 	"floe.dev/services/engine"
 )
-
-// heldOf is how many messages of the Session FLOE_SESSIONS holds.
-func (e *env) heldOf(sid string) uint64 {
-	e.t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	st, err := e.st.JS.Stream(ctx, omni.SessionsStream)
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	info, err := st.Info(ctx, jetstream.WithSubjectFilter(omni.SessionWildcard(sid)))
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	var n uint64
-	for _, c := range info.State.Subjects {
-		n += c
-	}
-	return n
-}
 
 // A Session idle for FLOE_IDLE_KEEP leaves the stream once the tracer has
 // written it, and its next Task sends the model what it would have sent
@@ -67,7 +45,7 @@ func TestIdleSessionLeavesTheStreamAndResumesTheSame(t *testing.T) {
 	sid := e.session(ref, omni.ApproveAllowAll, nil)
 	rs, status = e.wait(sid, e.submit(sid, "first"))
 	lcRequireStatus(t, rs, status, omni.StatusCompleted)
-	bustest.Eventually(t, 30*time.Second, "the idle Session's messages purged", func() bool { return e.heldOf(sid) == 0 })
+	bustest.Eventually(t, 30*time.Second, "the idle Session's messages purged", func() bool { return bustest.Held(t, e.st.JS, sid) == 0 })
 	rec, _, err := e.st.Sessions.Get(context.Background(), sid)
 	if err != nil {
 		t.Fatal(err)

@@ -4,8 +4,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
-
+	"floe.dev/pkg/bus/bustest"
 	"floe.dev/pkg/omni"
 	"floe.dev/services/engine"
 	"floe.dev/services/gateway/client"
@@ -44,7 +43,7 @@ func TestPurgedSessionLastEventIDGetsResyncRequired(t *testing.T) {
 		purged = rec.PurgedThrough
 		// Counted from the stream's state, not read: a read racing the
 		// purge waits for messages it will never get.
-		return purged >= last && heldOf(t, e.st.JS, sid) == 0
+		return purged >= last && bustest.Held(t, e.st.JS, sid) == 0
 	})
 
 	c := stream(t, e.c, sid, full[2].ID)
@@ -66,22 +65,4 @@ func TestPurgedSessionLastEventIDGetsResyncRequired(t *testing.T) {
 		}
 		c.close()
 	}
-}
-
-// heldOf is how many messages of Session sid FLOE_SESSIONS holds.
-func heldOf(t *testing.T, js jetstream.JetStream, sid string) uint64 {
-	t.Helper()
-	st, err := js.Stream(ctxT(t), omni.SessionsStream)
-	if err != nil {
-		t.Fatal(err)
-	}
-	info, err := st.Info(ctxT(t), jetstream.WithSubjectFilter(omni.SessionWildcard(sid)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var n uint64
-	for _, c := range info.State.Subjects {
-		n += c
-	}
-	return n
 }

@@ -47,26 +47,6 @@ func idleSession(t *testing.T, env *bustest.Env, sid string) {
 	}
 }
 
-// held is how many messages of the Session the stream holds.
-func held(t *testing.T, env *bustest.Env, sid string) uint64 {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	st, err := env.JS.Stream(ctx, omni.SessionsStream)
-	if err != nil {
-		t.Fatal(err)
-	}
-	info, err := st.Info(ctx, jetstream.WithSubjectFilter(omni.SessionWildcard(sid)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var n uint64
-	for _, c := range info.State.Subjects {
-		n += c
-	}
-	return n
-}
-
 // tracer is a durable consumer under the tracer's name that acknowledges
 // the Trace classes up to the stream's end when told.
 func tracer(t *testing.T, env *bustest.Env) func() {
@@ -120,7 +100,7 @@ func TestIdlePurgeWaitsForTheTracer(t *testing.T) {
 	const sid = "idle1"
 	idleSession(t, env, sid)
 	p := idlePurger(env, env.Sessions)
-	before := held(t, env, sid)
+	before := bustest.Held(t, env.JS, sid)
 
 	// No tracer consumer at all: nothing is purged, a check is due later.
 	if again := p.session(ctx, sid); again.IsZero() {
@@ -131,7 +111,7 @@ func TestIdlePurgeWaitsForTheTracer(t *testing.T) {
 	if again := p.session(ctx, sid); again.IsZero() {
 		t.Fatal("tracer behind: the check gave up instead of trying again later")
 	}
-	if n := held(t, env, sid); n != before {
+	if n := bustest.Held(t, env.JS, sid); n != before {
 		t.Fatalf("purged before the tracer wrote the Session: %d of %d messages left", n, before)
 	}
 	if r, _, _ := env.Sessions.Get(ctx, sid); r.PurgedThrough != 0 {
@@ -146,7 +126,7 @@ func TestIdlePurgeWaitsForTheTracer(t *testing.T) {
 	if again := p.session(ctx, sid); !again.IsZero() {
 		t.Fatal("the check wants to try again after the tracer caught up")
 	}
-	if n := held(t, env, sid); n != 0 {
+	if n := bustest.Held(t, env.JS, sid); n != 0 {
 		t.Fatalf("%d messages of the idle Session left, want none", n)
 	}
 	if r, _, _ := env.Sessions.Get(ctx, sid); r.PurgedThrough != last {
@@ -178,7 +158,7 @@ func TestIdlePurgeNeverTouchesARunningTask(t *testing.T) {
 	for i, sid := range []string{"running1", "racing1"} {
 		idleSession(t, env, sid)
 		ack()
-		before := held(t, env, sid)
+		before := bustest.Held(t, env.JS, sid)
 		records := IdleRecords(env.Sessions)
 		if i == 0 {
 			if _, err := env.Sessions.Begin(ctx, sid, omni.StateRunning, "t2"); err != nil {
@@ -189,7 +169,7 @@ func TestIdlePurgeNeverTouchesARunningTask(t *testing.T) {
 		}
 		p := idlePurger(env, records)
 		p.session(ctx, sid)
-		if n := held(t, env, sid); n != before {
+		if n := bustest.Held(t, env.JS, sid); n != before {
 			t.Errorf("%s: %d of %d messages left after its next Task began", sid, n, before)
 		}
 		if r, _, _ := env.Sessions.Get(ctx, sid); r.PurgedThrough != 0 || r.State != omni.StateRunning {
