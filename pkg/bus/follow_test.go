@@ -235,16 +235,7 @@ func TestFollowUntilCaughtUpEndsWhenTheRestIsPurged(t *testing.T) {
 	const sid = "session-2026-12-04-10-00-00-0001abcd"
 	subj := omni.SessionSubject(sid, omni.ClassModel)
 	const n = 3000
-	for i := range n {
-		if _, err := env.JS.PublishAsync(subj, []byte(strconv.Itoa(i))); err != nil {
-			t.Fatal(err)
-		}
-	}
-	select {
-	case <-env.JS.PublishAsyncComplete():
-	case <-ctx.Done():
-		t.Fatal("publishing timed out")
-	}
+	publishN(t, ctx, env, n, subj)
 	first, release := make(chan struct{}), make(chan struct{})
 	got := 0
 	done := make(chan error, 1)
